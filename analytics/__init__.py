@@ -1,0 +1,1 @@
+"""DuckDB store and the chargeback analytics computed over it."""

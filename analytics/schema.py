@@ -1,0 +1,34 @@
+"""DuckDB DDL, derived from the collector's Arrow schema so the two cannot drift apart."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
+
+_DUCK_TYPES = {
+    pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+    pa.float64(): "DOUBLE",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.string(): "VARCHAR",
+    pa.bool_(): "BOOLEAN",
+}
+
+
+def _columns(schema: pa.Schema) -> str:
+    return ",\n    ".join(f'"{f.name}" {_DUCK_TYPES[f.type]}' for f in schema)
+
+
+DDL = [
+    f"CREATE TABLE IF NOT EXISTS samples (\n    {_columns(SAMPLE_SCHEMA)}\n)",
+    f"CREATE TABLE IF NOT EXISTS processes (\n    {_columns(PROCESS_SCHEMA)}\n)",
+    """CREATE TABLE IF NOT EXISTS jobs (
+    job_id VARCHAR PRIMARY KEY, team VARCHAR, "user" VARCHAR, namespace VARCHAR, pod VARCHAR,
+    node VARCHAR, gpu_model VARCHAR, gpus INTEGER, submit_ts TIMESTAMPTZ, start_ts TIMESTAMPTZ,
+    end_ts TIMESTAMPTZ, state VARCHAR)""",
+    "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
+    "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+]
+
+SCHEMA_VERSION = "1"

@@ -1,0 +1,101 @@
+"""Waste: GPUs held but idle for long stretches, and jobs whose memory footprint is a fraction of the card.
+
+Idle stretches are found per GPU and job as runs of consecutive samples below the idle
+threshold (gaps-and-islands), so a job that is busy for a minute every hour still counts
+its long idle stretches. Short pauses under `idle_minutes` are normal and ignored.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+
+from analytics.store import Store
+from collector.gpu_models import GPU_MEMORY_GB, MIG_PROFILES
+
+
+def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
+              idle_util_pct: float) -> pd.DataFrame:
+    """Stretches where an allocated GPU stayed under `idle_util_pct` for at least `idle_minutes`."""
+    sql = """
+        WITH s AS (
+            SELECT ts, interval_s, gpu_fraction, gpu_uuid, coalesce(mig_instance, -1) AS mig, node, gpu_model,
+                   job_id, coalesce(team, 'unattributed') AS team, coalesce(util_pct, 0) < ? AS idle, util_pct
+            FROM samples WHERE allocated AND ts >= ? AND ts < ?
+        ), g AS (
+            SELECT *, row_number() OVER (PARTITION BY gpu_uuid, mig, job_id ORDER BY ts)
+                    - row_number() OVER (PARTITION BY gpu_uuid, mig, job_id, idle ORDER BY ts) AS grp
+            FROM s
+        )
+        SELECT g.team, g.job_id, g.node, g.gpu_uuid, g.gpu_model, min(g.ts) AS start_ts,
+               max(g.ts) + to_seconds(any_value(g.interval_s)::BIGINT) AS end_ts,
+               sum(g.interval_s) / 60.0 AS idle_minutes,
+               sum(g.interval_s * g.gpu_fraction) / 3600.0 AS idle_gpu_hours,
+               sum(g.interval_s * g.gpu_fraction / 3600.0 * coalesce(r.usd_per_gpu_hour, 0)) AS idle_cost_usd,
+               avg(g.util_pct) AS mean_util_pct
+        FROM g LEFT JOIN rate_card r USING (gpu_model)
+        WHERE g.idle
+        GROUP BY g.team, g.job_id, g.node, g.gpu_uuid, g.mig, g.gpu_model, g.grp
+        HAVING sum(g.interval_s) >= ? * 60
+        ORDER BY idle_gpu_hours DESC"""
+    return store.query(sql, [idle_util_pct, start, end, idle_minutes])
+
+
+def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Per job on whole GPUs: peak memory against card size, utilisation, GPU-hours and cost."""
+    sql = """
+        SELECT s.job_id, any_value(coalesce(s.team, 'unattributed')) AS team, any_value(s.gpu_model) AS gpu_model,
+               count(DISTINCT s.gpu_uuid) AS gpus, min(s.ts) AS first_ts, max(s.ts) AS last_ts,
+               max(s.mem_used_mib) AS peak_mem_mib, max(s.mem_total_mib) AS mem_total_mib,
+               avg(coalesce(s.util_pct, 0)) AS mean_util_pct,
+               quantile_cont(coalesce(s.util_pct, 0), 0.95) AS p95_util_pct,
+               sum(s.interval_s * s.gpu_fraction) / 3600.0 AS gpu_hours,
+               sum(s.interval_s * s.gpu_fraction / 3600.0 * coalesce(r.usd_per_gpu_hour, 0)) AS cost_usd,
+               any_value(r.usd_per_gpu_hour) AS usd_per_gpu_hour
+        FROM samples s LEFT JOIN rate_card r USING (gpu_model)
+        WHERE s.allocated AND s.job_id IS NOT NULL AND s.mig_profile IS NULL AND s.ts >= ? AND s.ts < ?
+        GROUP BY s.job_id"""
+    return store.query(sql, [start, end])
+
+
+def smallest_fit(model: str, peak_mem_mib: float, p95_util_pct: float) -> dict | None:
+    """The smallest MIG slice of `model`, else the smallest whole card, that holds the job with 20% headroom."""
+    need_gb = peak_mem_mib * 1.2 / 1024.0
+    for name, slices, mem_gb in MIG_PROFILES.get(model, ()):
+        if mem_gb >= need_gb and slices / 7.0 * 100.0 >= p95_util_pct:
+            return {"kind": "mig", "target": f"{model} MIG {name}", "gpu_fraction": slices / 7.0}
+    smaller = sorted((mem, m) for m, mem in GPU_MEMORY_GB.items()
+                     if mem >= need_gb and mem < GPU_MEMORY_GB.get(model, 0))
+    if smaller:
+        return {"kind": "gpu", "target": smaller[0][1], "gpu_fraction": 1.0}
+    return None
+
+
+def oversized_jobs(store: Store, start: datetime, end: datetime, mem_fraction: float,
+                   min_gpu_hours: float = 0.5) -> pd.DataFrame:
+    """Jobs whose peak memory stayed under `mem_fraction` of the card, with the smallest shape that fits."""
+    jobs = job_profiles(store, start, end)
+    if jobs.empty:
+        return jobs.assign(fits=pd.Series(dtype=object))
+    over = jobs[(jobs["peak_mem_mib"] < mem_fraction * jobs["mem_total_mib"]) & (jobs["gpu_hours"] >= min_gpu_hours)]
+    over = over.copy()
+    over["fits"] = [smallest_fit(m, p, u) for m, p, u in
+                    zip(over["gpu_model"], over["peak_mem_mib"], over["p95_util_pct"])]
+    return over.sort_values("cost_usd", ascending=False).reset_index(drop=True)
+
+
+def waste_by_team(store: Store, start: datetime, end: datetime, idle_minutes: float, idle_util_pct: float,
+                  mem_fraction: float) -> pd.DataFrame:
+    """Per team: idle allocated GPU-hours and their cost, and how many jobs were memory-oversized."""
+    runs = idle_runs(store, start, end, idle_minutes, idle_util_pct)
+    idle = runs.groupby("team", as_index=False).agg(
+        idle_gpu_hours=("idle_gpu_hours", "sum"), idle_cost_usd=("idle_cost_usd", "sum"),
+        idle_stretches=("idle_gpu_hours", "size"))
+    over = oversized_jobs(store, start, end, mem_fraction)
+    sized = (over.groupby("team", as_index=False).agg(oversized_jobs=("job_id", "size"),
+                                                       oversized_gpu_hours=("gpu_hours", "sum"))
+             if not over.empty else pd.DataFrame(columns=["team", "oversized_jobs", "oversized_gpu_hours"]))
+    merged = idle.merge(sized, on="team", how="outer")
+    merged = merged.fillna({"idle_gpu_hours": 0.0, "idle_cost_usd": 0.0, "idle_stretches": 0,
+                            "oversized_jobs": 0, "oversized_gpu_hours": 0.0})
+    return merged.sort_values("idle_cost_usd", ascending=False).reset_index(drop=True)

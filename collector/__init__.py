@@ -1,0 +1,1 @@
+"""Per-node telemetry sources (NVML, dcgm-exporter, simulator) that all emit the same Arrow sample schema."""

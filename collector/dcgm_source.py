@@ -1,0 +1,177 @@
+"""Scrape a dcgm-exporter /metrics page over HTTP and turn it into one row per GPU or MIG instance."""
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import requests
+
+from collector.attribution import Attributor
+from collector.gpu_models import mig_fraction, normalize_model
+from collector.prom_text import ParseResult, PromTextParser
+from collector.samples import SAMPLE_SCHEMA, rows_to_table
+from collector.self_metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
+from collector.source import SourceError
+
+log = logging.getLogger(__name__)
+
+# dcgm-exporter field -> (sample column, scale to our unit)
+FIELD_COLUMNS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("util_pct", 1.0),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("_gr_active", 1.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0),
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 1.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("mem_used_mib", 1.0),
+    "DCGM_FI_DEV_FB_FREE": ("mem_free_mib", 1.0),
+    "DCGM_FI_DEV_FB_RESERVED": ("mem_reserved_mib", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bps", 1.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bps", 1.0),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bps", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bps", 1.0),
+}
+
+# Fields in dcgm-exporter's default counter set that we read past on purpose (not "unknown").
+KNOWN_UNUSED = frozenset(
+    {
+        "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    }
+)
+
+
+def _opt_int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+class DcgmPageConverter:
+    """Folds parsed samples into rows keyed by (GPU UUID, MIG instance). Separate from HTTP so it is testable on text."""
+
+    def __init__(self, attributor: Attributor | None = None, node: str | None = None) -> None:
+        self.attributor = attributor or Attributor()
+        self.node = node
+        self.parser = PromTextParser()
+        self.last_parse: ParseResult | None = None
+
+    def convert(self, text: str, ts: datetime, interval_s: float) -> pa.Table:
+        parsed = self.parser.parse(text)
+        self.last_parse = parsed
+        errors = parsed.errors
+        rows: dict[tuple[str, str | None], dict[str, Any]] = {}
+        for name, labels, value, _ts in parsed.samples:
+            column = FIELD_COLUMNS.get(name)
+            if column is None:
+                if name not in KNOWN_UNUSED:
+                    errors["unknown_metric"] += 1
+                continue
+            uuid = labels.get("UUID") or labels.get("gpu")
+            if uuid is None:
+                errors["missing_gpu_label"] += 1
+                continue
+            if math.isnan(value) or math.isinf(value):
+                errors["nan_value"] += 1
+                continue
+            key = (uuid, labels.get("GPU_I_ID"))
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = self._new_row(labels, ts, interval_s)
+            row[column[0]] = value * column[1]
+        for kind, count in errors.items():
+            PARSE_ERRORS.labels(kind=kind).inc(count)
+        if parsed.examples:
+            log.warning("dcgm page: skipped %d line(s)/value(s): %s", sum(errors.values()), "; ".join(parsed.examples))
+        return rows_to_table(self._finish(row) for row in rows.values())
+
+    def _new_row(self, labels: Any, ts: datetime, interval_s: float) -> dict[str, Any]:
+        model_name = labels.get("modelName")
+        model = normalize_model(model_name)
+        profile = labels.get("GPU_I_PROFILE") or None
+        namespace = labels.get("namespace") or labels.get("pod_namespace") or None
+        pod = labels.get("pod") or labels.get("pod_name") or None
+        job = labels.get("hpc_job") or (f"{namespace}/{pod}" if pod else None)
+        allocated = job is not None
+        return {
+            "ts": ts,
+            "interval_s": interval_s,
+            "node": labels.get("Hostname") or self.node or "unknown",
+            "gpu_index": _opt_int(labels.get("gpu")),
+            "gpu_uuid": labels.get("UUID") or labels.get("gpu"),
+            "gpu_model": model,
+            "model_name": model_name,
+            "mig_profile": profile,
+            "mig_instance": _opt_int(labels.get("GPU_I_ID")),
+            "gpu_fraction": mig_fraction(model, profile),
+            "allocated": allocated,
+            "namespace": namespace,
+            "pod": pod,
+            "container": labels.get("container") or None,
+            "job_id": job,
+            "team": self.attributor.team_for(namespace=namespace) if allocated else None,
+            "source": "dcgm",
+        }
+
+    @staticmethod
+    def _finish(row: dict[str, Any]) -> dict[str, Any]:
+        gr = row.pop("_gr_active", None)
+        if row.get("util_pct") is None and gr is not None:
+            row["util_pct"] = gr * 100.0  # MIG instances report no GPU_UTIL, only graphics-engine activity
+        parts = [row.get(c) for c in ("mem_used_mib", "mem_free_mib", "mem_reserved_mib")]
+        if parts[0] is not None and parts[1] is not None:
+            row["mem_total_mib"] = sum(p for p in parts if p is not None)
+        return row
+
+
+class DcgmExporterSource:
+    """Source that scrapes one dcgm-exporter endpoint (usually http://NODE:9400/metrics)."""
+
+    def __init__(
+        self,
+        url: str,
+        interval_s: float = 30.0,
+        attributor: Attributor | None = None,
+        timeout_s: float = 5.0,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.url = url
+        self.name = f"dcgm:{url}"
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.session = session or requests.Session()
+        self.converter = DcgmPageConverter(attributor, node=socket.gethostname())
+
+    def collect(self) -> pa.Table:
+        started = time.perf_counter()
+        try:
+            response = self.session.get(self.url, timeout=self.timeout_s)
+            response.raise_for_status()
+        except requests.RequestException as exc:
+            SCRAPE_ERRORS.labels(source="dcgm", reason=type(exc).__name__).inc()
+            raise SourceError(f"cannot scrape dcgm-exporter at {self.url}: {exc}") from exc
+        finally:
+            SCRAPE_SECONDS.labels(source="dcgm").observe(time.perf_counter() - started)
+        table = self.converter.convert(response.text, datetime.now(timezone.utc), self.interval_s)
+        if table.num_rows == 0:
+            SCRAPE_ERRORS.labels(source="dcgm", reason="no_gpu_samples").inc()
+            raise SourceError(f"dcgm-exporter at {self.url} returned no GPU samples ({len(response.text)} bytes)")
+        SAMPLES_READ.labels(source="dcgm").inc(table.num_rows)
+        return table
+
+
+__all__ = ["DcgmExporterSource", "DcgmPageConverter", "FIELD_COLUMNS", "SAMPLE_SCHEMA"]

@@ -1,0 +1,76 @@
+"""The one sample schema every source emits and the store ingests.
+
+A row is one GPU (or one MIG instance) at one instant. Keeping every source on the same
+Arrow schema is what lets the store append a whole batch in a single bulk insert and lets
+analytics ignore where a sample came from.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+
+UNATTRIBUTED = "unattributed"
+
+SAMPLE_SCHEMA = pa.schema(
+    [
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("interval_s", pa.float64()),  # the wall time this sample stands for
+        ("node", pa.string()),
+        ("gpu_index", pa.int32()),
+        ("gpu_uuid", pa.string()),
+        ("gpu_model", pa.string()),  # normalised rate-card model, e.g. "H100"
+        ("model_name", pa.string()),  # raw name as the driver reports it
+        ("mig_profile", pa.string()),  # e.g. "1g.10gb"; null for a whole GPU
+        ("mig_instance", pa.int32()),
+        ("gpu_fraction", pa.float64()),  # share of a physical GPU this row stands for
+        ("allocated", pa.bool_()),
+        ("util_pct", pa.float64()),
+        ("sm_active", pa.float64()),  # 0..1
+        ("sm_occupancy", pa.float64()),  # 0..1
+        ("tensor_active", pa.float64()),  # 0..1
+        ("dram_active", pa.float64()),  # 0..1
+        ("mem_used_mib", pa.float64()),
+        ("mem_free_mib", pa.float64()),
+        ("mem_reserved_mib", pa.float64()),
+        ("mem_total_mib", pa.float64()),
+        ("power_w", pa.float64()),
+        ("temp_c", pa.float64()),
+        ("nvlink_tx_bps", pa.float64()),
+        ("nvlink_rx_bps", pa.float64()),
+        ("pcie_tx_bps", pa.float64()),
+        ("pcie_rx_bps", pa.float64()),
+        ("namespace", pa.string()),
+        ("pod", pa.string()),
+        ("container", pa.string()),
+        ("job_id", pa.string()),
+        ("user", pa.string()),
+        ("team", pa.string()),
+        ("source", pa.string()),
+    ]
+)
+
+SAMPLE_COLUMNS: tuple[str, ...] = tuple(SAMPLE_SCHEMA.names)
+
+PROCESS_SCHEMA = pa.schema(
+    [
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("node", pa.string()),
+        ("gpu_uuid", pa.string()),
+        ("pid", pa.int64()),
+        ("used_mem_mib", pa.float64()),
+        ("user", pa.string()),
+        ("job_id", pa.string()),
+    ]
+)
+
+
+def rows_to_table(rows: Iterable[Mapping[str, Any]], schema: pa.Schema = SAMPLE_SCHEMA) -> pa.Table:
+    """Build a table from dict rows; missing keys become nulls so sources only fill what they read."""
+    rows = list(rows)
+    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def empty_table(schema: pa.Schema = SAMPLE_SCHEMA) -> pa.Table:
+    return schema.empty_table()

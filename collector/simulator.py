@@ -1,0 +1,319 @@
+"""A seeded fake cluster that emits the same samples as the real sources.
+
+It exists so the demo and the tests exercise every analytic on data with known causes:
+busy jobs, allocated-but-idle notebooks, memory-oversized jobs that would fit a MIG
+slice, NVLink-heavy multi-GPU jobs and pods in namespaces no team owns. Jobs are placed
+first-fit on whole nodes, so queueing (pending time) and fragmentation appear naturally.
+Samples are generated a chunk at a time with numpy, so two weeks of a 48-GPU cluster
+take seconds.
+"""
+from __future__ import annotations
+
+import math
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from collector.samples import SAMPLE_SCHEMA
+from collector.self_metrics import SAMPLES_READ
+
+PROFILES = ("busy", "light", "idle", "oversized", "nvlink")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    model: str  # rate-card model
+    model_name: str  # what the driver would report
+    mem_mib: float
+    tdp_w: float
+    gpus: int = 8
+    nvlink: bool = True
+
+
+@dataclass(frozen=True)
+class TeamSpec:
+    name: str
+    share: float
+    quota_gpus: int
+    weight: float  # share of job arrivals
+
+
+DEFAULT_NODES: tuple[NodeSpec, ...] = (
+    NodeSpec("dgx-h100-01", "H100", "NVIDIA H100 80GB HBM3", 81559, 700),
+    NodeSpec("dgx-h100-02", "H100", "NVIDIA H100 80GB HBM3", 81559, 700),
+    NodeSpec("hgx-h200-01", "H200", "NVIDIA H200", 143771, 700),
+    NodeSpec("dgx-a100-01", "A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, 400),
+    NodeSpec("l40s-01", "L40S", "NVIDIA L40S", 46068, 350, nvlink=False),
+    NodeSpec("l4-01", "L4", "NVIDIA L4", 23034, 72, nvlink=False),
+)
+
+DEFAULT_TEAMS: tuple[TeamSpec, ...] = (
+    TeamSpec("vision", 30, 14, 0.28),
+    TeamSpec("nlp", 30, 14, 0.30),
+    TeamSpec("speech", 15, 6, 0.14),
+    TeamSpec("recsys", 15, 6, 0.14),
+    TeamSpec("research", 10, 4, 0.09),
+    TeamSpec("default", 0, 0, 0.05),  # pods in the default namespace: nobody's, so "unattributed"
+)
+
+
+@dataclass
+class SimJob:
+    job_id: str
+    team: str
+    user: str
+    namespace: str
+    pod: str
+    gpus: int
+    profile: str
+    submit: float  # epoch seconds
+    start: float
+    end: float
+    node: int = -1
+    gpu_indices: tuple[int, ...] = ()
+    mem_mib: float = 0.0  # steady memory footprint per GPU
+    util: float = 0.0  # mean utilisation %
+
+
+@dataclass
+class ClusterSimulator:
+    start: datetime
+    end: datetime
+    seed: int = 7
+    nodes: Sequence[NodeSpec] = DEFAULT_NODES
+    teams: Sequence[TeamSpec] = DEFAULT_TEAMS
+    target_load: float = 0.9
+    jobs: list[SimJob] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._t0 = self.start.timestamp()
+        self._t1 = self.end.timestamp()
+        self._build_gpu_table()
+        self._schedule()
+
+    # --- cluster layout -------------------------------------------------------------------
+    def _build_gpu_table(self) -> None:
+        rows = []
+        for n, node in enumerate(self.nodes):
+            for g in range(node.gpus):
+                uid = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"gpuledger-sim-{self.seed}-{node.name}-{g}")
+                rows.append((n, g, f"GPU-{uid}"))
+        self.gpu_node = np.array([r[0] for r in rows])
+        self.gpu_index = np.array([r[1] for r in rows], dtype=np.int32)
+        self.gpu_uuid = np.array([r[2] for r in rows], dtype=object)
+        self.gpu_count = len(rows)
+        self._node_offset = np.cumsum([0] + [n.gpus for n in self.nodes])
+
+    # --- workload ------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        rng = np.random.default_rng(self.seed)
+        sizes = np.array([1, 1, 1, 2, 4, 8])
+        mean_hours = 4.0
+        gpu_hours_per_job = sizes.mean() * mean_hours
+        rate_per_s = self.target_load * self.gpu_count / gpu_hours_per_job / 3600.0
+        weights = np.array([t.weight for t in self.teams], dtype=float)
+        weights /= weights.sum()
+        free_at = [np.full(n.gpus, self._t0) for n in self.nodes]
+        t = self._t0 - 12 * 3600.0  # warm up so the window starts with a loaded cluster
+        k = 0
+        while True:
+            t += rng.exponential(1.0 / rate_per_s)
+            if t >= self._t1:
+                break
+            team = self.teams[rng.choice(len(self.teams), p=weights)]
+            gpus = int(rng.choice(sizes))
+            if gpus >= 4:
+                profile = str(rng.choice(["nvlink", "busy", "idle"], p=[0.7, 0.2, 0.1]))
+            else:
+                profile = str(rng.choice(["busy", "light", "idle", "oversized"], p=[0.45, 0.2, 0.15, 0.2]))
+            hours = float(np.clip(rng.lognormal(math.log(mean_hours) - 0.5, 1.0), 0.25, 48.0))
+            user = f"{team.name}-user{int(rng.integers(1, 5))}"
+            job = SimJob(job_id=f"{team.name}/job-{k:05d}", team=team.name, user=user, namespace=team.name,
+                         pod=f"job-{k:05d}-worker", gpus=gpus, profile=profile, submit=t, start=t, end=t)
+            self._place(job, free_at, hours * 3600.0, rng)
+            k += 1
+            self.jobs.append(job)
+
+    def _place(self, job: SimJob, free_at: list[np.ndarray], duration: float, rng: np.random.Generator) -> None:
+        best_node, best_start = -1, math.inf
+        for n, node_free in enumerate(free_at):
+            if len(node_free) < job.gpus:
+                continue
+            kth = np.partition(node_free, job.gpus - 1)[job.gpus - 1]
+            start = max(job.submit, float(kth))
+            if start < best_start - 1e-6:
+                best_node, best_start = n, start
+        if best_node < 0:  # cannot ever fit (bigger than any node): leave it pending forever
+            job.start = job.end = math.inf
+            return
+        node_free = free_at[best_node]
+        chosen = np.argsort(node_free, kind="stable")[: job.gpus]
+        job.node, job.start, job.end = best_node, best_start, best_start + duration
+        job.gpu_indices = tuple(int(i) for i in sorted(chosen))
+        node_free[chosen] = job.end
+        spec = self.nodes[best_node]
+        if job.profile == "oversized":
+            job.mem_mib = float(rng.uniform(3500, 8500))  # fits a 1g.10gb MIG slice
+            job.util = float(rng.uniform(15, 35))
+        elif job.profile == "idle":
+            job.mem_mib = float(rng.uniform(0.05, 0.2) * spec.mem_mib)
+            job.util = 0.0
+        elif job.profile == "light":
+            job.mem_mib = float(rng.uniform(0.3, 0.6) * spec.mem_mib)
+            job.util = float(rng.uniform(25, 50))
+        else:
+            job.mem_mib = float(rng.uniform(0.6, 0.92) * spec.mem_mib)
+            job.util = float(rng.uniform(75, 97))
+
+    # --- samples -------------------------------------------------------------------------
+    def frame(self, times: Sequence[float], step_s: float) -> pa.Table:
+        """Samples for every GPU at each epoch-second in `times` (sorted)."""
+        times = np.asarray(times, dtype=float)
+        n_t, n_g = len(times), self.gpu_count
+        n_jobs = len(self.jobs)
+        owner = np.full((n_t, n_g), n_jobs, dtype=np.int64)  # n_jobs = "free" sentinel row
+        lo, hi = times[0] if n_t else 0, times[-1] if n_t else 0
+        for j, job in enumerate(self.jobs):
+            if job.node < 0 or job.end <= lo or job.start > hi:
+                continue
+            a, b = np.searchsorted(times, job.start, "left"), np.searchsorted(times, job.end, "left")
+            cols = self._node_offset[job.node] + np.array(job.gpu_indices)
+            if a < b:
+                owner[a:b, cols] = j
+        rng = np.random.default_rng([self.seed, int(lo), n_t])
+        noise = rng.normal(0.0, 1.0, size=(4, n_t, n_g))
+        jobs = self.jobs
+        job_util = np.array([j.util for j in jobs] + [0.0])
+        job_mem = np.array([j.mem_mib for j in jobs] + [0.0])
+        job_nvl = np.array([j.profile == "nvlink" for j in jobs] + [False])
+        mem_total = np.array([self.nodes[n].mem_mib for n in self.gpu_node])
+        tdp = np.array([self.nodes[n].tdp_w for n in self.gpu_node])
+        has_nvlink = np.array([self.nodes[n].nvlink for n in self.gpu_node])
+        free = owner == n_jobs
+        util = np.clip(job_util[owner] + np.where(job_util[owner] > 0, 4.0, 0.0) * noise[0], 0, 100)
+        util = np.where(free, 0.0, util)
+        activity = util / 100.0
+        mem_used = np.where(free, 512.0, np.minimum(job_mem[owner] * (1 + 0.02 * noise[1]), mem_total))
+        nvl = np.where(job_nvl[owner] & has_nvlink, np.abs(1.2e11 + 3e10 * noise[2]), 0.0)
+        power = tdp * (0.12 + 0.8 * activity) + 3.0 * noise[3]
+        ts = pd.to_datetime(np.repeat(np.round(times * 1e6).astype(np.int64), n_g), unit="us", utc=True)
+        flat = owner.ravel()
+        job_ids = np.array([j.job_id for j in jobs] + [None], dtype=object)
+        teams = np.array([j.team if j.team != "default" else "unattributed" for j in jobs] + [None], dtype=object)
+        spaces = np.array([j.namespace for j in jobs] + [None], dtype=object)
+        pods = np.array([j.pod for j in jobs] + [None], dtype=object)
+        users = np.array([j.user for j in jobs] + [None], dtype=object)
+        tile = lambda a: np.tile(a, n_t)  # noqa: E731 - per-GPU constants repeated for each instant
+        node_names = np.array([n.name for n in self.nodes], dtype=object)
+        models = np.array([n.model for n in self.nodes], dtype=object)
+        model_names = np.array([n.model_name for n in self.nodes], dtype=object)
+        mem_used_f = mem_used.ravel()
+        mem_total_f = np.tile(mem_total, n_t)
+        columns = {
+            "ts": pa.array(ts, type=pa.timestamp("us", tz="UTC")),
+            "interval_s": np.full(n_t * n_g, float(step_s)),
+            "node": tile(node_names[self.gpu_node]),
+            "gpu_index": tile(self.gpu_index),
+            "gpu_uuid": tile(self.gpu_uuid),
+            "gpu_model": tile(models[self.gpu_node]),
+            "model_name": tile(model_names[self.gpu_node]),
+            "mig_profile": pa.nulls(n_t * n_g, pa.string()),
+            "mig_instance": pa.nulls(n_t * n_g, pa.int32()),
+            "gpu_fraction": np.ones(n_t * n_g),
+            "allocated": ~free.ravel(),
+            "util_pct": util.ravel(),
+            "sm_active": (activity * 0.85).ravel(),
+            "sm_occupancy": (activity * 0.55).ravel(),
+            "tensor_active": (activity * 0.45).ravel(),
+            "dram_active": (activity * 0.4).ravel(),
+            "mem_used_mib": mem_used_f,
+            "mem_free_mib": mem_total_f - mem_used_f,
+            "mem_reserved_mib": np.full(n_t * n_g, 0.0),
+            "mem_total_mib": mem_total_f,
+            "power_w": np.maximum(power, 0.0).ravel(),
+            "temp_c": (30 + 45 * activity).ravel(),
+            "nvlink_tx_bps": nvl.ravel(),
+            "nvlink_rx_bps": nvl.ravel(),
+            "pcie_tx_bps": (activity * 2.0e9).ravel(),
+            "pcie_rx_bps": (activity * 4.0e9).ravel(),
+            "namespace": spaces[flat],
+            "pod": pods[flat],
+            "container": np.where(free.ravel(), None, "main").astype(object),
+            "job_id": job_ids[flat],
+            "user": users[flat],
+            "team": teams[flat],
+            "source": np.full(n_t * n_g, "simulator", dtype=object),
+        }
+        arrays = [pa.array(columns[f.name], type=f.type) if not isinstance(columns[f.name], pa.Array)
+                  else columns[f.name] for f in SAMPLE_SCHEMA]
+        return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)
+
+    def history(self, start: datetime, end: datetime, step_s: float = 60.0,
+                chunk_s: float = 86400.0) -> Iterator[pa.Table]:
+        """Samples on an epoch-aligned grid over [start, end), one table per chunk."""
+        first = math.ceil(start.timestamp() / step_s) * step_s
+        stop = end.timestamp()
+        t = first
+        while t < stop:
+            upto = min(t + chunk_s, stop)
+            times = np.arange(t, upto, step_s)
+            if len(times):
+                yield self.frame(times, step_s)
+            t = upto
+
+    def jobs_frame(self, until: datetime) -> pd.DataFrame:
+        """The job records a scheduler would know at `until`: submitted jobs only, future ends unknown."""
+        now = until.timestamp()
+        rows = []
+        for job in self.jobs:
+            if job.submit > now:
+                continue
+            node = self.nodes[job.node] if job.node >= 0 else None
+            started = job.start <= now
+            rows.append({
+                "job_id": job.job_id, "team": job.team if job.team != "default" else "unattributed",
+                "user": job.user, "namespace": job.namespace, "pod": job.pod,
+                "node": node.name if node and started else None,
+                "gpu_model": node.model if node and started else None,
+                "gpus": job.gpus,
+                "submit_ts": _ts(job.submit), "start_ts": _ts(job.start) if started else None,
+                "end_ts": _ts(job.end) if job.end <= now else None,
+                "state": "done" if job.end <= now else ("running" if started else "pending"),
+            })
+        return pd.DataFrame(rows)
+
+    def team_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([{"team": t.name, "share": t.share, "quota_gpus": t.quota_gpus}
+                             for t in self.teams if t.name != "default"])
+
+
+def _ts(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+class SimulatorSource:
+    """Live view of a ClusterSimulator: each collect() returns the samples for 'now'."""
+
+    def __init__(self, simulator: ClusterSimulator, interval_s: float = 15.0, clock=None) -> None:
+        self.simulator = simulator
+        self.name = "simulator"
+        self.interval_s = interval_s
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+
+    def collect(self) -> pa.Table:
+        now = self.clock().timestamp()
+        table = self.simulator.frame([now], self.interval_s)
+        SAMPLES_READ.labels(source="simulator").inc(table.num_rows)
+        return table
+
+
+def default_simulator(days: float = 14.0, seed: int = 7, now: datetime | None = None,
+                      future_days: float = 2.0) -> ClusterSimulator:
+    now = now or datetime.now(timezone.utc)
+    return ClusterSimulator(start=now - timedelta(days=days), end=now + timedelta(days=future_days), seed=seed)

@@ -1,0 +1,99 @@
+"""gpuledger admin dashboard: utilisation, cost and waste per team, fairshare, recommendations.
+
+Run with `gpuledger dashboard --api URL` (or `gpuledger demo`, which starts it for you).
+"""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.client import ApiUnavailable, api_base, frame, get_json
+
+st.set_page_config(page_title="gpuledger", page_icon="📊", layout="wide")
+BASE = api_base()
+
+
+@st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
+def fetch(path: str, **params):
+    return get_json(BASE, path, **params)
+
+
+st.title("gpuledger — GPU usage, cost and fairness")
+days = st.sidebar.slider("Window (days)", min_value=1, max_value=14, value=7)
+bucket = st.sidebar.selectbox("Utilisation bucket (minutes)", [15, 60, 240], index=1)
+st.sidebar.caption(f"API: {BASE}")
+if st.sidebar.button("Refresh"):
+    st.cache_data.clear()
+
+try:
+    health = fetch("/healthz")
+    util = frame(fetch("/v1/cluster/utilization", days=days, bucket_minutes=bucket), ("bucket",))
+    costs = fetch("/v1/costs", days=days)
+    waste = fetch("/v1/waste", days=days, limit=100)
+    fair = frame(fetch("/v1/fairshare", days=max(days, 14))["history"], ("hour",))
+    recs = fetch("/v1/recommendations", days=days)["recommendations"]
+except ApiUnavailable as exc:
+    st.error(str(exc))
+    st.stop()
+
+if health["samples"] == 0:
+    st.warning("The store holds no samples yet. Start a collector (`gpuledger serve`) or run `gpuledger demo`.")
+    st.stop()
+
+cost_df = frame(costs["teams"])
+idle_line = cost_df[cost_df["team"] == "idle capacity"]
+col1, col2, col3, col4 = st.columns(4)
+col1.metric("Total cost", f"${costs['total_usd']:,.0f}", help=f"last {days} day(s), rate card prices")
+col2.metric("Idle capacity cost", f"${float(idle_line['cost_usd'].sum()):,.0f}")
+mean_alloc = float(util["allocated_gpus"].mean() / util["total_gpus"].mean()) if not util.empty else 0.0
+mean_used = float(util["used_gpus"].mean() / util["total_gpus"].mean()) if not util.empty else 0.0
+col3.metric("GPUs allocated", f"{mean_alloc:.0%}")
+col4.metric("GPUs busy", f"{mean_used:.0%}")
+st.caption(f"Latest sample {health['latest_sample']} · {health['samples']:,} samples in store")
+
+tab_util, tab_cost, tab_fair, tab_recs = st.tabs(["Utilization", "Cost & waste", "Fairshare", "Recommendations"])
+
+with tab_util:
+    st.subheader("Cluster utilization over time")
+    if util.empty:
+        st.info("No samples in this window.")
+    else:
+        st.line_chart(util.set_index("bucket")[["total_gpus", "allocated_gpus", "used_gpus"]],
+                      y_label="GPUs (average concurrent)")
+
+with tab_cost:
+    st.subheader("Cost per team")
+    st.bar_chart(cost_df.set_index("team")[["cost_usd"]], y_label="USD")
+    st.dataframe(cost_df, hide_index=True, width="stretch")
+    st.subheader("Waste per team")
+    waste_df = frame(waste["by_team"])
+    st.dataframe(waste_df, hide_index=True, width="stretch")
+    st.subheader("Longest idle allocations")
+    st.dataframe(frame(waste["idle_runs"]), hide_index=True, width="stretch")
+    st.subheader("Memory-oversized jobs")
+    oversized = frame(waste["oversized_jobs"])
+    if not oversized.empty:
+        oversized["fits"] = oversized["fits"].map(lambda f: f["target"] if isinstance(f, dict) else None)
+    st.dataframe(oversized, hide_index=True, width="stretch")
+
+with tab_fair:
+    st.subheader("Fairshare factor per team (Slurm classic, F = 2^(-U/S))")
+    if fair.empty:
+        st.info("No team with a share has usage in this window.")
+    else:
+        wide = fair.pivot_table(index="hour", columns="team", values="fairshare")
+        st.line_chart(wide, y_label="fairshare factor")
+        latest = fair.sort_values("hour").groupby("team").tail(1)[["team", "norm_share", "norm_usage", "fairshare"]]
+        st.dataframe(latest, hide_index=True, width="stretch")
+
+with tab_recs:
+    st.subheader("Recommendations")
+    if not recs:
+        st.success("Nothing to change: quotas match demand and no GPU is held idle.")
+    else:
+        table = pd.DataFrame([{"kind": r["kind"], "team": r["team"], "job": r.get("job_id"), "reason": r["reason"]}
+                              for r in recs])
+        st.dataframe(table, hide_index=True, width="stretch")
+        for r in recs[:20]:
+            with st.expander(f"{r['kind']}: {r['reason']}"):
+                st.json({"action": r["action"], "evidence": r["evidence"]})

@@ -1,0 +1,34 @@
+"""Thin API client for the dashboard, kept apart from Streamlit so its error handling is testable."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pandas as pd
+import requests
+
+
+class ApiUnavailable(RuntimeError):
+    pass
+
+
+def api_base() -> str:
+    return os.environ.get("GPULEDGER_API", "http://127.0.0.1:8080").rstrip("/")
+
+
+def get_json(base: str, path: str, **params: Any) -> Any:
+    try:
+        response = requests.get(f"{base}{path}", params=params, timeout=60)
+    except requests.RequestException as exc:
+        raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
+    if not response.ok:
+        raise ApiUnavailable(f"{base}{path} answered {response.status_code}: {response.text[:300]}")
+    return response.json()
+
+
+def frame(rows: list[dict[str, Any]], time_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    for column in time_columns:
+        if column in df:
+            df[column] = pd.to_datetime(df[column], utc=True)
+    return df

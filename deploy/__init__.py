@@ -1,0 +1,1 @@
+"""How gpuledger runs: the `gpuledger` command, the server process and the demo."""

@@ -1,0 +1,207 @@
+"""The `gpuledger` command."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from analytics.config import ConfigError, load_config
+from analytics.store import Store, StoreError
+from analytics.windows import rolling
+from collector.source import SourceError
+
+DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
+DEFAULT_REPORTS = Path("gpuledger-data/reports")
+
+
+def _add_common(p: argparse.ArgumentParser, db: Path = DEFAULT_DB) -> None:
+    p.add_argument("--db", type=Path, default=db, help=f"DuckDB file (default: {db})")
+    p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuledger",
+        description="GPU observability and chargeback: collect GPU telemetry into DuckDB, price it, find waste, "
+                    "and recommend quotas and placements to schedulers.",
+        epilog="Start with `gpuledger demo`: it simulates a cluster and opens the API and dashboard on localhost.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="simulated cluster -> DuckDB -> API + dashboard on localhost",
+                          description="Backfill a simulated 48-GPU cluster, keep collecting live, and serve the "
+                                      "API and dashboard on localhost until Ctrl-C.")
+    _add_common(demo, Path("gpuledger-data/demo.duckdb"))
+    demo.add_argument("--days", type=_positive, default=14.0, help="days of history to simulate (default 14)")
+    demo.add_argument("--seed", type=int, default=7, help="simulator seed (default 7)")
+    demo.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    demo.add_argument("--api-port", type=int, default=8080, help="API port (default 8080; 0 = any free port)")
+    demo.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port (default 8501)")
+    demo.add_argument("--interval", type=_positive, default=15.0, help="live sampling interval, s (default 15)")
+    demo.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
+    demo.add_argument("--no-dashboard", action="store_true", help="do not start the Streamlit dashboard")
+    demo.add_argument("--duration", type=_positive, help="stop after this many seconds (default: run until Ctrl-C)")
+
+    serve = sub.add_parser("serve", help="collect from a source and serve the API (one writer per DuckDB file)")
+    _add_common(serve)
+    _add_source(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
+
+    collect = sub.add_parser("collect", help="read a source and append to the DuckDB file, then exit")
+    _add_common(collect)
+    _add_source(collect)
+    collect.add_argument("--count", type=int, default=1, help="number of reads (default 1)")
+
+    report = sub.add_parser("report", help="write the weekly cost report (HTML + a CSV per team)")
+    _add_common(report)
+    report.add_argument("--week", nargs="?", const="last", default="last", metavar="YYYY-Www",
+                        help="ISO week to report, e.g. 2026-W48 (default: the last complete week)")
+    report.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
+
+    rec = sub.add_parser("recommend", help="print quota and placement recommendations as JSON")
+    _add_common(rec)
+    rec.add_argument("--days", type=_positive, default=7.0, help="evidence window in days (default 7)")
+
+    dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
+    dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
+    dash.add_argument("--host", default="127.0.0.1")
+    dash.add_argument("--port", type=int, default=8501)
+    return parser
+
+
+def _add_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", choices=["nvml", "dcgm", "simulator"], default="nvml",
+                   help="where samples come from (default nvml: the GPUs of this node)")
+    p.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics", help="dcgm-exporter /metrics URL")
+    p.add_argument("--interval", type=_positive, default=30.0, help="seconds between reads (default 30)")
+
+
+def _make_source(args: argparse.Namespace, config):
+    if args.source == "dcgm":
+        from collector.dcgm_source import DcgmExporterSource
+        return DcgmExporterSource(args.dcgm_url, args.interval, config.attributor())
+    if args.source == "nvml":
+        from collector.nvml_source import NvmlSource
+        return NvmlSource(interval_s=args.interval, attributor=config.attributor())
+    from collector.simulator import SimulatorSource, default_simulator
+    return SimulatorSource(default_simulator(days=1), args.interval)
+
+
+def _open_store(args: argparse.Namespace, config) -> Store:
+    store = Store(args.db)
+    store.set_rates(config.rates)
+    if config.teams:
+        import pandas as pd
+        store.upsert_teams(pd.DataFrame([{"team": t, "share": c.share, "quota_gpus": c.quota_gpus}
+                                         for t, c in config.teams.items()]))
+    return store
+
+
+def _require_data(store: Store, db: Path) -> None:
+    if store.sample_count() == 0:
+        raise StoreError(f"{db} holds no samples yet: run `gpuledger collect` or `gpuledger serve` first")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    try:
+        return _run(args)
+    except (ConfigError, StoreError, SourceError, ValueError, RuntimeError) as exc:
+        print(f"gpuledger {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "dashboard":
+        from deploy.dashboard_proc import start_dashboard
+        proc, url = start_dashboard(args.api, host=args.host, port=args.port)
+        print(f"dashboard: {url} (API {args.api}); Ctrl-C to stop")
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            return 0
+    config = load_config(args.config)
+    if args.command == "demo":
+        from deploy.demo import DemoError, run_demo
+        try:
+            return run_demo(args.db, config, days=args.days, seed=args.seed, host=args.host,
+                            api_port=args.api_port, dashboard_port=args.dashboard_port, interval_s=args.interval,
+                            reports=args.reports, dashboard=not args.no_dashboard, duration_s=args.duration,
+                            echo=lambda line: print(line, flush=True))
+        except DemoError as exc:
+            raise ValueError(str(exc)) from exc
+    if args.command == "report":
+        from deploy.server import weekly_report
+        with Store(args.db) as store:
+            _require_data(store, args.db)
+            files = weekly_report(store, config, args.out, args.week)
+        print(f"report {files.label}: {files.html}")
+        print(f"summary: {files.summary_csv}")
+        for team, path in sorted(files.team_csvs.items()):
+            print(f"  {team}: {path}")
+        return 0
+    if args.command == "recommend":
+        from policies.recommender import recommend
+        with Store(args.db) as store:
+            _require_data(store, args.db)
+            start, end = rolling(args.days)
+            recs = [r.to_dict() for r in recommend(store, config, start, end)]
+        json.dump({"recommendations": recs}, sys.stdout, indent=2)
+        print()
+        return 0
+    if args.command == "collect":
+        source = _make_source(args, config)
+        with _open_store(args, config) as store:
+            from deploy.collect_loop import CollectLoop
+            loop = CollectLoop(source, store, args.interval)
+            for i in range(args.count):
+                rows = loop.collect_once()
+                print(f"read {i + 1}/{args.count}: {rows} sample(s) from {source.name} -> {args.db}")
+                if i + 1 < args.count:
+                    loop.stop_event.wait(args.interval)
+        return 0
+    if args.command == "serve":
+        from deploy.collect_loop import CollectLoop
+        from deploy.server import ApiServer, start_report_scheduler
+        source = _make_source(args, config)
+        store = _open_store(args, config)
+        api = ApiServer(store, config, host=args.host, port=args.port)
+        url = api.start()
+        scheduler = start_report_scheduler(store, config, args.reports)
+        loop = CollectLoop(source, store, args.interval)
+        loop.start()
+        print(f"serving {url} (docs {url}/docs), collecting from {source.name} every {args.interval:g}s into "
+              f"{args.db}; Ctrl-C to stop", flush=True)
+        done = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: done.set())
+        done.wait()
+        loop.stop()
+        loop.join(timeout=10)
+        scheduler.shutdown(wait=False)
+        api.stop()
+        store.close()
+        return 0
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Start the Streamlit dashboard as a child process pointed at an API URL."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+import dashboard
+
+APP = Path(dashboard.__file__).with_name("app.py")
+
+
+def start_dashboard(api_url: str, host: str = "127.0.0.1", port: int = 8501,
+                    timeout_s: float = 60.0) -> tuple[subprocess.Popen, str]:
+    env = dict(os.environ, GPULEDGER_API=api_url)
+    cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
+           "--server.address", host, "--server.port", str(port), "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://{host}:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dashboard exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        try:
+            if requests.get(f"{url}/_stcore/health", timeout=1).ok:
+                return proc, url
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError(f"dashboard did not answer on {url} within {timeout_s:.0f}s")

@@ -1,0 +1,108 @@
+"""`gpuledger demo`: a simulated cluster, its history in a DuckDB file, live collection, API and dashboard."""
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import duckdb
+
+from analytics.config import Config
+from analytics.store import Store
+from analytics.windows import utc_now
+from collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
+from deploy.collect_loop import CollectLoop
+from deploy.dashboard_proc import start_dashboard
+from deploy.server import ApiServer, start_report_scheduler, weekly_report
+
+log = logging.getLogger(__name__)
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def _check_is_demo_db(path: Path) -> None:
+    """The demo rebuilds its file each run; refuse to do that to a database it did not create."""
+    if not path.exists():
+        return
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise DemoError(f"{path} exists and cannot be opened ({exc}); choose another --db") from exc
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'demo'").fetchone()
+    except duckdb.Error:
+        row = None
+    finally:
+        con.close()
+    if not row:
+        raise DemoError(f"{path} is not a gpuledger demo database; refusing to overwrite it. Use another --db.")
+
+
+def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s: float,
+                     echo=print) -> tuple[Store, ClusterSimulator]:
+    _check_is_demo_db(path)
+    for stale in (path, path.with_name(path.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    now = utc_now()
+    sim = default_simulator(days=days, seed=seed, now=now)
+    store = Store(path)
+    store.set_meta("demo", "true")
+    store.set_rates(config.rates)
+    teams = sim.team_frame()
+    for name, team in config.teams.items():
+        teams.loc[len(teams)] = [name, team.share, team.quota_gpus]
+    store.upsert_teams(teams.drop_duplicates("team", keep="last"))
+    total = 0
+    chunks = math.ceil(days)
+    for i, table in enumerate(sim.history(now - timedelta(days=days), now, step_s=step_s), 1):
+        total += store.append_samples(table)
+        echo(f"  backfill {min(i, chunks)}/{chunks} days: {total:,} samples")
+    store.upsert_jobs(sim.jobs_frame(now))
+    return store, sim
+
+
+def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: str = "127.0.0.1",
+             api_port: int = 8080, dashboard_port: int = 8501, interval_s: float = 15.0,
+             reports: Path = Path("gpuledger-data/reports"), dashboard: bool = True,
+             duration_s: float | None = None, echo=print) -> int:
+    echo(f"gpuledger demo: simulating {days:g} days of a 48-GPU cluster (seed {seed}) into {db}")
+    store, sim = build_demo_store(db, config, days, seed, step_s=60.0, echo=echo)
+    api = ApiServer(store, config, host=host, port=api_port)
+    api_url = api.start()
+    files = weekly_report(store, config, reports)
+    scheduler = start_report_scheduler(store, config, reports)
+    source = SimulatorSource(sim, interval_s=interval_s)
+    loop = CollectLoop(source, store, interval_s, after_batch=lambda: store.upsert_jobs(sim.jobs_frame(utc_now())))
+    loop.start()
+    proc = None
+    if dashboard:
+        proc, dash_url = start_dashboard(api_url, host=host, port=dashboard_port)
+    echo("")
+    echo(f"  API:            {api_url}/v1/recommendations")
+    echo(f"  API docs:       {api_url}/docs")
+    echo(f"  metrics:        {api_url}/metrics")
+    if dashboard:
+        echo(f"  dashboard:      {dash_url}")
+    echo(f"  weekly report:  {files.html}")
+    echo(f"  database:       {db} ({store.sample_count():,} samples; live every {interval_s:g}s)")
+    echo("Press Ctrl-C to stop." if duration_s is None else f"Stopping after {duration_s:g}s.")
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait(duration_s)
+    echo("stopping…")
+    loop.stop()
+    loop.join(timeout=10)
+    scheduler.shutdown(wait=False)
+    if proc is not None:
+        proc.terminate()
+        proc.wait(timeout=10)
+    api.stop()
+    store.close()
+    echo(f"stopped; {loop.batches} live batch(es) collected, data kept in {db}")
+    return 0

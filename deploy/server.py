@@ -1,0 +1,68 @@
+"""The long-running server: HTTP API in a uvicorn thread plus the weekly report job.
+
+uvicorn runs in a thread (not a subprocess) so the API and the collector share one DuckDB
+connection, which is what lets a single process be the file's only writer.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from analytics.config import Config
+from analytics.report import ReportFiles, write_weekly_report
+from analytics.store import Store
+from analytics.windows import iso_week
+from policies.api import create_app
+from policies.recommender import recommend
+
+log = logging.getLogger(__name__)
+WEEKLY_REPORT_JOB = "weekly-cost-report"
+
+
+class ApiServer:
+    def __init__(self, store: Store, config: Config, host: str = "127.0.0.1", port: int = 8080) -> None:
+        self.app = create_app(store, config)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
+                                                    access_log=False))
+        self.thread = threading.Thread(target=self.server.run, name="api", daemon=True)
+        self.host = host
+
+    def start(self, timeout_s: float = 20.0) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("API server failed to start (port in use?)")
+            if time.monotonic() > deadline:
+                raise RuntimeError("API server did not start in time")
+            time.sleep(0.05)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://{self.host}:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str | None = None) -> ReportFiles:
+    start, end, label = iso_week(week)
+    recs = [r.to_dict() for r in recommend(store, config, start, end)]
+    files = write_weekly_report(store, config, out_dir, start, end, label, recs)
+    log.info("weekly report %s written to %s", label, files.html)
+    return files
+
+
+def start_report_scheduler(store: Store, config: Config, out_dir: str | Path) -> BackgroundScheduler:
+    """Every Monday 01:00 UTC, report the ISO week that just ended."""
+    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(weekly_report, CronTrigger(day_of_week="mon", hour=1, minute=0, timezone="UTC"),
+                      args=[store, config, out_dir], id=WEEKLY_REPORT_JOB, name="weekly cost report",
+                      misfire_grace_time=6 * 3600, coalesce=True)
+    scheduler.start()
+    return scheduler

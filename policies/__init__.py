@@ -1,0 +1,1 @@
+"""Turn analytics into scheduler-facing recommendations, and serve them over HTTP."""
