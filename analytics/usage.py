@@ -31,27 +31,33 @@ def team_usage(store: Store, start: datetime, end: datetime, team: str | None = 
     return frame
 
 
+def _bucketed(owner: str) -> str:
+    """Average concurrent GPUs per bucket: sum per instant first, then average the instants.
+
+    Dividing GPU-hours by the bucket length would under-count partial buckets at the edges
+    of the window and whenever the collection interval changes. `owner` narrows "allocated"
+    (e.g. to one team) while every instant of the cluster still counts in the average.
+    """
+    return f"""
+        WITH per_instant AS (
+            SELECT ts, sum(gpu_fraction) AS present,
+                   coalesce(sum(gpu_fraction) FILTER (WHERE allocated AND {owner}), 0) AS allocated,
+                   coalesce(sum(gpu_fraction * coalesce(util_pct, 0) / 100.0)
+                            FILTER (WHERE allocated AND {owner}), 0) AS used
+            FROM samples WHERE ts >= ? AND ts < ? GROUP BY ts
+        )
+        SELECT time_bucket(to_minutes(?::INTEGER), ts) AS bucket, avg(present) AS total_gpus,
+               avg(allocated) AS allocated_gpus, avg(used) AS used_gpus
+        FROM per_instant GROUP BY 1 ORDER BY 1"""
+
+
 def team_usage_series(store: Store, start: datetime, end: datetime, team: str,
                       bucket_minutes: int = 60) -> pd.DataFrame:
     """Allocated and used GPUs (average concurrent) per time bucket for one team."""
-    sql = f"""
-        SELECT time_bucket(to_minutes(?::INTEGER), ts) AS bucket,
-               {GPU_HOURS} * 60.0 / ? AS allocated_gpus,
-               {USED_GPU_HOURS} * 60.0 / ? AS used_gpus
-        FROM samples
-        WHERE allocated AND coalesce(team, 'unattributed') = ? AND ts >= ? AND ts < ?
-        GROUP BY 1 ORDER BY 1"""
-    return store.query(sql, [bucket_minutes, bucket_minutes, bucket_minutes, team, start, end])
+    frame = store.query(_bucketed("coalesce(team, 'unattributed') = ?"), [team, team, start, end, bucket_minutes])
+    return frame.drop(columns=["total_gpus"])
 
 
 def cluster_utilization(store: Store, start: datetime, end: datetime, bucket_minutes: int = 60) -> pd.DataFrame:
     """Per bucket: GPUs present, allocated and used (average concurrent), cluster-wide."""
-    sql = f"""
-        SELECT time_bucket(to_minutes(?::INTEGER), ts) AS bucket,
-               {GPU_HOURS} * 60.0 / ? AS total_gpus,
-               coalesce(sum(interval_s * gpu_fraction) FILTER (WHERE allocated), 0) / 60.0 / ? AS allocated_gpus,
-               coalesce(sum(interval_s * gpu_fraction * coalesce(util_pct, 0) / 100.0) FILTER (WHERE allocated), 0)
-                   / 60.0 / ? AS used_gpus
-        FROM samples WHERE ts >= ? AND ts < ?
-        GROUP BY 1 ORDER BY 1"""
-    return store.query(sql, [bucket_minutes, bucket_minutes, bucket_minutes, bucket_minutes, start, end])
+    return store.query(_bucketed("true"), [start, end, bucket_minutes])

@@ -58,12 +58,19 @@ def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     return store.query(sql, [start, end])
 
 
+# A smaller card has far less compute; only jobs this lightly loaded are moved to one.
+SMALLER_CARD_MAX_UTIL_PCT = 30.0
+
+
 def smallest_fit(model: str, peak_mem_mib: float, p95_util_pct: float) -> dict | None:
-    """The smallest MIG slice of `model`, else the smallest whole card, that holds the job with 20% headroom."""
+    """The smallest MIG slice of `model` holding the job's memory (20% headroom) and p95 compute,
+    else, for lightly loaded jobs, the smallest smaller card with that memory."""
     need_gb = peak_mem_mib * 1.2 / 1024.0
     for name, slices, mem_gb in MIG_PROFILES.get(model, ()):
         if mem_gb >= need_gb and slices / 7.0 * 100.0 >= p95_util_pct:
             return {"kind": "mig", "target": f"{model} MIG {name}", "gpu_fraction": slices / 7.0}
+    if p95_util_pct > SMALLER_CARD_MAX_UTIL_PCT:
+        return None
     smaller = sorted((mem, m) for m, mem in GPU_MEMORY_GB.items()
                      if mem >= need_gb and mem < GPU_MEMORY_GB.get(model, 0))
     if smaller:

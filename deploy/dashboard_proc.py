@@ -19,7 +19,7 @@ def start_dashboard(api_url: str, host: str = "127.0.0.1", port: int = 8501,
     env = dict(os.environ, GPULEDGER_API=api_url)
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
            "--server.address", host, "--server.port", str(port), "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
+           "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout_s

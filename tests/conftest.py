@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from analytics.config import Config
+from analytics.store import Store
+from collector.simulator import ClusterSimulator
+from tests.helpers import PageServer
+
+SIM_END = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store(tmp_path / "test.duckdb") as s:
+        s.set_rates(Config().rates)
+        yield s
+
+
+@pytest.fixture
+def page_server():
+    server = PageServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def simulator() -> ClusterSimulator:
+    return ClusterSimulator(start=SIM_END - timedelta(days=3), end=SIM_END + timedelta(days=1), seed=11)
+
+
+@pytest.fixture(scope="session")
+def sim_store(tmp_path_factory, simulator):
+    """Three days of the simulated cluster at 5-minute resolution in a real DuckDB file."""
+    path = tmp_path_factory.mktemp("sim") / "sim.duckdb"
+    s = Store(path)
+    s.set_rates(Config().rates)
+    s.upsert_teams(simulator.team_frame())
+    for batch in simulator.history(SIM_END - timedelta(days=3), SIM_END, step_s=300):
+        s.append_samples(batch)
+    s.upsert_jobs(simulator.jobs_frame(SIM_END))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def api_url(sim_store):
+    from deploy.server import ApiServer
+    server = ApiServer(sim_store, Config(), port=0)
+    url = server.start()
+    yield url
+    server.stop()

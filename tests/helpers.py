@@ -1,0 +1,64 @@
+"""Builders for small, hand-checkable sample sets and a real HTTP page server on 127.0.0.1."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pyarrow as pa
+
+from collector.samples import rows_to_table
+
+T0 = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)  # a Monday
+
+
+def gpu_rows(node: str, gpu: int, model: str, minutes: int, step_s: float = 60.0, start: datetime = T0,
+             util: float | list[float] = 0.0, job: str | None = None, team: str | None = None,
+             mem_used: float = 1000.0, mem_total: float = 81559.0, **extra: Any) -> list[dict[str, Any]]:
+    """`minutes` worth of samples for one GPU; util may be a per-sample list."""
+    n = int(minutes * 60 / step_s)
+    utils = util if isinstance(util, list) else [util] * n
+    return [{
+        "ts": start + timedelta(seconds=i * step_s), "interval_s": step_s, "node": node, "gpu_index": gpu,
+        "gpu_uuid": f"GPU-{node}-{gpu}", "gpu_model": model, "model_name": model, "gpu_fraction": 1.0,
+        "allocated": job is not None, "util_pct": utils[i], "mem_used_mib": mem_used,
+        "mem_total_mib": mem_total, "mem_free_mib": mem_total - mem_used, "job_id": job, "team": team,
+        "namespace": team, "source": "test", **extra,
+    } for i in range(n)]
+
+
+def table(*row_lists: list[dict[str, Any]]) -> pa.Table:
+    return rows_to_table([row for rows in row_lists for row in rows])
+
+
+class PageServer:
+    """Serves whatever body/status the test sets, like a dcgm-exporter /metrics endpoint."""
+
+    def __init__(self) -> None:
+        self.body = ""
+        self.status = 200
+        self.hits = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                outer.hits += 1
+                data = outer.body.encode()
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

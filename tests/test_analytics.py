@@ -1,0 +1,140 @@
+"""Usage, cost, waste and fairshare on small hand-built data whose answers can be worked out by hand."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+
+from analytics.config import DEFAULT_RATES
+from analytics.cost import IDLE_CAPACITY, cost_by_team, cost_by_team_and_model
+from analytics.fairshare import fairshare_factors, fairshare_history
+from analytics.usage import cluster_utilization, team_usage, team_usage_series
+from analytics.waste import idle_runs, oversized_jobs, smallest_fit, waste_by_team
+from analytics.windows import iso_week
+from tests.helpers import T0, gpu_rows, table
+
+END = T0 + timedelta(days=1)
+
+
+@pytest.fixture
+def mixed(store):
+    store.append_samples(table(
+        gpu_rows("n1", 0, "H100", 120, util=50.0, job="a/1", team="a"),
+        gpu_rows("n1", 1, "L4", 60, util=100.0, job="b/1", team="b", mem_total=23034),
+        gpu_rows("n1", 2, "H100", 120),  # free GPU: idle capacity
+        gpu_rows("n2", 0, "Z9000", 60, util=10.0, job="c/1", team="c"),  # no rate for this model
+        gpu_rows("n3", 0, "A100-80GB", 70, util=100.0, job="a/2", team="a", gpu_fraction=3 / 7,
+                 mig_profile="3g.40gb", mig_instance=1),
+    ))
+    return store
+
+
+def test_team_usage_allocated_vs_used(mixed):
+    got = team_usage(mixed, T0, END).set_index("team")
+    assert got.loc["a", "allocated_gpu_hours"] == pytest.approx(2.0 + 70 / 60 * 3 / 7)
+    assert got.loc["a", "used_gpu_hours"] == pytest.approx(1.0 + 70 / 60 * 3 / 7)
+    assert got.loc["b", "efficiency"] == pytest.approx(1.0)
+    assert got.loc["a", "jobs"] == 2
+    assert IDLE_CAPACITY not in got.index and len(got) == 3
+
+
+def test_cost_uses_rate_card_and_reports_idle_capacity_and_unpriced(mixed):
+    got = cost_by_team(mixed, T0, END).set_index("team")
+    assert got.loc["a", "cost_usd"] == pytest.approx(2.0 * DEFAULT_RATES["H100"] + 0.5 * DEFAULT_RATES["A100-80GB"])
+    assert got.loc["b", "cost_usd"] == pytest.approx(DEFAULT_RATES["L4"])
+    assert got.loc[IDLE_CAPACITY, "gpu_hours"] == pytest.approx(2.0)
+    assert got.loc[IDLE_CAPACITY, "cost_usd"] == pytest.approx(2.0 * DEFAULT_RATES["H100"])
+    assert got.loc["c", "cost_usd"] == 0 and got.loc["c", "unpriced_gpu_hours"] == pytest.approx(1.0)
+    assert got.index[-1] == IDLE_CAPACITY  # idle capacity is its own last line
+    models = cost_by_team_and_model(mixed, T0, END, team="a").set_index("gpu_model")
+    assert set(models.index) == {"H100", "A100-80GB"}
+
+
+def test_rate_card_override_changes_cost(mixed):
+    mixed.set_rates({"H100": 1.0})
+    got = cost_by_team(mixed, T0, END).set_index("team")
+    assert got.loc[IDLE_CAPACITY, "cost_usd"] == pytest.approx(2.0)
+
+
+def test_utilization_series_averages_concurrent_gpus(mixed):
+    series = cluster_utilization(mixed, T0, T0 + timedelta(hours=1), bucket_minutes=60)
+    assert len(series) == 1
+    row = series.iloc[0]
+    assert row["total_gpus"] == pytest.approx(4 + 3 / 7)
+    assert row["allocated_gpus"] == pytest.approx(3 + 3 / 7)
+    assert row["used_gpus"] == pytest.approx(0.5 + 1.0 + 0.1 + 3 / 7)
+    team = team_usage_series(mixed, T0, T0 + timedelta(hours=2), "b", bucket_minutes=60)
+    assert team["allocated_gpus"].tolist() == pytest.approx([1.0, 0.0])
+
+
+def test_idle_runs_need_the_threshold_and_split_on_activity(store):
+    pattern = [0.0] * 40 + [80.0] * 10 + [0.0] * 20 + [80.0] * 5 + [1.0] * 35
+    store.append_samples(table(
+        gpu_rows("n", 0, "H100", 110, util=pattern, job="a/nb", team="a"),
+        gpu_rows("n", 1, "H100", 45, util=0.0, job=None, allocated=True),  # allocated, owner unknown
+    ))
+    runs = idle_runs(store, T0, END, idle_minutes=30, idle_util_pct=5)
+    mine = runs[runs["job_id"] == "a/nb"].sort_values("start_ts")
+    assert mine["idle_minutes"].tolist() == [40.0, 35.0]  # the 20-minute lull is too short to count
+    assert mine["idle_cost_usd"].tolist() == pytest.approx([40 / 60 * 6.88, 35 / 60 * 6.88])
+    assert mine.iloc[0]["end_ts"] == T0 + timedelta(minutes=40)
+    orphan = runs[runs["team"] == "unattributed"]
+    assert orphan["idle_minutes"].tolist() == [45.0]
+    waste = waste_by_team(store, T0, END, 30, 5, 0.25).set_index("team")
+    assert waste.loc["a", "idle_gpu_hours"] == pytest.approx(75 / 60)
+
+
+def test_oversized_jobs_get_the_smallest_shape_that_fits(store):
+    store.append_samples(table(
+        gpu_rows("n", 0, "H100", 90, util=20.0, job="a/small", team="a", mem_used=6000),
+        gpu_rows("n", 1, "H100", 90, util=90.0, job="a/big", team="a", mem_used=70000),
+        gpu_rows("n", 2, "L40S", 90, util=30.0, job="b/small", team="b", mem_used=10000, mem_total=46068),
+    ))
+    over = oversized_jobs(store, T0, END, mem_fraction=0.25).set_index("job_id")
+    assert set(over.index) == {"a/small", "b/small"}
+    assert over.loc["a/small", "fits"]["target"] == "H100 MIG 2g.20gb"  # 1g has the memory, not the compute
+    assert over.loc["b/small", "fits"] == {"kind": "gpu", "target": "T4", "gpu_fraction": 1.0}
+
+
+def test_smallest_fit_edges():
+    assert smallest_fit("H100", 70000, 10) is None  # needs 82 GB: nothing smaller holds it
+    assert smallest_fit("H100", 2000, 10)["target"] == "H100 MIG 1g.10gb"
+    assert smallest_fit("H100", 2000, 50)["target"] == "H100 MIG 4g.40gb"
+    assert smallest_fit("H100", 2000, 90) is None  # too busy for a slice or a smaller card
+    assert smallest_fit("L40S", 2000, 25)["target"] == "T4"
+    assert smallest_fit("T4", 15000, 20) is None
+
+
+def test_fairshare_factor_is_two_to_the_minus_usage_over_share():
+    hours = pd.date_range(T0, periods=2, freq="h")
+    usage = pd.DataFrame({"hour": hours, "team": ["a", "b"], "gpu_hours": [1.0, 1.0]})
+    got = fairshare_factors(usage, {"a": 1.0, "b": 1.0, "idle": 0.0}, half_life_hours=1.0)
+    last = got[got["hour"] == hours[1]].set_index("team")
+    # at hour 1: a decayed to 0.5, b = 1 -> normalised usage 1/3 and 2/3, shares 1/2 each
+    assert last.loc["a", "fairshare"] == pytest.approx(2 ** (-(1 / 3) / 0.5))
+    assert last.loc["b", "fairshare"] == pytest.approx(2 ** (-(2 / 3) / 0.5))
+    first = got[got["hour"] == hours[0]].set_index("team")
+    assert first.loc["a", "fairshare"] == pytest.approx(0.25) and first.loc["b", "fairshare"] == 1.0
+    assert set(got["team"]) == {"a", "b"}
+
+
+def test_fairshare_history_from_the_store(store):
+    store.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [3.0, 1.0], "quota_gpus": [3, 1]}))
+    store.append_samples(table(gpu_rows("n", 0, "H100", 180, util=90.0, job="a/1", team="a"),
+                               gpu_rows("n", 1, "H100", 180, util=90.0, job="b/1", team="b")))
+    got = fairshare_history(store, T0, END, half_life_days=7)
+    last = got.sort_values("hour").groupby("team").tail(1).set_index("team")
+    assert last.loc["a", "norm_usage"] == pytest.approx(0.5) and last.loc["a", "norm_share"] == pytest.approx(0.75)
+    assert last.loc["a", "fairshare"] > 0.5 > last.loc["b", "fairshare"]  # b used more than its share
+
+
+def test_iso_weeks():
+    start, end, label = iso_week("2026-W48")
+    assert (start, end, label) == (datetime(2026, 11, 23, tzinfo=timezone.utc),
+                                   datetime(2026, 11, 30, tzinfo=timezone.utc), "2026-W48")
+    assert iso_week(None, now=datetime(2026, 12, 3, 15, tzinfo=timezone.utc))[2] == "2026-W48"
+    assert iso_week("last", now=datetime(2026, 11, 30, 0, 5, tzinfo=timezone.utc))[2] == "2026-W48"
+    for bad in ("2026-48", "2026-W54", "next"):
+        with pytest.raises(ValueError):
+            iso_week(bad)

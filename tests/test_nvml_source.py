@@ -1,0 +1,121 @@
+"""NvmlSource against a fake of the hardware that raises nvidia-ml-py's own error classes."""
+from __future__ import annotations
+
+import os
+
+import pynvml
+import pytest
+
+from collector.attribution import Attributor
+from collector.nvml_source import NvmlSource
+from collector.proc_attribution import describe_process
+from collector.source import SourceError
+from tests.fake_nvml import FakeGpu, FakeMig, FakeNvml
+
+
+def rows(source: NvmlSource) -> dict:
+    return {(r["gpu_uuid"], r["mig_instance"]): r for r in source.collect().to_pylist()}
+
+
+def test_reads_whole_gpus_with_processes_attributed_to_their_owner():
+    me = os.getpid()
+    nvml = FakeNvml([FakeGpu("GPU-a", util=88, used_mib=40000, processes=[(me, 39000.0)]),
+                     FakeGpu("GPU-b", name="NVIDIA L4", total_mib=23034, util=0)])
+    user = describe_process(me).user
+    source = NvmlSource(nvml, interval_s=10, attributor=Attributor(user_to_team={user: "platform"}), node="n1")
+    got = rows(source)
+    a, b = got[("GPU-a", None)], got[("GPU-b", None)]
+    assert (a["util_pct"], a["mem_used_mib"], a["power_w"], a["temp_c"]) == (88, 40000, 350.0, 55)
+    assert a["mem_reserved_mib"] == pytest.approx(300) and a["pcie_tx_bps"] == 1000 * 1024
+    assert (a["allocated"], a["user"], a["team"], a["gpu_model"], a["node"]) == (True, user, "platform", "H100", "n1")
+    assert (b["allocated"], b["team"], b["gpu_model"]) == (False, None, "L4")
+    procs = source.processes.to_pylist()
+    assert [(p["gpu_uuid"], p["pid"], p["used_mem_mib"], p["user"]) for p in procs] == [("GPU-a", me, 39000.0, user)]
+
+
+def test_not_supported_fields_are_skipped_and_not_retried():
+    gpu = FakeGpu("GPU-a", unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceGetFieldValues",
+                                        "nvmlDeviceGetPcieThroughput"})
+    nvml = FakeNvml([gpu])
+    calls = []
+    real = nvml.nvmlDeviceGetPowerUsage
+
+    def counting(handle):
+        calls.append(handle)
+        return real(handle)
+
+    nvml.nvmlDeviceGetPowerUsage = counting
+    source = NvmlSource(nvml)
+    first = rows(source)[("GPU-a", None)]
+    assert first["power_w"] is None and first["pcie_tx_bps"] is None and first["util_pct"] == 50
+    rows(source)
+    assert len(calls) == 1  # NotSupported is remembered for the device
+
+
+def test_memory_falls_back_to_v1_when_v2_is_not_supported():
+    class OldDriver(FakeNvml):
+        def nvmlDeviceGetMemoryInfo(self, handle, version=None):
+            if version:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return super().nvmlDeviceGetMemoryInfo(handle)
+
+    row = rows(NvmlSource(OldDriver([FakeGpu("GPU-a", used_mib=2048)])))[("GPU-a", None)]
+    assert row["mem_used_mib"] == 2048 and row["mem_reserved_mib"] is None
+
+
+def test_nvlink_counters_become_rates_and_resets_give_no_rate():
+    gpu = FakeGpu("GPU-a", nvlink_kib={0: 1000, 1: 3000})
+    clock = iter([100.0, 110.0, 120.0])
+    source = NvmlSource(FakeNvml([gpu]), interval_s=10, nvlink_links=4)
+    readings = []
+    for now in clock:
+        readings.append(source._rate(("GPU-a", 138), now, sum(gpu.nvlink_kib.values()) * 1024.0))
+        gpu.nvlink_kib = {0: gpu.nvlink_kib[0] + 500, 1: gpu.nvlink_kib[1] + 500}
+    assert readings[0] is None and readings[1] == pytest.approx(1000 * 1024 / 10)
+    assert source._rate(("GPU-a", 138), 130.0, 0.0) is None  # counter reset: no negative traffic
+    assert source._rate(("GPU-a", 138), 200.0, 4096.0) is None  # gap > 3 intervals: no rate across it
+    live = NvmlSource(FakeNvml([gpu]), interval_s=10, nvlink_links=4)
+    assert rows(live)[("GPU-a", None)]["nvlink_tx_bps"] is None  # first reading only primes the counter
+    gpu.nvlink_kib = {0: gpu.nvlink_kib[0] + 2048, 1: gpu.nvlink_kib[1]}
+    assert rows(live)[("GPU-a", None)]["nvlink_tx_bps"] > 0
+
+
+def test_mig_instances_are_rows_with_profile_fraction_and_owner():
+    me = os.getpid()
+    gpu = FakeGpu("GPU-m", name="NVIDIA A100-SXM4-80GB", migs=[
+        FakeMig("MIG-1", gi_id=1, slices=3, memory_mb=40192, used_mib=10000, processes=[(me, 9000.0)]),
+        FakeMig("MIG-2", gi_id=9, slices=1, memory_mb=9856, used_mib=0)])
+    got = rows(NvmlSource(FakeNvml([gpu])))
+    big, small = got[("GPU-m", 1)], got[("GPU-m", 9)]
+    assert big["mig_profile"] == "3g.40gb" and big["gpu_fraction"] == pytest.approx(3 / 7) and big["allocated"]
+    assert small["mig_profile"] == "1g.10gb" and not small["allocated"] and small["mem_used_mib"] == 0
+
+
+def test_a_lost_gpu_does_not_hide_the_others_and_init_failure_is_clear():
+    nvml = FakeNvml([FakeGpu("GPU-a"), FakeGpu("GPU-b", lost=True), FakeGpu("GPU-c")])
+    assert sorted(k[0] for k in rows(NvmlSource(nvml))) == ["GPU-a", "GPU-c"]
+    broken = FakeNvml([])
+    broken.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    with pytest.raises(SourceError, match="Driver Not Loaded"):
+        NvmlSource(broken).collect()
+
+
+def test_process_attribution_reads_slurm_and_pod_from_cgroup(tmp_path):
+    proc = tmp_path / "4242"
+    proc.mkdir()
+    (proc / "cgroup").write_text(
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f6a_7b8c_9d0e_1f2a3b4c5d6e.slice/"
+        "cri-containerd-" + "a" * 64 + ".scope\n")
+    info = describe_process(4242, tmp_path)
+    assert info.pod_uid == "1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e" and info.container_id == "a" * 64
+    assert info.job_id == "pod:1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e"
+    slurm = tmp_path / "77"
+    slurm.mkdir()
+    (slurm / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_123456/step_0/user/task_0\n")
+    assert describe_process(77, tmp_path).job_id == "slurm:123456"
+    env = tmp_path / "78"
+    env.mkdir()
+    (env / "cgroup").write_text("0::/user.slice\n")
+    (env / "environ").write_bytes(b"HOME=/root\0SLURM_JOB_ID=999\0")
+    assert describe_process(78, tmp_path).job_id == "slurm:999"
+    assert describe_process(31337, tmp_path).job_id is None  # vanished process: still describable

@@ -1,0 +1,58 @@
+"""The store is a real DuckDB file: schema on first open, bulk appends, clear errors, data survives reopen."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from analytics.store import Store, StoreError
+from tests.helpers import gpu_rows, table
+
+
+def test_schema_created_once_and_data_survives_reopen(tmp_path):
+    path = tmp_path / "g.duckdb"
+    with Store(path) as s:
+        assert s.append_samples(table(gpu_rows("n", 0, "H100", 10, job="j", team="t"))) == 10
+    with Store(path) as s:  # reopening must not recreate or wipe anything
+        assert s.sample_count() == 10
+        assert s.teams() == ["t"]
+        tables = set(s.query("SELECT table_name FROM information_schema.tables")["table_name"])
+        assert {"samples", "processes", "jobs", "teams", "rate_card", "meta"} <= tables
+
+
+def test_append_is_one_bulk_insert_per_batch(tmp_path):
+    with Store(tmp_path / "g.duckdb") as s:
+        batch = table(*(gpu_rows("n", g, "H100", 60, job=f"j{g}", team="t") for g in range(8)))
+        assert s.append_samples(batch) == 480
+        assert s.sample_count() == 480
+        assert s.append_samples(batch.slice(0, 0)) == 0
+
+
+def test_batch_missing_a_column_is_rejected_whole_with_a_clear_error(tmp_path):
+    with Store(tmp_path / "g.duckdb") as s:
+        bad = table(gpu_rows("n", 0, "H100", 5)).drop_columns(["gpu_uuid"])
+        with pytest.raises(StoreError, match="missing column"):
+            s.append_samples(bad)
+        wrong = table(gpu_rows("n", 0, "H100", 5)).set_column(1, "interval_s", pa.array(["x"] * 5))
+        with pytest.raises(StoreError, match="does not match"):
+            s.append_samples(wrong)
+        assert s.sample_count() == 0
+
+
+def test_second_writer_process_gets_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+    path = tmp_path / "g.duckdb"
+    with Store(path):
+        code = f"from analytics.store import Store\nStore({str(path)!r})"
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "another gpuledger server" in result.stderr
+
+
+def test_upserts_replace_by_key(store):
+    import pandas as pd
+    store.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [1.0, 2.0], "quota_gpus": [1, 2]}))
+    store.upsert_teams(pd.DataFrame({"team": ["a"], "share": [5.0], "quota_gpus": [3]}))
+    got = store.query("SELECT * FROM teams ORDER BY team")
+    assert got.values.tolist() == [["a", 5.0, 3], ["b", 2.0, 2]]
+    store.set_rates({"H100": 9.99})
+    assert store.scalar("SELECT usd_per_gpu_hour FROM rate_card WHERE gpu_model = 'H100'") == 9.99
