@@ -14,8 +14,8 @@ BASE = api_base()
 
 
 @st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
-def fetch(path: str, **params):
-    return get_json(BASE, path, **params)
+def fetch(base: str, path: str, **params):
+    return get_json(base, path, **params)
 
 
 st.title("gpuledger — GPU usage, cost and fairness")
@@ -26,12 +26,12 @@ if st.sidebar.button("Refresh"):
     st.cache_data.clear()
 
 try:
-    health = fetch("/healthz")
-    util = frame(fetch("/v1/cluster/utilization", days=days, bucket_minutes=bucket), ("bucket",))
-    costs = fetch("/v1/costs", days=days)
-    waste = fetch("/v1/waste", days=days, limit=100)
-    fair = frame(fetch("/v1/fairshare", days=max(days, 14))["history"], ("hour",))
-    recs = fetch("/v1/recommendations", days=days)["recommendations"]
+    health = fetch(BASE, "/healthz")
+    util = frame(fetch(BASE, "/v1/cluster/utilization", days=days, bucket_minutes=bucket), ("bucket",))
+    costs = fetch(BASE, "/v1/costs", days=days)
+    waste = fetch(BASE, "/v1/waste", days=days, limit=100)
+    fair = frame(fetch(BASE, "/v1/fairshare", days=max(days, 14))["history"], ("hour",))
+    recs = fetch(BASE, "/v1/recommendations", days=days)["recommendations"]
 except ApiUnavailable as exc:
     st.error(str(exc))
     st.stop()

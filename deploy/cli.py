@@ -111,6 +111,12 @@ def _open_store(args: argparse.Namespace, config) -> Store:
     return store
 
 
+def _open_existing(db: Path) -> Store:
+    if not db.exists():
+        raise StoreError(f"no database at {db}: pass --db, or run `gpuledger demo` / `gpuledger serve` first")
+    return Store(db)
+
+
 def _require_data(store: Store, db: Path) -> None:
     if store.sample_count() == 0:
         raise StoreError(f"{db} holds no samples yet: run `gpuledger collect` or `gpuledger serve` first")
@@ -150,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(str(exc)) from exc
     if args.command == "report":
         from deploy.server import weekly_report
-        with Store(args.db) as store:
+        with _open_existing(args.db) as store:
             _require_data(store, args.db)
             files = weekly_report(store, config, args.out, args.week)
         print(f"report {files.label}: {files.html}")
@@ -160,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "recommend":
         from policies.recommender import recommend
-        with Store(args.db) as store:
+        with _open_existing(args.db) as store:
             _require_data(store, args.db)
             start, end = rolling(args.days)
             recs = [r.to_dict() for r in recommend(store, config, start, end)]

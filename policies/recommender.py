@@ -163,11 +163,14 @@ def placement_recommendations(store: Store, config: Config, start: datetime, end
                 reason=(f"{job or 'unattributed workload'} has held {len(group)} GPU(s) on "
                         f"{group['node'].iloc[0]} idle for {group['idle_minutes'].min():.0f} min"),
             ))
+    reclaimed = {r.job_id for r in out}
     over = oversized_jobs(store, start, end, config.oversized_mem_fraction)
     if latest is not None and not over.empty:
         for row in over.itertuples(index=False):
             if row.fits is None or pd.Timestamp(row.last_ts) < pd.Timestamp(latest):
                 continue  # finished jobs are reported as waste; only running ones can be moved
+            if row.job_id in reclaimed:
+                continue  # an idle job should give its GPU back, not move to a smaller one
             saving = row.cost_usd * (1.0 - row.fits["gpu_fraction"]) if row.fits["kind"] == "mig" else None
             out.append(Recommendation(
                 kind="resize", team=str(row.team), job_id=str(row.job_id),

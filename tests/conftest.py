@@ -10,7 +10,8 @@ from analytics.store import Store
 from collector.simulator import ClusterSimulator
 from tests.helpers import PageServer
 
-SIM_END = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+# The simulated history ends at the last full hour, so "last N days" windows (dashboard, API defaults) see it.
+SIM_END = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
 @pytest.fixture

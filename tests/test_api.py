@@ -1,0 +1,65 @@
+"""The real API server (uvicorn on 127.0.0.1) over a real DuckDB file of simulated history."""
+from __future__ import annotations
+
+import pytest
+import requests
+
+from tests.conftest import SIM_END
+
+
+def get(url: str, path: str, **params):
+    response = requests.get(url + path, params=params, timeout=60)
+    return response
+
+
+def test_health_docs_and_metrics(api_url):
+    health = get(api_url, "/healthz").json()
+    assert health["status"] == "ok" and health["samples"] == 48 * 12 * 24 * 3
+    assert get(api_url, "/docs").status_code == 200
+    spec = get(api_url, "/openapi.json").json()
+    assert {"/v1/recommendations", "/v1/teams/{team}/usage", "/v1/costs"} <= set(spec["paths"])
+    metrics = get(api_url, "/metrics").text
+    assert "gpuledger_ingest_rows_total" in metrics
+
+
+def test_team_usage_agrees_with_costs(api_url):
+    teams = {t["team"] for t in get(api_url, "/v1/teams").json()}
+    assert {"nlp", "vision", "unattributed"} <= teams
+    costs = get(api_url, "/v1/costs", days=3, end=SIM_END.isoformat()).json()
+    by_team = {row["team"]: row for row in costs["teams"]}
+    usage = get(api_url, "/v1/teams/nlp/usage", days=3, end=SIM_END.isoformat()).json()
+    assert usage["totals"]["allocated_gpu_hours"] == pytest.approx(by_team["nlp"]["gpu_hours"])
+    assert usage["totals"]["cost_usd"] == pytest.approx(by_team["nlp"]["cost_usd"])
+    assert 0 < usage["totals"]["efficiency"] <= 1 and usage["series"]
+    assert costs["total_usd"] == pytest.approx(sum(r["cost_usd"] for r in costs["teams"]))
+    assert "idle capacity" in by_team
+
+
+def test_bad_input_gets_clear_4xx(api_url):
+    missing = get(api_url, "/v1/teams/no-such-team/usage")
+    assert missing.status_code == 404 and "unknown team" in missing.json()["detail"]
+    assert get(api_url, "/v1/costs", days=0).status_code == 422
+    assert get(api_url, "/v1/recommendations", kind="delete-everything").status_code == 422
+    assert get(api_url, "/v1/cluster/utilization", end="yesterday-ish").status_code == 422
+
+
+def test_recommendations_for_schedulers(api_url):
+    body = get(api_url, "/v1/recommendations", days=3, end=SIM_END.isoformat()).json()
+    recs = body["recommendations"]
+    assert recs and {r["kind"] for r in recs} <= {"quota", "reclaim", "resize"}
+    for rec in recs:
+        assert rec["id"] and rec["reason"] and isinstance(rec["evidence"], dict)
+    quota = get(api_url, "/v1/recommendations", days=3, end=SIM_END.isoformat(), kind="quota").json()
+    assert all(r["kind"] == "quota" for r in quota["recommendations"])
+
+
+def test_waste_fairshare_and_utilization(api_url):
+    waste = get(api_url, "/v1/waste", days=3, end=SIM_END.isoformat()).json()
+    assert waste["idle_runs"] and waste["oversized_jobs"] and waste["by_team"]
+    assert all(run["idle_minutes"] >= waste["thresholds"]["idle_minutes"] for run in waste["idle_runs"])
+    fair = get(api_url, "/v1/fairshare", days=3, end=SIM_END.isoformat()).json()
+    assert {row["team"] for row in fair["history"]} == {"vision", "nlp", "speech", "recsys", "research"}
+    assert all(0 < row["fairshare"] <= 1 for row in fair["history"])
+    util = get(api_url, "/v1/cluster/utilization", days=1, end=SIM_END.isoformat(), bucket_minutes=60).json()
+    assert len(util) == 24 and all(row["total_gpus"] == pytest.approx(48) for row in util)
+    assert all(0 <= row["used_gpus"] <= row["allocated_gpus"] <= 48 for row in util)

@@ -1,0 +1,124 @@
+"""The `gpuledger` command as a user runs it: a real process, real files, real HTTP."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import requests
+
+from analytics.config import Config
+from analytics.store import Store
+from collector.dcgm_render import render_page
+from tests.conftest import SIM_END
+
+GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
+
+
+def run(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([GPULEDGER, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def small_db(tmp_path: Path, simulator) -> Path:
+    path = tmp_path / "small.duckdb"
+    with Store(path) as store:
+        store.set_rates(Config().rates)
+        store.upsert_teams(simulator.team_frame())
+        for batch in simulator.history(SIM_END - timedelta(days=2), SIM_END, step_s=600):
+            store.append_samples(batch)
+        store.upsert_jobs(simulator.jobs_frame(SIM_END))
+    return path
+
+
+def test_help_explains_every_command():
+    top = run("--help")
+    assert top.returncode == 0
+    for command in ("demo", "serve", "collect", "report", "recommend", "dashboard"):
+        assert command in top.stdout
+    demo = run("demo", "--help")
+    assert "--days" in demo.stdout and "--duration" in demo.stdout and "Ctrl-C" in demo.stdout
+
+
+def test_report_and_recommend_on_a_database(tmp_path, simulator):
+    db = small_db(tmp_path, simulator)
+    week = (SIM_END - timedelta(days=1)).strftime("%G-W%V")
+    out = run("report", "--week", week, "--db", str(db), "--out", str(tmp_path / "reports"))
+    assert out.returncode == 0, out.stderr
+    html = Path(re.search(r"report \S+: (\S+)", out.stdout).group(1))
+    assert html.exists() and "team-nlp.csv" in out.stdout
+    rec = run("recommend", "--db", str(db), "--days", "2")
+    assert rec.returncode == 0, rec.stderr
+    assert {r["kind"] for r in json.loads(rec.stdout)["recommendations"]} <= {"quota", "reclaim", "resize"}
+
+
+def test_errors_are_one_clear_line_and_exit_2(tmp_path):
+    missing = run("report", "--db", str(tmp_path / "nope.duckdb"))
+    assert missing.returncode == 2 and "no database at" in missing.stderr and "Traceback" not in missing.stderr
+    empty = tmp_path / "empty.duckdb"
+    Store(empty).close()
+    assert "holds no samples" in run("recommend", "--db", str(empty)).stderr
+    bad_week = run("report", "--db", str(empty), "--week", "26-48")
+    assert bad_week.returncode == 2
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[rates]\nH100 = -3\n")
+    bad_cfg = run("recommend", "--db", str(empty), "--config", str(cfg))
+    assert bad_cfg.returncode == 2 and "H100 must be a number" in bad_cfg.stderr
+    assert run("demo", "--days", "-1").returncode == 2  # argparse rejects it with usage
+
+
+def test_collect_from_a_dcgm_exporter_page(tmp_path, page_server, simulator):
+    page_server.body = render_page(simulator.frame([SIM_END.timestamp()], 30.0).slice(0, 8))
+    db = tmp_path / "c.duckdb"
+    out = run("collect", "--source", "dcgm", "--dcgm-url", page_server.url, "--db", str(db),
+              "--count", "2", "--interval", "0.1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("8 sample(s)") == 2
+    with Store(db) as store:
+        assert store.sample_count() == 16 and store.scalar("SELECT count(*) FROM rate_card") == 9
+    page_server.status = 500
+    failed = run("collect", "--source", "dcgm", "--dcgm-url", page_server.url, "--db", str(db))
+    assert failed.returncode == 2 and "cannot scrape dcgm-exporter" in failed.stderr
+
+
+def test_demo_runs_end_to_end_and_serves_data(tmp_path):
+    proc = subprocess.Popen([GPULEDGER, "demo", "--days", "1", "--no-dashboard", "--duration", "12",
+                             "--api-port", "0", "--interval", "1", "--db", str(tmp_path / "demo.duckdb"),
+                             "--reports", str(tmp_path / "reports")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    api = None
+    while api is None and time.monotonic() < deadline and proc.poll() is None:
+        for line in list(lines):
+            if m := re.search(r"API:\s+(http://127\.0\.0\.1:\d+)", line):
+                api = m.group(1)
+        time.sleep(0.2)
+    try:
+        assert api, "".join(lines)
+        recs = requests.get(f"{api}/v1/recommendations", timeout=60).json()["recommendations"]
+        assert any(r["kind"] == "quota" for r in recs)
+        first = requests.get(f"{api}/healthz", timeout=10).json()["samples"]
+        time.sleep(2.5)
+        assert requests.get(f"{api}/healthz", timeout=10).json()["samples"] > first  # live collection
+    finally:
+        assert proc.wait(timeout=90) == 0, "".join(lines)
+    reader.join(5)
+    output = "".join(lines)
+    assert "backfill 1/1 days" in output and "weekly report:" in output and "stopped;" in output
+    assert list((tmp_path / "reports").glob("*/gpuledger-*.html"))
+
+
+def test_demo_refuses_to_overwrite_a_real_database(tmp_path):
+    real = tmp_path / "prod.duckdb"
+    Store(real).close()
+    out = run("demo", "--db", str(real), "--days", "1", "--no-dashboard", "--duration", "1")
+    assert out.returncode == 2 and "not a gpuledger demo database" in out.stderr
+    assert real.exists()

@@ -1,0 +1,90 @@
+"""The dashboard against the real API: Streamlit's AppTest, then the real page in headless Chromium."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from deploy.dashboard_proc import APP, start_dashboard
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def app_against(monkeypatch, url: str) -> AppTest:
+    monkeypatch.setenv("GPULEDGER_API", url)
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.run()
+    return at
+
+
+def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, api_url):
+    at = app_against(monkeypatch, api_url)
+    assert not at.exception and not at.error
+    assert "gpuledger" in at.title[0].value
+    metrics = {m.label: m.value for m in at.metric}
+    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy"}
+    assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
+    assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations"]
+    subheaders = [s.value for s in at.subheader]
+    for heading in ("Cluster utilization over time", "Cost per team", "Waste per team", "Recommendations"):
+        assert heading in subheaders
+    cost_table = at.dataframe[0].value
+    assert "idle capacity" in set(cost_table["team"]) and "nlp" in set(cost_table["team"])
+    assert any(exp.label.startswith(("quota:", "reclaim:", "resize:")) for exp in at.expander)
+
+
+def test_window_slider_changes_the_numbers(monkeypatch, api_url):
+    at = app_against(monkeypatch, api_url)
+    week = at.metric[0].value
+    at.sidebar.slider[0].set_value(1).run()
+    assert not at.exception
+    assert at.metric[0].value != week  # one day costs less than seven
+
+
+def test_unreachable_api_is_a_clear_message(monkeypatch):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    at = app_against(monkeypatch, f"http://127.0.0.1:{port}")
+    assert not at.exception
+    assert "cannot reach the gpuledger API" in at.error[0].value
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (CI installs it)")
+def test_dashboard_in_headless_chromium(api_url, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    proc, url = start_dashboard(api_url, port=_free_port())
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000},
+                                    user_agent="gpuledger-test")
+            page.goto(url)
+            page.get_by_text("Cluster utilization over time").wait_for(timeout=90_000)
+            assert page.get_by_text("Total cost").is_visible()
+            page.get_by_role("tab", name="Cost & waste").click()
+            page.get_by_text("Waste per team").wait_for(timeout=30_000)
+            page.get_by_role("tab", name="Recommendations").click()
+            page.get_by_text("quota:", exact=False).first.wait_for(timeout=30_000)
+            page.screenshot(path=str(tmp_path / "recommendations.png"), full_page=True)
+            assert not page.get_by_text("Traceback").count()
+            browser.close()
+        assert (tmp_path / "recommendations.png").stat().st_size > 10_000
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

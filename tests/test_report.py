@@ -1,0 +1,44 @@
+"""Weekly report files and the APScheduler job that writes them inside the server."""
+from __future__ import annotations
+
+import csv
+from datetime import timedelta
+
+import pytest
+
+from analytics.config import Config
+from analytics.windows import iso_week
+from deploy.server import WEEKLY_REPORT_JOB, start_report_scheduler, weekly_report
+from tests.conftest import SIM_END
+
+
+def test_weekly_report_html_and_csv_per_team_add_up(sim_store, tmp_path):
+    week = (SIM_END - timedelta(days=1)).strftime("%G-W%V")
+    files = weekly_report(sim_store, Config(), tmp_path, week)
+    assert files.label == week and files.html.exists()
+    page = files.html.read_text()
+    assert f"week {week}" in page and "idle capacity" in page and "<table>" in page
+    summary = list(csv.DictReader(files.summary_csv.open()))
+    total = sum(float(r["cost_usd"]) for r in summary)
+    assert f"${total:,.2f}" in page
+    team_total = 0.0
+    for team, path in files.team_csvs.items():
+        rows = list(csv.DictReader(path.open()))
+        assert rows and {r["team"] for r in rows} == {team} and rows[0]["week"] == week
+        team_total += sum(float(r["cost_usd"]) for r in rows)
+    idle = sum(float(r["cost_usd"]) for r in summary if r["team"] == "idle capacity")
+    assert team_total + idle == pytest.approx(total)
+    assert set(files.team_csvs) == {r["team"] for r in summary} - {"idle capacity"}
+
+
+def test_scheduler_runs_the_report_every_monday(sim_store, tmp_path):
+    scheduler = start_report_scheduler(sim_store, Config(), tmp_path)
+    try:
+        job = scheduler.get_job(WEEKLY_REPORT_JOB)
+        fire = job.next_run_time
+        assert fire.weekday() == 0 and (fire.hour, fire.minute) == (1, 0) and fire.utcoffset() == timedelta(0)
+        job.func(*job.args)  # what the scheduler will call
+        label = iso_week()[2]
+        assert (tmp_path / label / f"gpuledger-{label}.html").exists()
+    finally:
+        scheduler.shutdown(wait=False)
