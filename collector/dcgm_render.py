@@ -63,8 +63,10 @@ def render_page(samples: pa.Table, driver: str = "550.54.15", help_lines: bool =
             out.append(f"# HELP {name} {help_text}")
             out.append(f"# TYPE {name} {kind}")
         for row, label in zip(rows, labels):
-            if column is None or column.startswith("_"):
-                value = 1980 if name.endswith("SM_CLOCK") else (row.get("util_pct") or 0) / 100.0
+            if name == "DCGM_FI_DEV_SM_CLOCK":
+                value = 1980
+            elif name == "DCGM_FI_PROF_GR_ENGINE_ACTIVE":
+                value = (row.get("util_pct") or 0) / 100.0
             else:
                 value = row.get(column)
                 if value is None:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import requests
 
 from collector.attribution import Attributor
+from collector.counters import RateTracker
 from collector.gpu_models import mig_fraction, normalize_model
 from collector.prom_text import ParseResult, PromTextParser
 from collector.samples import SAMPLE_SCHEMA, rows_to_table
@@ -33,6 +34,7 @@ FIELD_COLUMNS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_RESERVED": ("mem_reserved_mib", 1.0),
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
     "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("_energy_j", 1e-3),  # cumulative mJ -> J, made a rate below
     "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bps", 1.0),
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bps", 1.0),
     "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bps", 1.0),
@@ -43,7 +45,7 @@ FIELD_COLUMNS: dict[str, tuple[str, float]] = {
 KNOWN_UNUSED = frozenset(
     {
         "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
         "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
         "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
@@ -69,6 +71,7 @@ class DcgmPageConverter:
         self.node = node
         self.parser = PromTextParser()
         self.last_parse: ParseResult | None = None
+        self.rates: RateTracker | None = None
 
     def convert(self, text: str, ts: datetime, interval_s: float) -> pa.Table:
         parsed = self.parser.parse(text)
@@ -97,7 +100,10 @@ class DcgmPageConverter:
             PARSE_ERRORS.labels(kind=kind).inc(count)
         if parsed.examples:
             log.warning("dcgm page: skipped %d line(s)/value(s): %s", sum(errors.values()), "; ".join(parsed.examples))
-        return rows_to_table(self._finish(row) for row in rows.values())
+        if self.rates is None or self.rates.interval_s != interval_s:
+            self.rates = RateTracker(interval_s)
+        now_s = ts.timestamp()
+        return rows_to_table(self._finish(row, self.rates, now_s) for row in rows.values())
 
     def _new_row(self, labels: Any, ts: datetime, interval_s: float) -> dict[str, Any]:
         model_name = labels.get("modelName")
@@ -128,7 +134,10 @@ class DcgmPageConverter:
         }
 
     @staticmethod
-    def _finish(row: dict[str, Any]) -> dict[str, Any]:
+    def _finish(row: dict[str, Any], rates: RateTracker, now_s: float) -> dict[str, Any]:
+        energy = row.pop("_energy_j", None)
+        if energy is not None:
+            row["power_avg_w"] = rates.rate((row["gpu_uuid"], row["mig_instance"]), now_s, energy)
         gr = row.pop("_gr_active", None)
         if row.get("util_pct") is None and gr is not None:
             row["util_pct"] = gr * 100.0  # MIG instances report no GPU_UTIL, only graphics-engine activity

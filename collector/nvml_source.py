@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from collector.attribution import Attributor
+from collector.counters import RateTracker
 from collector.gpu_models import mig_fraction, normalize_model
 from collector.proc_attribution import describe_process
 from collector.samples import PROCESS_SCHEMA, rows_to_table
@@ -53,7 +54,7 @@ class NvmlSource:
         self.nvlink_links = nvlink_links or getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)
         self._initialised = False
         self._unsupported: set[tuple[str, str]] = set()
-        self._counters: dict[tuple[str, int], tuple[float, float]] = {}
+        self.rates = RateTracker(interval_s)
         self.processes: pa.Table = PROCESS_SCHEMA.empty_table()
 
     def _init(self) -> None:
@@ -139,6 +140,9 @@ class NvmlSource:
             if kbps is not None:
                 row[column] = kbps * 1024.0
         self._fill_nvlink(handle, uuid, row, now_s)
+        energy_mj = self._read(uuid, "energy", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        if energy_mj is not None:
+            row["power_avg_w"] = self.rates.rate((uuid, "energy"), now_s, energy_mj / 1000.0)
 
     def _fill_memory(self, handle: Any, uuid: str, row: dict[str, Any]) -> None:
         nvml = self.nvml
@@ -170,18 +174,7 @@ class NvmlSource:
         for fid, column in ((nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, "nvlink_tx_bps"),
                             (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, "nvlink_rx_bps")):
             if fid in totals:
-                row[column] = self._rate((uuid, fid), now_s, totals[fid] * 1024.0)
-
-    def _rate(self, key: tuple[str, int], now_s: float, total: float) -> float | None:
-        previous = self._counters.get(key)
-        self._counters[key] = (now_s, total)
-        if previous is None:
-            return None
-        then, before = previous
-        elapsed = now_s - then
-        if elapsed <= 0 or total < before or elapsed > 3 * self.interval_s:
-            return None  # reset/wrap or a gap: no honest rate for this interval
-        return (total - before) / elapsed
+                row[column] = self.rates.rate((uuid, fid), now_s, totals[fid] * 1024.0)
 
     def _attribute(self, handle: Any, uuid: str, row: dict[str, Any], procs: list[dict[str, Any]]) -> None:
         running = self._read(uuid, "processes", lambda: self.nvml.nvmlDeviceGetComputeRunningProcesses(handle))

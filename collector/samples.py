@@ -35,6 +35,7 @@ SAMPLE_SCHEMA = pa.schema(
         ("mem_reserved_mib", pa.float64()),
         ("mem_total_mib", pa.float64()),
         ("power_w", pa.float64()),
+        ("power_avg_w", pa.float64()),  # from the cumulative energy counter: mean power over the interval
         ("temp_c", pa.float64()),
         ("nvlink_tx_bps", pa.float64()),
         ("nvlink_rx_bps", pa.float64()),

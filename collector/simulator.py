@@ -237,6 +237,7 @@ class ClusterSimulator:
             "mem_reserved_mib": np.full(n_t * n_g, 0.0),
             "mem_total_mib": mem_total_f,
             "power_w": np.maximum(power, 0.0).ravel(),
+            "power_avg_w": np.maximum(power, 0.0).ravel(),
             "temp_c": (30 + 45 * activity).ravel(),
             "nvlink_tx_bps": nvl.ravel(),
             "nvlink_rx_bps": nvl.ravel(),

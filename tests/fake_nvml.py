@@ -34,6 +34,7 @@ class FakeGpu:
     reserved_mib: float = 300
     power_mw: int = 350_000
     temp_c: int = 55
+    energy_mj: int = 1_000_000
     pcie_tx_kbps: int = 1000
     pcie_rx_kbps: int = 2000
     nvlink_kib: dict[int, int] = field(default_factory=dict)  # link -> cumulative KiB (tx and rx alike)
@@ -108,6 +109,10 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
         self._check("nvmlDeviceGetPowerUsage", handle)
         return handle.power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetTotalEnergyConsumption", handle)
+        return handle.energy_mj
 
     def nvmlDeviceGetTemperature(self, handle: FakeGpu, sensor: int) -> int:
         self._check("nvmlDeviceGetTemperature", handle)

@@ -63,21 +63,17 @@ def test_memory_falls_back_to_v1_when_v2_is_not_supported():
     assert row["mem_used_mib"] == 2048 and row["mem_reserved_mib"] is None
 
 
-def test_nvlink_counters_become_rates_and_resets_give_no_rate():
+def test_nvlink_and_energy_counters_become_rates_after_the_first_reading():
     gpu = FakeGpu("GPU-a", nvlink_kib={0: 1000, 1: 3000})
-    clock = iter([100.0, 110.0, 120.0])
-    source = NvmlSource(FakeNvml([gpu]), interval_s=10, nvlink_links=4)
-    readings = []
-    for now in clock:
-        readings.append(source._rate(("GPU-a", 138), now, sum(gpu.nvlink_kib.values()) * 1024.0))
-        gpu.nvlink_kib = {0: gpu.nvlink_kib[0] + 500, 1: gpu.nvlink_kib[1] + 500}
-    assert readings[0] is None and readings[1] == pytest.approx(1000 * 1024 / 10)
-    assert source._rate(("GPU-a", 138), 130.0, 0.0) is None  # counter reset: no negative traffic
-    assert source._rate(("GPU-a", 138), 200.0, 4096.0) is None  # gap > 3 intervals: no rate across it
     live = NvmlSource(FakeNvml([gpu]), interval_s=10, nvlink_links=4)
-    assert rows(live)[("GPU-a", None)]["nvlink_tx_bps"] is None  # first reading only primes the counter
+    first = rows(live)[("GPU-a", None)]
+    assert first["nvlink_tx_bps"] is None and first["power_avg_w"] is None  # first reading only primes
     gpu.nvlink_kib = {0: gpu.nvlink_kib[0] + 2048, 1: gpu.nvlink_kib[1]}
-    assert rows(live)[("GPU-a", None)]["nvlink_tx_bps"] > 0
+    gpu.energy_mj += 5_000
+    second = rows(live)[("GPU-a", None)]
+    assert second["nvlink_tx_bps"] > 0 and second["power_avg_w"] > 0
+    gpu.energy_mj = 10  # reset (driver reload): no rate, never negative power
+    assert rows(live)[("GPU-a", None)]["power_avg_w"] is None
 
 
 def test_mig_instances_are_rows_with_profile_fraction_and_owner():
