@@ -29,6 +29,19 @@ DDL = [
     "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
     "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    # one row per batch ever stored: committed with its samples, so a retried batch is recognised
+    """CREATE TABLE IF NOT EXISTS ingest_batches (
+    node VARCHAR NOT NULL, stream VARCHAR NOT NULL, seq BIGINT NOT NULL, rows INTEGER NOT NULL,
+    rejected INTEGER NOT NULL, received_ts TIMESTAMPTZ NOT NULL, PRIMARY KEY (node, stream, seq))""",
+    """CREATE TABLE IF NOT EXISTS nodes (
+    node VARCHAR PRIMARY KEY, last_seen TIMESTAMPTZ NOT NULL, interval_s DOUBLE NOT NULL,
+    batches BIGINT NOT NULL, rows BIGINT NOT NULL)""",
 ]
 
-SCHEMA_VERSION = "1"
+
+def column_migrations(existing: set[str]) -> list[str]:
+    """ALTERs that add sample columns a newer collector emits to a store created by an older one."""
+    return [f'ALTER TABLE samples ADD COLUMN "{f.name}" {_DUCK_TYPES[f.type]}'
+            for f in SAMPLE_SCHEMA if f.name not in existing]
+
+SCHEMA_VERSION = "2"

@@ -8,14 +8,15 @@ collector thread appends.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from analytics.schema import DDL, SCHEMA_VERSION
+from analytics.schema import DDL, SCHEMA_VERSION, column_migrations
 from collector.samples import PROCESS_SCHEMA, SAMPLE_COLUMNS, SAMPLE_SCHEMA
 from collector.self_metrics import BATCHES_WRITTEN, ROWS_WRITTEN
 
@@ -49,6 +50,10 @@ class Store:
             with self._write_lock:
                 for statement in DDL:
                     self._con.execute(statement)
+                columns = {row[0] for row in self._con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}
+                for statement in column_migrations(columns):
+                    self._con.execute(statement)
                 self._con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
 
     def close(self) -> None:
@@ -73,6 +78,22 @@ class Store:
             finally:
                 cur.close()
         return len(batch)
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor inside BEGIN/COMMIT holding the write lock; any exception rolls everything back."""
+        with self._write_lock:
+            cur = self._con.cursor()
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                try:
+                    yield cur
+                except BaseException:
+                    cur.execute("ROLLBACK")
+                    raise
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
 
     def append_samples(self, table: pa.Table) -> int:
         rows = self._insert("samples", conform(table, SAMPLE_SCHEMA))

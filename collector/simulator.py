@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.samples import SAMPLE_SCHEMA
 from collector.self_metrics import SAMPLES_READ
@@ -299,19 +300,46 @@ def _ts(epoch: float) -> datetime:
 
 
 class SimulatorSource:
-    """Live view of a ClusterSimulator: each collect() returns the samples for 'now'."""
+    """Live view of a ClusterSimulator: each collect() returns the samples for 'now'.
 
-    def __init__(self, simulator: ClusterSimulator, interval_s: float = 15.0, clock=None) -> None:
+    `node` narrows it to one node, as a per-node agent would see. With `replay_start`, step k
+    is sampled at replay_start + k * interval instead of the wall clock, so what an agent
+    produced can be recomputed exactly from the sequence numbers it used (fault tests).
+    """
+
+    def __init__(self, simulator: ClusterSimulator, interval_s: float = 15.0, clock=None,
+                 node: str | None = None, replay_start: float | None = None) -> None:
         self.simulator = simulator
-        self.name = "simulator"
+        self.name = f"simulator:{node}" if node else "simulator"
         self.interval_s = interval_s
         self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.node = node
+        self.replay_start = replay_start
+        if node is not None and node not in {n.name for n in simulator.nodes}:
+            raise ValueError(f"simulated cluster has no node {node!r}")
 
     def collect(self) -> pa.Table:
-        now = self.clock().timestamp()
-        table = self.simulator.frame([now], self.interval_s)
+        return self._frame(self.clock().timestamp())
+
+    def collect_step(self, step: int) -> pa.Table:
+        """Samples for replay step `step`; the wall clock when not replaying."""
+        if self.replay_start is None:
+            return self.collect()
+        return self._frame(self.replay_start + step * self.interval_s)
+
+    def _frame(self, when: float) -> pa.Table:
+        table = self.simulator.frame([when], self.interval_s)
+        if self.node is not None:
+            table = table.filter(pc.equal(table["node"], self.node))
         SAMPLES_READ.labels(source="simulator").inc(table.num_rows)
         return table
+
+
+def cluster_of(nodes: int, seed: int = 7, days: float = 1.0, now: datetime | None = None) -> ClusterSimulator:
+    """A homogeneous simulated cluster of `nodes` 8-GPU H100 nodes (agents, load tests)."""
+    now = now or datetime.now(timezone.utc)
+    specs = tuple(NodeSpec(f"node-{i:04d}", "H100", "NVIDIA H100 80GB HBM3", 81559, 700) for i in range(nodes))
+    return ClusterSimulator(start=now - timedelta(days=days), end=now + timedelta(days=days), seed=seed, nodes=specs)
 
 
 def default_simulator(days: float = 14.0, seed: int = 7, now: datetime | None = None,

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -60,6 +62,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
+    serve.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
+                       help="bearer token agents must send to push batches (default $GPULEDGER_TOKEN; "
+                            "without one the server accepts no pushes)")
+
+    agent = sub.add_parser("agent", help="per-node agent: sample, spool to disk, push batches to the server",
+                           description="Samples this node every --interval, writes each batch to --spool before "
+                                       "sending it to --server, and deletes it only once acknowledged. While the "
+                                       "server is away the spool grows up to --spool-max-mb, then drops the "
+                                       "oldest batches (counted in /metrics).")
+    _add_source(agent)
+    agent.add_argument("--config", type=Path, help="TOML config (attribution rules)")
+    agent.add_argument("--server", required=True, help="central server URL, e.g. http://gpuledger:8080")
+    agent.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
+                       help="bearer token for the server (default $GPULEDGER_TOKEN)")
+    agent.add_argument("--node", default=socket.gethostname(), help="node name (default: hostname)")
+    agent.add_argument("--spool", type=Path, default=Path("/var/lib/gpuledger/spool"), help="spool directory")
+    agent.add_argument("--spool-max-mb", type=_positive, default=256.0, help="spool bound in MiB (default 256)")
+    agent.add_argument("--metrics-port", type=int, default=9401,
+                       help="port for the agent's own /metrics on 127.0.0.1 (default 9401; 0 = off)")
+    agent.add_argument("--sim-replay-start", type=float,
+                       help="simulator only: sample step k at this epoch + k*interval instead of the clock")
+    agent.add_argument("--duration", type=_positive, help="stop after this many seconds (default: until SIGTERM)")
 
     collect = sub.add_parser("collect", help="read a source and append to the DuckDB file, then exit")
     _add_common(collect)
@@ -84,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_source(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", choices=["nvml", "dcgm", "simulator"], default="nvml",
-                   help="where samples come from (default nvml: the GPUs of this node)")
+    p.add_argument("--source", choices=["nvml", "dcgm", "simulator", "none"], default="nvml",
+                   help="where samples come from (default nvml: the GPUs of this node; "
+                        "none: the server only receives agents' pushes)")
     p.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics", help="dcgm-exporter /metrics URL")
     p.add_argument("--interval", type=_positive, default=30.0, help="seconds between reads (default 30)")
 
@@ -97,8 +122,24 @@ def _make_source(args: argparse.Namespace, config):
     if args.source == "nvml":
         from collector.nvml_source import NvmlSource
         return NvmlSource(interval_s=args.interval, attributor=config.attributor())
-    from collector.simulator import SimulatorSource, default_simulator
-    return SimulatorSource(default_simulator(days=1), args.interval)
+    if args.source == "none":
+        return None
+    return simulator_source(args.interval, getattr(args, "node", None), getattr(args, "sim_replay_start", None))
+
+
+def simulator_source(interval_s: float, node: str | None = None, replay_start: float | None = None):
+    """The simulated cluster (or one node of it); anchored at `replay_start` so a replay is reproducible."""
+    from datetime import datetime, timezone
+
+    from collector.simulator import DEFAULT_NODES, SimulatorSource, cluster_of, default_simulator
+    now = datetime.fromtimestamp(replay_start, timezone.utc) if replay_start is not None else None
+    if node is None or node in {n.name for n in DEFAULT_NODES}:
+        return SimulatorSource(default_simulator(days=1, now=now), interval_s, node=node, replay_start=replay_start)
+    suffix = node.rsplit("-", 1)[-1]
+    if not suffix.isdigit():
+        raise ValueError(f"simulated node must be one of the demo nodes or node-NNNN, got {node!r}")
+    return SimulatorSource(cluster_of(int(suffix) + 1, now=now), interval_s, node=f"node-{int(suffix):04d}",
+                           replay_start=replay_start)
 
 
 def _open_store(args: argparse.Namespace, config) -> Store:
@@ -173,8 +214,12 @@ def _run(args: argparse.Namespace) -> int:
         json.dump({"recommendations": recs}, sys.stdout, indent=2)
         print()
         return 0
+    if args.command == "agent":
+        return _run_agent(args, config)
     if args.command == "collect":
         source = _make_source(args, config)
+        if source is None:
+            raise ValueError("collect needs a --source other than none")
         with _open_store(args, config) as store:
             from deploy.collect_loop import CollectLoop
             loop = CollectLoop(source, store, args.interval)
@@ -189,24 +234,55 @@ def _run(args: argparse.Namespace) -> int:
         from deploy.server import ApiServer, start_report_scheduler
         source = _make_source(args, config)
         store = _open_store(args, config)
-        api = ApiServer(store, config, host=args.host, port=args.port)
+        api = ApiServer(store, config, host=args.host, port=args.port, token=args.token)
         url = api.start()
         scheduler = start_report_scheduler(store, config, args.reports)
-        loop = CollectLoop(source, store, args.interval)
-        loop.start()
-        print(f"serving {url} (docs {url}/docs), collecting from {source.name} every {args.interval:g}s into "
-              f"{args.db}; Ctrl-C to stop", flush=True)
+        loop = CollectLoop(source, store, args.interval) if source else None
+        if loop:
+            loop.start()
+        what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
+        pushes = "accepting agent pushes" if args.token else "no --token: refusing agent pushes"
+        print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
         done = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: done.set())
         done.wait()
-        loop.stop()
-        loop.join(timeout=10)
+        if loop:
+            loop.stop()
+            loop.join(timeout=10)
         scheduler.shutdown(wait=False)
         api.stop()
         store.close()
         return 0
     raise AssertionError(args.command)
+
+
+def _run_agent(args: argparse.Namespace, config) -> int:
+    from prometheus_client import start_http_server
+
+    from collector.self_metrics import REGISTRY
+    from collector.spool import Spool
+    from deploy.agent import Agent
+    if not args.token:
+        raise ValueError("the agent needs --token (or $GPULEDGER_TOKEN) to push to the server")
+    source = _make_source(args, config)
+    if source is None:
+        raise ValueError("the agent needs a --source other than none")
+    spool = Spool(args.spool, int(args.spool_max_mb * 1024 * 1024))
+    agent = Agent(source, spool, args.server, args.token, args.node, args.interval)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr="127.0.0.1", registry=REGISTRY)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    agent.start()
+    print(f"agent {args.node}: {source.name} every {args.interval:g}s -> {args.server}, spool {args.spool} "
+          f"(stream {spool.stream_id[:8]}, next seq {spool.next_seq}, {len(spool.pending())} waiting)", flush=True)
+    done.wait(args.duration)
+    agent.stop()
+    print(f"agent {args.node}: stopped; {agent.produced} batch(es) produced, {agent.acked} acknowledged, "
+          f"{len(spool.pending())} left in the spool, next seq {spool.next_seq}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

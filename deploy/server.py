@@ -15,6 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from analytics.config import Config
+from analytics.ingest import IngestWriter
 from analytics.report import ReportFiles, write_weekly_report
 from analytics.store import Store
 from analytics.windows import iso_week
@@ -26,8 +27,10 @@ WEEKLY_REPORT_JOB = "weekly-cost-report"
 
 
 class ApiServer:
-    def __init__(self, store: Store, config: Config, host: str = "127.0.0.1", port: int = 8080) -> None:
-        self.app = create_app(store, config)
+    def __init__(self, store: Store, config: Config, host: str = "127.0.0.1", port: int = 8080,
+                 token: str | None = None) -> None:
+        self.ingest = IngestWriter(store) if token else None
+        self.app = create_app(store, config, ingest=self.ingest, token=token)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
                                                     access_log=False))
         self.thread = threading.Thread(target=self.server.run, name="api", daemon=True)
@@ -48,6 +51,8 @@ class ApiServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        if self.ingest is not None:
+            self.ingest.stop()
 
 
 def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str | None = None) -> ReportFiles:

@@ -5,24 +5,30 @@ other reader go through these read-only endpoints rather than opening the file.
 """
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from fastapi import FastAPI, HTTPException, Query, Response
+from fastapi import FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from prometheus_client import generate_latest
 
 from analytics.config import Config
 from analytics.cost import cost_by_team, cost_by_team_and_model
 from analytics.fairshare import fairshare_history
+from analytics.ingest import IngestWriter, InvalidBatch
 from analytics.store import Store
 from analytics.usage import cluster_utilization, team_usage, team_usage_series
 from analytics.waste import idle_runs, oversized_jobs, waste_by_team
 from analytics.windows import as_utc, utc_now
 from collector.self_metrics import REGISTRY
+from collector.wire import CONTENT_TYPE, WireError, decode
 from policies.recommender import _plain, recommend
 
 API_VERSION = "v1"
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+STALE_AFTER_INTERVALS = 3
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -38,7 +44,18 @@ Days = Query(7.0, gt=0, le=366, description="Window length in days, ending at `e
 End = Query(None, description="Window end (ISO 8601); default now")
 
 
-def create_app(store: Store, config: Config) -> FastAPI:
+def _check_token(expected: str | None, authorization: str | None) -> None:
+    """Every write needs the server's bearer token; a server started without one accepts no writes."""
+    if not expected:
+        raise HTTPException(status_code=403, detail="this server accepts no writes: start it with --token")
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), expected.encode()):
+        raise HTTPException(status_code=401, detail="missing or wrong bearer token",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
+               token: str | None = None) -> FastAPI:
     app = FastAPI(
         title="gpuledger",
         version="0.1.0",
@@ -53,6 +70,42 @@ def create_app(store: Store, config: Config) -> FastAPI:
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def metrics() -> Response:
         return Response(generate_latest(REGISTRY), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/ingest", tags=["ingest"])
+    async def ingest_batch(
+        request: Request,
+        authorization: str | None = Header(None),
+        x_gpuledger_node: str = Header(..., min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$"),
+        x_gpuledger_stream: str = Header(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"),
+        x_gpuledger_seq: int = Header(..., ge=0),
+        x_gpuledger_interval: float = Header(..., gt=0, le=86400),
+    ) -> dict[str, Any]:
+        """Store one agent batch (Arrow IPC stream) exactly once; resending an acknowledged batch is harmless."""
+        _check_token(token, authorization)
+        if ingest is None:
+            raise HTTPException(status_code=503, detail="ingest is not enabled on this server")
+        if request.headers.get("content-type", "").split(";")[0] != CONTENT_TYPE:
+            raise HTTPException(status_code=415, detail=f"send {CONTENT_TYPE}")
+        body = await request.body()
+        if len(body) > MAX_BATCH_BYTES:
+            raise HTTPException(status_code=413, detail=f"batch over {MAX_BATCH_BYTES} bytes")
+        try:
+            table = decode(body)
+            result = await run_in_threadpool(ingest.submit, x_gpuledger_node, x_gpuledger_stream,
+                                             x_gpuledger_seq, x_gpuledger_interval, table)
+        except (WireError, InvalidBatch) as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
+        return {"status": result.status, "rows": result.rows, "rejected": result.rejected,
+                "nulled_values": result.nulled_values}
+
+    @app.get("/v1/nodes", tags=["ops"])
+    def nodes() -> list[dict[str, Any]]:
+        """Agents that have pushed batches; `stale` after 3 intervals without one."""
+        frame = store.query("SELECT * FROM nodes ORDER BY node")
+        now = pd.Timestamp(utc_now())
+        frame["seconds_since"] = (now - pd.to_datetime(frame["last_seen"], utc=True)).dt.total_seconds()
+        frame["stale"] = frame["seconds_since"] > STALE_AFTER_INTERVALS * frame["interval_s"]
+        return records(frame)
 
     @app.get("/v1/teams", tags=["usage"])
     def teams() -> list[dict[str, Any]]:

@@ -1,0 +1,144 @@
+"""`gpuledger agent`: sample this node, spool each batch to disk, push it to the central server.
+
+Two threads: the sampler reads the Source on its interval and puts each batch in the spool;
+the sender drains the spool oldest-first and removes a batch only when the server has
+acknowledged it. A server that is down or slow therefore never delays sampling: the spool
+grows (bounded) and drains when the server is back, in order.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pyarrow as pa
+import requests
+
+from collector.self_metrics import (AGENT_BATCHES_ACKED, AGENT_BATCHES_SENT, AGENT_LAST_ACK, AGENT_REJECTED,
+                                    AGENT_RETRIES, SCRAPE_ERRORS)
+from collector.source import Source, SourceError
+from collector.spool import Spool, SpooledBatch
+from collector.wire import CONTENT_TYPE, encode
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    def __init__(self, source: Source, spool: Spool, server_url: str, token: str, node: str,
+                 interval_s: float, timeout_s: float = 30.0, max_backoff_s: float = 30.0) -> None:
+        self.source = source
+        self.spool = spool
+        self.ingest_url = server_url.rstrip("/") + "/v1/ingest"
+        self.token = token
+        self.node = node
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.max_backoff_s = max_backoff_s
+        self.session = requests.Session()
+        self.stop_event = threading.Event()
+        self._wake = threading.Event()
+        self.produced = 0
+        self.acked = 0
+        self._threads = [threading.Thread(target=self._sample_loop, name="agent-sampler", daemon=True),
+                         threading.Thread(target=self._send_loop, name="agent-sender", daemon=True)]
+
+    # --- sampling ------------------------------------------------------------------------
+    def sample_once(self) -> int | None:
+        step = self.spool.next_seq
+        collect_step = getattr(self.source, "collect_step", None)
+        try:
+            table = collect_step(step) if collect_step else self.source.collect()
+        except SourceError as exc:
+            log.warning("%s", exc)
+            return None
+        if table.num_rows == 0:
+            return None
+        table = table.set_column(table.schema.get_field_index("node"), "node",
+                                 pa.array([self.node] * table.num_rows, pa.string()))
+        seq = self.spool.put(encode(table), table.num_rows)
+        self.produced += 1
+        self._wake.set()
+        return seq
+
+    def _sample_loop(self) -> None:
+        next_at = time.monotonic()
+        while not self.stop_event.is_set():
+            try:
+                self.sample_once()
+            except Exception:
+                SCRAPE_ERRORS.labels(source="agent", reason="unexpected").inc()
+                log.exception("sampling failed")
+            next_at += self.interval_s
+            self.stop_event.wait(max(0.0, next_at - time.monotonic()))
+
+    # --- sending -------------------------------------------------------------------------
+    def send(self, batch: SpooledBatch) -> bool:
+        """Push one spooled batch; True when the spool may move on to the next one."""
+        data = self.spool.read(batch)
+        if data is None:
+            return True
+        AGENT_BATCHES_SENT.inc()
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": CONTENT_TYPE,
+                   "X-Gpuledger-Node": self.node, "X-Gpuledger-Stream": self.spool.stream_id,
+                   "X-Gpuledger-Seq": str(batch.seq), "X-Gpuledger-Interval": str(self.interval_s)}
+        try:
+            response = self.session.post(self.ingest_url, data=data, headers=headers, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            AGENT_RETRIES.labels(reason="unreachable").inc()
+            log.warning("server unreachable (%s); %d batch(es) spooled", type(exc).__name__,
+                        len(self.spool.pending()))
+            return False
+        if response.status_code == 200:
+            body = response.json()
+            self.spool.acknowledge(batch)
+            self.acked += 1
+            AGENT_BATCHES_ACKED.labels(outcome=body.get("status", "stored")).inc()
+            AGENT_LAST_ACK.set(time.time())
+            if body.get("rejected"):
+                log.warning("server refused rows of batch %d: %s", batch.seq, body["rejected"])
+            return True
+        if response.status_code in (400, 413, 415, 422):
+            AGENT_REJECTED.inc()
+            self.spool.reject(batch, f"{response.status_code}: {response.text[:2000]}")
+            log.error("server rejected batch %d as invalid (%d): %s; kept in %s/rejected", batch.seq,
+                      response.status_code, response.text[:300], self.spool.dir)
+            return True
+        AGENT_RETRIES.labels(reason=f"http_{response.status_code}").inc()
+        level = logging.ERROR if response.status_code in (401, 403) else logging.WARNING
+        log.log(level, "server answered %d for batch %d: %s", response.status_code, batch.seq, response.text[:300])
+        return False
+
+    def drain(self) -> bool:
+        """Send every spooled batch in order; False at the first one that must be retried."""
+        for batch in self.spool.pending():
+            if self.stop_event.is_set() or not self.send(batch):
+                return False
+        return True
+
+    def _send_loop(self) -> None:
+        backoff = 0.0
+        while not self.stop_event.is_set():
+            if self.drain():
+                backoff = 0.0
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
+            else:
+                backoff = min(self.max_backoff_s, max(0.2, backoff * 2))
+                self.stop_event.wait(backoff)
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, drain_s: float = 5.0) -> None:
+        """Stop sampling; give the sender a moment to flush, leaving the rest in the spool for next time."""
+        self.stop_event.set()
+        for thread in self._threads:
+            thread.join(timeout=self.timeout_s + 5)
+        deadline = time.monotonic() + drain_s
+        self.stop_event.clear()
+        while self.spool.pending() and time.monotonic() < deadline:
+            if not self.drain():
+                break
+        self.stop_event.set()
