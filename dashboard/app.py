@@ -32,6 +32,7 @@ try:
     waste = fetch(BASE, "/v1/waste", days=days, limit=100)
     fair = frame(fetch(BASE, "/v1/fairshare", days=max(days, 14))["history"], ("hour",))
     recs = fetch(BASE, "/v1/recommendations", days=days)["recommendations"]
+    nodes = frame(fetch(BASE, "/v1/nodes"), ("last_seen",))
 except ApiUnavailable as exc:
     st.error(str(exc))
     st.stop()
@@ -39,6 +40,10 @@ except ApiUnavailable as exc:
 if health["samples"] == 0:
     st.warning("The store holds no samples yet. Start a collector (`gpuledger serve`) or run `gpuledger demo`.")
     st.stop()
+
+if not nodes.empty and nodes["stale"].any():
+    stale = nodes[nodes["stale"]]
+    st.warning(f"{len(stale)} stale node(s), no batch for 3 intervals: " + ", ".join(stale["node"].tolist()))
 
 cost_df = frame(costs["teams"])
 idle_line = cost_df[cost_df["team"] == "idle capacity"]
@@ -51,7 +56,8 @@ col3.metric("GPUs allocated", f"{mean_alloc:.0%}")
 col4.metric("GPUs busy", f"{mean_used:.0%}")
 st.caption(f"Latest sample {health['latest_sample']} · {health['samples']:,} samples in store")
 
-tab_util, tab_cost, tab_fair, tab_recs = st.tabs(["Utilization", "Cost & waste", "Fairshare", "Recommendations"])
+tab_util, tab_cost, tab_fair, tab_recs, tab_nodes = st.tabs(
+    ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "Nodes"])
 
 with tab_util:
     st.subheader("Cluster utilization over time")
@@ -97,3 +103,10 @@ with tab_recs:
         for r in recs[:20]:
             with st.expander(f"{r['kind']}: {r['reason']}"):
                 st.json({"action": r["action"], "evidence": r["evidence"]})
+
+with tab_nodes:
+    st.subheader("Agents pushing to this server")
+    if nodes.empty:
+        st.info("No agent has pushed a batch yet (this server may collect by itself).")
+    else:
+        st.dataframe(nodes, hide_index=True, width="stretch")

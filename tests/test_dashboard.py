@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from deploy.dashboard_proc import APP, start_dashboard
@@ -18,6 +19,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 def app_against(monkeypatch, url: str) -> AppTest:
     monkeypatch.setenv("GPULEDGER_API", url)
+    st.cache_data.clear()  # each test sees the API as it is now, not a previous test's cached answers
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()
     return at
@@ -30,7 +32,7 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     metrics = {m.label: m.value for m in at.metric}
     assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy"}
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
-    assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations"]
+    assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "Nodes"]
     subheaders = [s.value for s in at.subheader]
     for heading in ("Cluster utilization over time", "Cost per team", "Waste per team", "Recommendations"):
         assert heading in subheaders
@@ -45,6 +47,21 @@ def test_window_slider_changes_the_numbers(monkeypatch, api_url):
     at.sidebar.slider[0].set_value(1).run()
     assert not at.exception
     assert at.metric[0].value != week  # one day costs less than seven
+
+
+def test_stale_agent_nodes_are_flagged(monkeypatch, api_url, sim_store):
+    with sim_store.transaction() as cur:
+        cur.execute("INSERT OR REPLACE INTO nodes VALUES ('gpu-node-9', now() - INTERVAL 10 MINUTE, 30, 5, 40), "
+                    "('gpu-node-1', now(), 30, 9, 72)")
+    try:
+        at = app_against(monkeypatch, api_url)
+        assert not at.exception
+        assert at.warning and "gpu-node-9" in at.warning[0].value and "gpu-node-1" not in at.warning[0].value
+        table = at.dataframe[-1].value
+        assert dict(zip(table["node"], table["stale"])) == {"gpu-node-1": False, "gpu-node-9": True}
+    finally:
+        with sim_store.transaction() as cur:
+            cur.execute("DELETE FROM nodes")
 
 
 def test_unreachable_api_is_a_clear_message(monkeypatch):

@@ -1,0 +1,122 @@
+"""Real gpuledger server and agent processes on 127.0.0.1 for fault tests, each bounded in time."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import requests
+
+GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
+TOKEN = "test-token-123"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout_s: float, what: str, step_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    log: Path
+
+    def kill9(self) -> None:
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 60) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout=timeout_s)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _spawn(args: list[str], log: Path) -> Proc:
+    handle = open(log, "a")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return Proc(subprocess.Popen([GPULEDGER, *args], stdout=handle, stderr=subprocess.STDOUT, env=env), log)
+
+
+class Server:
+    def __init__(self, tmp: Path, port: int | None = None) -> None:
+        self.db = tmp / "central.duckdb"
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.tmp = tmp
+        self.proc: Proc | None = None
+
+    def start(self) -> "Server":
+        self.proc = _spawn(["serve", "--source", "none", "--token", TOKEN, "--port", str(self.port),
+                            "--db", str(self.db), "--reports", str(self.tmp / "reports")], self.tmp / "server.log")
+
+        def healthy() -> bool:
+            if self.proc.popen.poll() is not None:
+                raise AssertionError(f"server exited: {self.proc.text()[-3000:]}")
+            try:
+                return requests.get(self.url + "/healthz", timeout=2).ok
+            except requests.RequestException:
+                return False
+        wait_until(healthy, 60, "server health")
+        return self
+
+    def nodes(self) -> dict[str, dict]:
+        return {n["node"]: n for n in requests.get(self.url + "/v1/nodes", timeout=10).json()}
+
+    def query(self, sql: str) -> list[tuple]:
+        """Read the store after the server has stopped (DuckDB admits one process)."""
+        con = duckdb.connect(str(self.db), read_only=True)
+        try:
+            return con.execute(sql).fetchall()
+        finally:
+            con.close()
+
+
+class AgentProc:
+    def __init__(self, tmp: Path, node: str, server_url: str, interval_s: float = 0.2,
+                 replay_start: float | None = None, spool_max_mb: float = 64.0,
+                 source: list[str] | None = None) -> None:
+        self.node = node
+        self.spool = tmp / f"spool-{node}"
+        self.metrics_port = free_port()
+        self.args = ["agent", "--node", node, "--server", server_url, "--token", TOKEN, "--interval", str(interval_s),
+                     "--spool", str(self.spool), "--spool-max-mb", str(spool_max_mb),
+                     "--metrics-port", str(self.metrics_port)]
+        self.args += source or ["--source", "simulator"]
+        if replay_start is not None:
+            self.args += ["--sim-replay-start", str(replay_start)]
+        self.log = tmp / f"agent-{node}.log"
+        self.proc: Proc | None = None
+
+    def start(self) -> "AgentProc":
+        self.proc = _spawn(self.args, self.log)
+        return self
+
+    def state(self) -> dict:
+        return json.loads((self.spool / "state.json").read_text())
+
+    def spooled(self) -> int:
+        return len(list(self.spool.glob("*.arrow")))
+
+    def metrics(self) -> str:
+        return requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text

@@ -1,0 +1,198 @@
+"""Central ingest over real HTTP: exactly-once, validation, tokens, and agents fed bad exporter pages."""
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+import requests
+
+from analytics.config import Config
+from analytics.store import Store
+from collector.dcgm_render import render_page
+from collector.samples import SAMPLE_SCHEMA
+from collector.simulator import cluster_of
+from collector.spool import Spool
+from collector.wire import CONTENT_TYPE, encode
+from deploy.agent import Agent
+from deploy.server import ApiServer
+from tests.procs import TOKEN, AgentProc, Server, wait_until
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@pytest.fixture
+def central(tmp_path):
+    store = Store(tmp_path / "central.duckdb")
+    server = ApiServer(store, Config(), port=0, token=TOKEN)
+    url = server.start()
+    yield url, store
+    server.stop()
+    store.close()
+
+
+def batch(when: datetime = NOW) -> pa.Table:
+    """One 8-GPU node's samples at `when`."""
+    return cluster_of(1).frame([when.timestamp()], 10.0)
+
+
+def post(url: str, table: pa.Table | bytes, seq: int, node: str = "node-0000", stream: str = "s1",
+         token: str | None = TOKEN) -> requests.Response:
+    headers = {"Content-Type": CONTENT_TYPE, "X-Gpuledger-Node": node, "X-Gpuledger-Stream": stream,
+               "X-Gpuledger-Seq": str(seq), "X-Gpuledger-Interval": "10"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    body = table if isinstance(table, bytes) else encode(table)
+    return requests.post(url + "/v1/ingest", data=body, headers=headers, timeout=30)
+
+
+def test_a_resent_batch_is_acknowledged_but_stored_once(central):
+    url, store = central
+    first = post(url, batch(), seq=0)
+    assert first.status_code == 200 and first.json() == {"status": "stored", "rows": 8, "rejected": {},
+                                                          "nulled_values": 0}
+    again = post(url, batch(), seq=0)
+    assert again.status_code == 200 and again.json()["status"] == "duplicate"
+    assert store.sample_count() == 8
+    other_stream = post(url, batch(), seq=0, stream="s2")  # same samples under another id: samples deduplicated
+    assert other_stream.json()["rows"] == 0 and other_stream.json()["rejected"] == {"duplicate_sample": 8}
+    assert store.sample_count() == 8
+
+
+def test_duplicate_rows_inside_a_batch_are_stored_once(central):
+    url, store = central
+    doubled = pa.concat_tables([batch(), batch()])
+    body = post(url, doubled, seq=1).json()
+    assert body["rows"] == 8 and body["rejected"] == {"duplicate_sample": 8}
+    assert store.sample_count() == 8
+
+
+def test_future_past_and_nan_rows_are_refused_or_nulled_with_a_log_line(central, caplog):
+    url, store = central
+    good = batch()
+    rows = good.to_pylist()
+    rows[0]["ts"] = NOW + timedelta(days=2)
+    rows[1]["ts"] = NOW - timedelta(days=400)
+    rows[2]["util_pct"] = math.nan
+    rows[3]["power_w"] = math.inf
+    rows[4]["gpu_uuid"] = None
+    table = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+    with caplog.at_level(logging.WARNING, logger="analytics.ingest"):
+        body = post(url, table, seq=2).json()
+    assert body["rows"] == 5 and body["nulled_values"] == 2
+    assert body["rejected"] == {"future_ts": 1, "stale_ts": 1, "missing_key": 1}
+    assert any("future_ts" in r.getMessage() and "NaN/Inf" in r.getMessage() for r in caplog.records)
+    stored = store.query("SELECT count(*) FILTER (WHERE util_pct IS NULL) AS u, "
+                         "count(*) FILTER (WHERE power_w IS NULL) AS p, count(*) AS n FROM samples")
+    assert stored.values.tolist() == [[1, 1, 5]]
+    metrics = requests.get(url + "/metrics", timeout=10).text
+    assert re.search(r'gpuledger_ingest_rows_rejected_total\{reason="future_ts"\} 1', metrics)
+
+
+def test_writes_need_the_token_and_a_valid_body(central, tmp_path):
+    url, store = central
+    assert post(url, batch(), seq=3, token=None).status_code == 401
+    assert post(url, batch(), seq=3, token="wrong").status_code == 401
+    assert post(url, b"\x00garbage", seq=3).status_code == 422
+    assert post(url, batch().drop_columns(["gpu_uuid"]), seq=3).status_code == 422
+    assert post(url, batch(), seq=-1).status_code == 422
+    assert post(url, batch(), seq=3, node="bad node/../x").status_code == 422
+    assert store.sample_count() == 0
+    with Store(tmp_path / "other.duckdb") as other:
+        closed = ApiServer(other, Config(), port=0)  # started without a token
+        other_url = closed.start()
+        try:
+            refused = post(other_url, batch(), seq=0)
+            assert refused.status_code == 403 and "--token" in refused.json()["detail"]
+        finally:
+            closed.stop()
+
+
+def test_concurrent_agents_are_group_committed_exactly_once(central, tmp_path):
+    url, store = central
+    from concurrent.futures import ThreadPoolExecutor
+    sim = cluster_of(16)
+    frame = sim.frame([NOW.timestamp() - 60], 10.0)
+    per_node = [frame.filter(pa.compute.equal(frame["node"], f"node-{i:04d}")) for i in range(16)]
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda i: post(url, per_node[i], seq=0, node=f"node-{i:04d}").json(), range(16)))
+        resent = list(pool.map(lambda i: post(url, per_node[i], seq=0, node=f"node-{i:04d}").json(), range(16)))
+    assert all(r["status"] == "stored" and r["rows"] == 8 for r in results)
+    assert all(r["status"] == "duplicate" for r in resent)
+    assert store.sample_count() == 128
+    nodes = requests.get(url + "/v1/nodes", timeout=10).json()
+    assert len(nodes) == 16 and not any(n["stale"] for n in nodes)
+
+
+def test_a_node_goes_stale_after_three_silent_intervals(central):
+    url, _ = central
+    headers_interval = "0.2"
+    table = batch()
+    requests.post(url + "/v1/ingest", data=encode(table), timeout=30, headers={
+        "Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "quiet",
+        "X-Gpuledger-Stream": "s", "X-Gpuledger-Seq": "0", "X-Gpuledger-Interval": headers_interval})
+    assert requests.get(url + "/v1/nodes", timeout=10).json()[0]["stale"] is False
+    time.sleep(0.8)
+    node = requests.get(url + "/v1/nodes", timeout=10).json()[0]
+    assert node["node"] == "quiet" and node["stale"] is True
+
+
+def test_agent_scraping_bad_dcgm_pages_keeps_going_and_counts(tmp_path, page_server):
+    server = Server(tmp_path).start()
+    good = render_page(cluster_of(1).frame([NOW.timestamp()], 10.0))
+    page_server.body = good
+    agent = AgentProc(tmp_path, "dcgm-node", server.url, 0.2,
+                      source=["--source", "dcgm", "--dcgm-url", page_server.url]).start()
+    try:
+        wait_until(lambda: server.nodes().get("dcgm-node", {}).get("rows", 0) >= 16, 60, "good scrapes stored")
+        page_server.body = good[: len(good) // 2] + "\nDCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-q\"} NaN\n" \
+            "MYSTERY_METRIC 1\n{{{ not prometheus\n"
+        wait_until(lambda: 'kind="malformed_line"' in agent.metrics(), 30, "parse errors counted")
+        page_server.body = "<html>502 Bad Gateway</html>"
+        wait_until(lambda: "returned no GPU samples" in agent.log.read_text(), 30, "empty page logged")
+        page_server.body = good
+        time.sleep(0.5)
+        metrics = agent.metrics()
+        assert re.search(r'gpuledger_collector_parse_errors_total\{kind="nan_value"\} [1-9]', metrics)
+        assert re.search(r'gpuledger_collector_parse_errors_total\{kind="unknown_metric"\} [1-9]', metrics)
+        assert agent.proc.popen.poll() is None  # still running
+    finally:
+        assert agent.proc.stop() == 0
+        server.proc.stop()
+    assert agent.spooled() == 0
+    (duplicates,) = server.query("SELECT count(*) - count(DISTINCT (gpu_uuid, ts)) FROM samples")[0]
+    assert duplicates == 0
+
+
+def test_spool_survives_reopen_and_never_reuses_a_sequence(tmp_path):
+    spool = Spool(tmp_path / "s")
+    first = spool.put(b"a" * 10, 1)
+    spool.acknowledge(spool.pending()[0])
+    (tmp_path / "s" / "0000000000000099-1.arrow.tmp").write_bytes(b"half")  # crash mid-write
+    again = Spool(tmp_path / "s")
+    assert again.stream_id == spool.stream_id and again.next_seq == first + 1
+    assert not list((tmp_path / "s").glob("*.tmp"))
+    lost = Spool(tmp_path / "fresh")
+    assert lost.stream_id != spool.stream_id  # a wiped spool starts a new stream, not old sequence numbers
+
+
+def test_agent_in_process_rejected_batch_is_kept_aside(tmp_path, central):
+    url, _ = central
+    spool = Spool(tmp_path / "sp")
+
+    class Broken:
+        name = "broken"
+
+        def collect(self):
+            return batch().drop_columns(["gpu_uuid"])  # an agent of another version, say
+
+    agent = Agent(Broken(), spool, url, TOKEN, "n1", 1.0)
+    agent.sample_once()
+    assert agent.drain()
+    assert not spool.pending() and len(list((tmp_path / "sp" / "rejected").glob("*.arrow"))) == 1
+    reason = next((tmp_path / "sp" / "rejected").glob("*.reason")).read_text()
+    assert reason.startswith("422") and "missing column" in reason
