@@ -27,7 +27,8 @@ class StoreError(RuntimeError):
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Reorder and cast a batch to the store's schema; a missing or uncastable column is a clear error."""
-    missing = [name for name in schema.names if name not in table.column_names]
+    present = set(table.column_names)
+    missing = [name for name in schema.names if name not in present]
     if missing:
         raise StoreError(f"batch is missing column(s) {missing}")
     try:

@@ -18,14 +18,16 @@ from collector.self_metrics import (AGENT_BATCHES_ACKED, AGENT_BATCHES_SENT, AGE
                                     AGENT_RETRIES, SCRAPE_ERRORS)
 from collector.source import Source, SourceError
 from collector.spool import Spool, SpooledBatch
-from collector.wire import CONTENT_TYPE, encode
+from collector.wire import CONTENT_TYPE, WireError, decode, encode
 
 log = logging.getLogger(__name__)
 
 
 class Agent:
     def __init__(self, source: Source, spool: Spool, server_url: str, token: str, node: str,
-                 interval_s: float, timeout_s: float = 30.0, max_backoff_s: float = 30.0) -> None:
+                 interval_s: float, timeout_s: float = 30.0, max_backoff_s: float = 30.0,
+                 max_batches_per_request: int = 64) -> None:
+        self.max_batches_per_request = max_batches_per_request
         self.source = source
         self.spool = spool
         self.ingest_url = server_url.rstrip("/") + "/v1/ingest"
@@ -72,30 +74,44 @@ class Agent:
             self.stop_event.wait(max(0.0, next_at - time.monotonic()))
 
     # --- sending -------------------------------------------------------------------------
+    def _post(self, first_seq: int, count: int, data: bytes) -> requests.Response | None:
+        AGENT_BATCHES_SENT.inc(count)
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": CONTENT_TYPE,
+                   "X-Gpuledger-Node": self.node, "X-Gpuledger-Stream": self.spool.stream_id,
+                   "X-Gpuledger-Seq": str(first_seq), "X-Gpuledger-Batches": str(count),
+                   "X-Gpuledger-Interval": str(self.interval_s)}
+        try:
+            return self.session.post(self.ingest_url, data=data, headers=headers, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            AGENT_RETRIES.labels(reason="unreachable").inc()
+            log.warning("server unreachable (%s); %d batch(es) spooled", type(exc).__name__,
+                        len(self.spool.pending()))
+            return None
+
+    def _acknowledged(self, batch: SpooledBatch, answer: dict) -> None:
+        self.spool.acknowledge(batch)
+        self.acked += 1
+        AGENT_BATCHES_ACKED.labels(outcome=answer.get("status", "stored")).inc()
+        AGENT_LAST_ACK.set(time.time())
+        if answer.get("rejected"):
+            log.warning("server refused rows of batch %d: %s", batch.seq, answer["rejected"])
+
+    def _retry_later(self, response: requests.Response, what: str) -> bool:
+        AGENT_RETRIES.labels(reason=f"http_{response.status_code}").inc()
+        level = logging.ERROR if response.status_code in (401, 403) else logging.WARNING
+        log.log(level, "server answered %d for %s: %s", response.status_code, what, response.text[:300])
+        return False
+
     def send(self, batch: SpooledBatch) -> bool:
         """Push one spooled batch; True when the spool may move on to the next one."""
         data = self.spool.read(batch)
         if data is None:
             return True
-        AGENT_BATCHES_SENT.inc()
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": CONTENT_TYPE,
-                   "X-Gpuledger-Node": self.node, "X-Gpuledger-Stream": self.spool.stream_id,
-                   "X-Gpuledger-Seq": str(batch.seq), "X-Gpuledger-Interval": str(self.interval_s)}
-        try:
-            response = self.session.post(self.ingest_url, data=data, headers=headers, timeout=self.timeout_s)
-        except requests.RequestException as exc:
-            AGENT_RETRIES.labels(reason="unreachable").inc()
-            log.warning("server unreachable (%s); %d batch(es) spooled", type(exc).__name__,
-                        len(self.spool.pending()))
+        response = self._post(batch.seq, 1, data)
+        if response is None:
             return False
         if response.status_code == 200:
-            body = response.json()
-            self.spool.acknowledge(batch)
-            self.acked += 1
-            AGENT_BATCHES_ACKED.labels(outcome=body.get("status", "stored")).inc()
-            AGENT_LAST_ACK.set(time.time())
-            if body.get("rejected"):
-                log.warning("server refused rows of batch %d: %s", batch.seq, body["rejected"])
+            self._acknowledged(batch, response.json())
             return True
         if response.status_code in (400, 413, 415, 422):
             AGENT_REJECTED.inc()
@@ -103,15 +119,46 @@ class Agent:
             log.error("server rejected batch %d as invalid (%d): %s; kept in %s/rejected", batch.seq,
                       response.status_code, response.text[:300], self.spool.dir)
             return True
-        AGENT_RETRIES.labels(reason=f"http_{response.status_code}").inc()
-        level = logging.ERROR if response.status_code in (401, 403) else logging.WARNING
-        log.log(level, "server answered %d for batch %d: %s", response.status_code, batch.seq, response.text[:300])
-        return False
+        return self._retry_later(response, f"batch {batch.seq}")
+
+    def send_many(self, batches: list[SpooledBatch]) -> bool:
+        """Push a run of consecutive spooled batches in one request (draining a backlog)."""
+        tables, kept = [], []
+        for batch in batches:
+            data = self.spool.read(batch)
+            if data is None:
+                continue
+            try:
+                table = decode(data)
+            except WireError:
+                return all(self.send(b) for b in batches)  # let the server judge and reject it alone
+            tables.append(table.append_column("_seq", pa.array([batch.seq] * table.num_rows, pa.int64())))
+            kept.append(batch)
+        if len(kept) != len(batches) or len(kept) < 2:
+            return all(self.send(b) for b in kept)
+        response = self._post(kept[0].seq, len(kept), encode(pa.concat_tables(tables)))
+        if response is None:
+            return False
+        if response.status_code == 200:
+            by_seq = {b.seq: b for b in kept}
+            for answer in response.json()["batches"]:
+                self._acknowledged(by_seq[answer["seq"]], answer)
+            return True
+        if response.status_code in (400, 413, 415, 422):  # isolate the bad batch
+            return all(self.send(b) for b in kept)
+        return self._retry_later(response, f"batches {kept[0].seq}..{kept[-1].seq}")
 
     def drain(self) -> bool:
-        """Send every spooled batch in order; False at the first one that must be retried."""
-        for batch in self.spool.pending():
-            if self.stop_event.is_set() or not self.send(batch):
+        """Send every spooled batch in order, consecutive ones together; False at the first that must wait."""
+        pending = self.spool.pending()
+        while pending:
+            if self.stop_event.is_set():
+                return False
+            run = [pending.pop(0)]
+            while (pending and len(run) < self.max_batches_per_request
+                   and pending[0].seq == run[-1].seq + 1):
+                run.append(pending.pop(0))
+            if not (self.send(run[0]) if len(run) == 1 else self.send_many(run)):
                 return False
         return True
 

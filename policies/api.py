@@ -17,7 +17,7 @@ from prometheus_client import generate_latest
 from analytics.config import Config
 from analytics.cost import cost_by_team, cost_by_team_and_model
 from analytics.fairshare import fairshare_history
-from analytics.ingest import IngestWriter, InvalidBatch
+from analytics.ingest import IngestWriter, InvalidBatch, split_batches
 from analytics.store import Store
 from analytics.usage import cluster_utilization, team_usage, team_usage_series
 from analytics.waste import idle_runs, oversized_jobs, waste_by_team
@@ -79,8 +79,13 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
         x_gpuledger_stream: str = Header(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"),
         x_gpuledger_seq: int = Header(..., ge=0),
         x_gpuledger_interval: float = Header(..., gt=0, le=86400),
+        x_gpuledger_batches: int = Header(1, ge=1, le=10_000),
     ) -> dict[str, Any]:
-        """Store one agent batch (Arrow IPC stream) exactly once; resending an acknowledged batch is harmless."""
+        """Store agent batches (Arrow IPC stream) exactly once; resending an acknowledged batch is harmless.
+
+        One batch per request, or `X-Gpuledger-Batches: N` consecutive batches from `X-Gpuledger-Seq` with each
+        row's batch in a `_seq` column (how an agent drains a backlog); the answer then lists each batch.
+        """
         _check_token(token, authorization)
         if ingest is None:
             raise HTTPException(status_code=503, detail="ingest is not enabled on this server")
@@ -90,13 +95,17 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
         if len(body) > MAX_BATCH_BYTES:
             raise HTTPException(status_code=413, detail=f"batch over {MAX_BATCH_BYTES} bytes")
         try:
-            table = decode(body)
-            result = await run_in_threadpool(ingest.submit, x_gpuledger_node, x_gpuledger_stream,
-                                             x_gpuledger_seq, x_gpuledger_interval, table)
+            batches = split_batches(decode(body), x_gpuledger_seq, x_gpuledger_batches)
+            results = await run_in_threadpool(ingest.submit_many, x_gpuledger_node, x_gpuledger_stream, batches,
+                                              x_gpuledger_interval)
         except (WireError, InvalidBatch) as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
-        return {"status": result.status, "rows": result.rows, "rejected": result.rejected,
-                "nulled_values": result.nulled_values}
+        answers = [{"seq": seq, "status": r.status, "rows": r.rows, "rejected": r.rejected,
+                    "nulled_values": r.nulled_values} for (seq, _), r in zip(batches, results)]
+        if x_gpuledger_batches == 1:
+            answers[0].pop("seq")
+            return answers[0]
+        return {"batches": answers}
 
     @app.get("/v1/nodes", tags=["ops"])
     def nodes() -> list[dict[str, Any]]:

@@ -196,3 +196,21 @@ def test_agent_in_process_rejected_batch_is_kept_aside(tmp_path, central):
     assert not spool.pending() and len(list((tmp_path / "sp" / "rejected").glob("*.arrow"))) == 1
     reason = next((tmp_path / "sp" / "rejected").glob("*.reason")).read_text()
     assert reason.startswith("422") and "missing column" in reason
+
+
+def test_a_backlog_travels_in_one_request_with_a_result_per_batch(central):
+    url, store = central
+    sim = cluster_of(1)
+    tables = [sim.frame([NOW.timestamp() - 60 + 10 * k], 10.0) for k in range(3)]
+    body = pa.concat_tables([t.append_column("_seq", pa.array([5 + k] * 8, pa.int64()))
+                             for k, t in enumerate(tables)])
+    post(url, tables[1], seq=6)  # batch 6 already arrived on its own earlier
+    headers = {"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "node-0000",
+               "X-Gpuledger-Stream": "s1", "X-Gpuledger-Seq": "5", "X-Gpuledger-Batches": "3",
+               "X-Gpuledger-Interval": "10"}
+    answer = requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json()
+    assert [(b["seq"], b["status"], b["rows"]) for b in answer["batches"]] == [
+        (5, "stored", 8), (6, "duplicate", 0), (7, "stored", 8)]
+    assert store.sample_count() == 24
+    headers["X-Gpuledger-Batches"] = "2"  # body holds seq 7, outside 5..6
+    assert requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).status_code == 422

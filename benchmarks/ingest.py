@@ -1,0 +1,208 @@
+"""End-to-end ingest: simulated agents -> HTTP -> central server -> DuckDB, against DuckDB's own Arrow insert.
+
+Usage: python benchmarks/ingest.py [--nodes 128] [--intervals 30] [--clients 16]
+
+1. Wire format: bytes and encode time per 8-GPU batch, Arrow IPC (lz4, ours; zstd) vs gzipped JSON lines.
+2. Throughput into a real `gpuledger serve` process on 127.0.0.1 (exactly-once ingest, group commit),
+   one sender thread per node (--nodes of them):
+   - steady state: each node POSTs its batches one at a time (8 rows per request);
+   - backlog drain: each node has --intervals batches spooled (a server outage) and sends them the
+     way the agent does, up to 64 consecutive batches per request.
+   Printed next to DuckDB's own Arrow insert of the same rows in this process: once with the same
+   batch boundaries (one INSERT per batch), once as a single INSERT of everything.
+3. Agent CPU: the agent loop (sample one 8-GPU node, encode, spool with fsync, POST, delete) in this
+   process, as CPU seconds per cycle and as % of one core at a 10 s interval.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import requests
+
+from analytics.schema import DDL
+from collector.simulator import SimulatorSource, cluster_of
+from collector.spool import Spool
+from collector.wire import CONTENT_TYPE, encode
+from deploy.agent import Agent
+
+TOKEN = "bench-token"
+GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
+
+
+def per_node_batches(nodes: int, intervals: int, interval_s: float) -> list[tuple[str, int, pa.Table]]:
+    sim = cluster_of(nodes)
+    end = time.time() - 120
+    out = []
+    for k in range(intervals):
+        frame = sim.frame([end - (intervals - k) * interval_s], interval_s)
+        for i in range(nodes):
+            name = f"node-{i:04d}"
+            out.append((name, k, frame.slice(i * 8, 8)))
+    assert all(t["node"][0].as_py() == n for n, _, t in out[:nodes])
+    return out
+
+
+def wire_formats(table: pa.Table, repeat: int = 300) -> None:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        arrow = encode(table)
+    arrow_s = (time.perf_counter() - start) / repeat
+    start = time.perf_counter()
+    for _ in range(repeat):
+        zstd = encode(table, "zstd")
+    zstd_s = (time.perf_counter() - start) / repeat
+    start = time.perf_counter()
+    for _ in range(repeat):
+        lines = "\n".join(json.dumps(r, default=str) for r in table.to_pylist()).encode()
+        jsonl = gzip.compress(lines)
+    json_s = (time.perf_counter() - start) / repeat
+    print(f"wire, one 8-GPU batch, bytes and encode time: Arrow IPC+lz4 (ours) {len(arrow):,} B {arrow_s * 1e6:,.0f} us;"
+          f" Arrow IPC+zstd {len(zstd):,} B {zstd_s * 1e6:,.0f} us; JSON lines+gzip {len(jsonl):,} B "
+          f"{json_s * 1e6:,.0f} us")
+
+
+def duckdb_baseline(batches: list[tuple[str, int, pa.Table]], workdir: Path) -> tuple[float, float]:
+    rows = sum(t.num_rows for _, _, t in batches)
+    con = duckdb.connect(str(workdir / "baseline.duckdb"))
+    con.execute(DDL[0])
+    start = time.perf_counter()
+    for _, _, table in batches:
+        con.register("b", table)
+        con.execute("INSERT INTO samples BY NAME SELECT * FROM b")
+        con.unregister("b")
+    per_batch = rows / (time.perf_counter() - start)
+    everything = pa.concat_tables([t for _, _, t in batches]).combine_chunks()  # DuckDB's best case
+    con.execute("DELETE FROM samples")
+    start = time.perf_counter()
+    con.register("b", everything)
+    con.execute("INSERT INTO samples BY NAME SELECT * FROM b")
+    bulk = rows / (time.perf_counter() - start)
+    con.close()
+    return per_batch, bulk
+
+
+def start_server(workdir: Path, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([GPULEDGER, "serve", "--source", "none", "--token", TOKEN, "--port", str(port),
+                             "--db", str(workdir / "central.duckdb"), "--reports", str(workdir / "reports")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok:
+                return proc
+        except requests.RequestException:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+def push_all(url: str, batches: list[tuple[str, int, pa.Table]], interval_s: float, stream: str,
+             per_request: int) -> float:
+    """One sender per node, sending its batches in order, `per_request` consecutive batches per POST."""
+    by_node: dict[str, list[tuple[int, pa.Table]]] = {}
+    for node, seq, table in batches:
+        by_node.setdefault(node, []).append((seq, table))
+    requests_by_node = {}
+    for node, items in by_node.items():  # encoded up front: encoding is the agents' CPU, measured below
+        chunks = [items[i:i + per_request] for i in range(0, len(items), per_request)]
+        requests_by_node[node] = [
+            (chunk[0][0], len(chunk), encode(chunk[0][1]) if len(chunk) == 1 else encode(pa.concat_tables(
+                [t.append_column("_seq", pa.array([q] * t.num_rows, pa.int64())) for q, t in chunk])))
+            for chunk in chunks]
+
+    def sender(node: str) -> int:
+        session, stored = requests.Session(), 0
+        for first, count, body in requests_by_node[node]:
+            response = session.post(url + "/v1/ingest", data=body, timeout=120, headers={
+                "Authorization": f"Bearer {TOKEN}", "Content-Type": CONTENT_TYPE, "X-Gpuledger-Node": node,
+                "X-Gpuledger-Stream": stream, "X-Gpuledger-Seq": str(first), "X-Gpuledger-Batches": str(count),
+                "X-Gpuledger-Interval": str(interval_s)})
+            response.raise_for_status()
+            answer = response.json()
+            stored += sum(b["rows"] for b in answer["batches"]) if "batches" in answer else answer["rows"]
+        return stored
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(requests_by_node)) as pool:
+        stored = sum(pool.map(sender, requests_by_node))
+    elapsed = time.perf_counter() - start
+    expected = sum(t.num_rows for _, _, t in batches)
+    if stored != expected:
+        raise SystemExit(f"stored {stored} rows, expected {expected}")
+    return stored / elapsed
+
+
+def agent_cpu(url: str, workdir: Path, cycles: int, interval_s: float) -> tuple[float, float]:
+    source = SimulatorSource(cluster_of(1), interval_s, node="node-0000", replay_start=time.time() - 200_000)
+    agent = Agent(source, Spool(workdir / "agent-spool"), url, TOKEN, "cpu-probe", interval_s)
+    agent.sample_once()
+    agent.drain()  # warm: imports, connection
+    cpu = time.process_time()
+    for _ in range(cycles):
+        agent.sample_once()
+        agent.drain()
+    total = (time.process_time() - cpu) / cycles
+    tables = [source.collect_step(10_000 + k) for k in range(cycles)]  # instants the loop above never used
+    cpu = time.process_time()
+    for table in tables:
+        agent.spool.put(encode(table), table.num_rows)
+        agent.drain()
+    shipping = (time.process_time() - cpu) / cycles
+    return total, shipping
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=128)
+    parser.add_argument("--intervals", type=int, default=30)
+    parser.add_argument("--agent-cycles", type=int, default=200)
+    args = parser.parse_args()
+    interval_s = 10.0
+    workdir = Path(tempfile.mkdtemp(prefix="gpuledger-bench-"))
+    try:
+        batches = per_node_batches(args.nodes, args.intervals, interval_s)
+        rows = sum(t.num_rows for _, _, t in batches)
+        print(f"{args.nodes} nodes x 8 GPUs, {args.intervals} intervals: {len(batches):,} batches, {rows:,} rows")
+        wire_formats(batches[0][2])
+        per_batch, bulk = duckdb_baseline(batches, workdir)
+        port = 18000 + os.getpid() % 1000
+        server = start_server(workdir, port)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            steady = push_all(url, batches, interval_s, "steady", per_request=1)
+            shifted = [(n, k, t.set_column(0, "ts", pc.add(t["ts"], pa.scalar(1, pa.duration("us")))))
+                       for n, k, t in batches]  # same load, instants not yet stored
+            drain = push_all(url, shifted, interval_s, "drain", per_request=64)
+            cycle, shipping = agent_cpu(url, workdir, args.agent_cycles, interval_s)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(30)
+        print(f"DuckDB Arrow insert, one INSERT per batch : {per_batch:12,.0f} rows/s")
+        print(f"DuckDB Arrow insert, one INSERT for all   : {bulk:12,.0f} rows/s")
+        for label, rate in (("steady, 1 batch/request", steady), ("backlog drain, <=64 batches/request", drain)):
+            print(f"gpuledger agents -> HTTP -> DuckDB, {label:36}: {rate:10,.0f} rows/s "
+                  f"({rate / per_batch:.2f}x per-batch insert, {rate / bulk:.3f}x single insert)")
+        print(f"agent CPU per 10 s cycle (sample+encode+spool+send): {cycle * 1e3:.2f} ms = "
+              f"{cycle / interval_s * 100:.3f}% of a core; shipping alone {shipping * 1e3:.2f} ms = "
+              f"{shipping / interval_s * 100:.3f}%")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
