@@ -33,16 +33,20 @@ def simulator() -> ClusterSimulator:
     return ClusterSimulator(start=SIM_END - timedelta(days=3), end=SIM_END + timedelta(days=1), seed=11)
 
 
+def fill_store(store: Store, simulator: ClusterSimulator, days: float, step_s: float) -> Store:
+    """Rates, teams, `days` of samples up to SIM_END and the job table, as a server would hold them."""
+    store.set_rates(Config().rates)
+    store.upsert_teams(simulator.team_frame())
+    for batch in simulator.history(SIM_END - timedelta(days=days), SIM_END, step_s=step_s):
+        store.append_samples(batch)
+    store.upsert_jobs(simulator.jobs_frame(SIM_END))
+    return store
+
+
 @pytest.fixture(scope="session")
 def sim_store(tmp_path_factory, simulator):
     """Three days of the simulated cluster at 5-minute resolution in a real DuckDB file."""
-    path = tmp_path_factory.mktemp("sim") / "sim.duckdb"
-    s = Store(path)
-    s.set_rates(Config().rates)
-    s.upsert_teams(simulator.team_frame())
-    for batch in simulator.history(SIM_END - timedelta(days=3), SIM_END, step_s=300):
-        s.append_samples(batch)
-    s.upsert_jobs(simulator.jobs_frame(SIM_END))
+    s = fill_store(Store(tmp_path_factory.mktemp("sim") / "sim.duckdb"), simulator, days=3, step_s=300)
     yield s
     s.close()
 

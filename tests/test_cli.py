@@ -13,10 +13,9 @@ from pathlib import Path
 
 import requests
 
-from analytics.config import Config
 from analytics.store import Store
 from collector.dcgm_render import render_page
-from tests.conftest import SIM_END
+from tests.conftest import SIM_END, fill_store
 
 GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
 
@@ -27,12 +26,7 @@ def run(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess
 
 def small_db(tmp_path: Path, simulator) -> Path:
     path = tmp_path / "small.duckdb"
-    with Store(path) as store:
-        store.set_rates(Config().rates)
-        store.upsert_teams(simulator.team_frame())
-        for batch in simulator.history(SIM_END - timedelta(days=2), SIM_END, step_s=600):
-            store.append_samples(batch)
-        store.upsert_jobs(simulator.jobs_frame(SIM_END))
+    fill_store(Store(path), simulator, days=2, step_s=600).close()
     return path
 
 
