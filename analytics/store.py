@@ -31,8 +31,11 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     missing = [name for name in schema.names if name not in present]
     if missing:
         raise StoreError(f"batch is missing column(s) {missing}")
+    table = table.select(schema.names)
+    if table.schema.equals(schema):
+        return table  # the common case (our own agents); a cast costs a compute call per column
     try:
-        return table.select(schema.names).cast(schema)
+        return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise StoreError(f"batch does not match the sample schema: {exc}") from exc
 
