@@ -24,7 +24,7 @@ from analytics.waste import idle_runs, oversized_jobs, waste_by_team
 from analytics.windows import as_utc, utc_now
 from collector.self_metrics import REGISTRY
 from collector.wire import CONTENT_TYPE, WireError, decode
-from policies.recommender import _plain, recommend
+from policies.recommender import json_safe, recommend
 
 API_VERSION = "v1"
 MAX_BATCH_BYTES = 64 * 1024 * 1024
@@ -32,7 +32,7 @@ STALE_AFTER_INTERVALS = 3
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return _plain(frame.to_dict(orient="records"))
+    return json_safe(frame.to_dict(orient="records"))
 
 
 def window(days: float, end: datetime | None) -> tuple[datetime, datetime]:
@@ -65,7 +65,7 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
     @app.get("/healthz", tags=["ops"])
     def healthz() -> dict[str, Any]:
         latest = store.scalar("SELECT max(ts) FROM samples")
-        return {"status": "ok", "samples": store.sample_count(), "latest_sample": _plain(latest)}
+        return {"status": "ok", "samples": store.sample_count(), "latest_sample": json_safe(latest)}
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def metrics() -> Response:
@@ -134,7 +134,7 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
             "team": team, "allocated_gpu_hours": 0.0, "used_gpu_hours": 0.0, "jobs": 0, "efficiency": 0.0}
         row["cost_usd"] = float(models["cost_usd"].sum()) if not models.empty else 0.0
         return {"team": team, "window": {"start": start.isoformat(), "end": stop.isoformat()},
-                "totals": _plain(row), "by_model": records(models),
+                "totals": json_safe(row), "by_model": records(models),
                 "series": records(team_usage_series(store, start, stop, team, bucket_minutes))}
 
     @app.get("/v1/cluster/utilization", tags=["usage"])

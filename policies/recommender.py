@@ -43,15 +43,15 @@ class Recommendation:
             self.id = hashlib.sha1(key.encode()).hexdigest()[:12]
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        return json_safe(asdict(self))
 
 
-def _plain(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe copy: numpy scalars to Python, timestamps to ISO strings, NaN to None."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, (pd.Timestamp, datetime)):
         return value.isoformat()
     if isinstance(value, np.generic):
