@@ -10,14 +10,14 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import duckdb
 import pandas as pd
 import pyarrow as pa
 
 from analytics.schema import DDL, SCHEMA_VERSION, column_migrations
-from collector.samples import PROCESS_SCHEMA, SAMPLE_COLUMNS, SAMPLE_SCHEMA
+from collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
 from collector.self_metrics import BATCHES_WRITTEN, ROWS_WRITTEN
 
 
@@ -148,9 +148,3 @@ class Store:
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM samples WHERE team IS NOT NULL ORDER BY 1")
         return frame["team"].tolist()
 
-
-def append_all(store: Store, batches: Iterable[pa.Table]) -> int:
-    return sum(store.append_samples(batch) for batch in batches)
-
-
-__all__ = ["Store", "StoreError", "SAMPLE_COLUMNS", "append_all"]

@@ -28,7 +28,6 @@ from collector.source import SourceError
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
-_MISSING = object()
 
 
 def _text(value: Any) -> str:

@@ -51,7 +51,6 @@ SAMPLE_SCHEMA = pa.schema(
     ]
 )
 
-SAMPLE_COLUMNS: tuple[str, ...] = tuple(SAMPLE_SCHEMA.names)
 
 PROCESS_SCHEMA = pa.schema(
     [
@@ -72,6 +71,3 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]], schema: pa.Schema = SAMPLE_
     columns = {name: [row.get(name) for row in rows] for name in schema.names}
     return pa.Table.from_pydict(columns, schema=schema)
 
-
-def empty_table(schema: pa.Schema = SAMPLE_SCHEMA) -> pa.Table:
-    return schema.empty_table()

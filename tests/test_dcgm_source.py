@@ -5,7 +5,6 @@ import socket
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pytest
 from prometheus_client import generate_latest
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
