@@ -71,7 +71,7 @@ class _Pending:
 
 
 def conform_batch(table: pa.Table, node: str) -> pa.Table:
-    """Schema check and node stamp, in the request thread; row checks happen per group, in SQL."""
+    """Schema check and node stamp, in the request thread; row checks happen once per group (check_rows)."""
     try:
         table = conform(table, SAMPLE_SCHEMA)
     except StoreError as exc:

@@ -53,7 +53,6 @@ class Spool:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "rejected").mkdir(exist_ok=True)
         self.max_bytes = max_bytes
-        self.dropped: list[int] = []
         self._lock = threading.Lock()
         for stale in self.dir.glob("*.tmp"):  # a write interrupted by a crash: never acknowledged, never sent
             stale.unlink()
@@ -62,7 +61,8 @@ class Spool:
         batches = self.pending()
         self.next_seq: int = max(int(state.get("next_seq", 0)), (batches[-1].seq + 1) if batches else 0)
         self._save_state()
-        AGENT_SPOOL_BYTES.set(self.size())
+        self._bytes = self._scan_size()  # kept up to date from here on: a backlog can hold many thousand files
+        AGENT_SPOOL_BYTES.set(self._bytes)
         if batches:
             log.info("spool %s: replaying %d unacknowledged batch(es) from seq %d", self.dir, len(batches),
                      batches[0].seq)
@@ -82,25 +82,33 @@ class Spool:
         with self._lock:
             seq = self.next_seq
             _atomic_write(self.dir / f"{seq:016d}-{rows}.arrow", data)
+            self._bytes += len(data)
             self.next_seq = seq + 1
             self._save_state()
-            self._enforce_bound()
-            AGENT_SPOOL_BYTES.set(self.size())
+            if self._bytes > self.max_bytes:
+                self._enforce_bound()
+            AGENT_SPOOL_BYTES.set(self._bytes)
             return seq
 
     def _enforce_bound(self) -> None:
         batches = self.pending()
-        total = sum(b.path.stat().st_size for b in batches)
-        while total > self.max_bytes and len(batches) > 1:
+        while self._bytes > self.max_bytes and len(batches) > 1:
             oldest = batches.pop(0)
-            size = oldest.path.stat().st_size
-            oldest.path.unlink()
-            total -= size
-            self.dropped.append(oldest.seq)
+            size = self._remove(oldest.path)
             AGENT_DROPPED.inc()
             log.warning(
-                "spool full (%d > %d bytes): dropped batch seq %d with %d rows", total + size, self.max_bytes,
-                oldest.seq, oldest.rows)
+                "spool full (%d > %d bytes): dropped batch seq %d with %d rows", self._bytes + size,
+                self.max_bytes, oldest.seq, oldest.rows)
+
+    def _remove(self, path: Path, to: Path | None = None) -> int:
+        """Unlink (or move aside) one spooled file and take its size off the running total."""
+        try:
+            size = path.stat().st_size
+            path.rename(to) if to else path.unlink()
+        except FileNotFoundError:
+            return 0
+        self._bytes -= size
+        return size
 
     def pending(self) -> list[SpooledBatch]:
         out = []
@@ -118,18 +126,20 @@ class Spool:
 
     def acknowledge(self, batch: SpooledBatch) -> None:
         with self._lock:
-            batch.path.unlink(missing_ok=True)
-            AGENT_SPOOL_BYTES.set(self.size())
+            self._remove(batch.path)
+            AGENT_SPOOL_BYTES.set(self._bytes)
 
     def reject(self, batch: SpooledBatch, reason: str) -> None:
         """The server refused this batch as invalid: keep it aside for inspection, never resend, never lose it."""
         with self._lock:
-            if batch.path.exists():
-                batch.path.rename(self.dir / "rejected" / batch.path.name)
+            self._remove(batch.path, to=self.dir / "rejected" / batch.path.name)
             (self.dir / "rejected" / f"{batch.path.name}.reason").write_text(reason)
-            AGENT_SPOOL_BYTES.set(self.size())
+            AGENT_SPOOL_BYTES.set(self._bytes)
 
     def size(self) -> int:
+        return self._bytes
+
+    def _scan_size(self) -> int:
         total = 0
         for batch in self.pending():
             try:

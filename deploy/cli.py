@@ -5,16 +5,15 @@ import argparse
 import json
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 from pathlib import Path
 
 from analytics.config import ConfigError, load_config
 from analytics.store import Store, StoreError
 from analytics.windows import rolling
 from collector.source import SourceError
+from deploy.lifecycle import wait_for_stop
 
 DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
 DEFAULT_REPORTS = Path("gpuledger-data/reports")
@@ -243,10 +242,7 @@ def _run(args: argparse.Namespace) -> int:
         what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
         pushes = "accepting agent pushes" if args.token else "no --token: refusing agent pushes"
         print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
-        done = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: done.set())
-        done.wait()
+        wait_for_stop()
         if loop:
             loop.stop()
             loop.join(timeout=10)
@@ -272,13 +268,10 @@ def _run_agent(args: argparse.Namespace, config) -> int:
     agent = Agent(source, spool, args.server, args.token, args.node, args.interval)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="127.0.0.1", registry=REGISTRY)
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
     agent.start()
     print(f"agent {args.node}: {source.name} every {args.interval:g}s -> {args.server}, spool {args.spool} "
           f"(stream {spool.stream_id[:8]}, next seq {spool.next_seq}, {len(spool.pending())} waiting)", flush=True)
-    done.wait(args.duration)
+    wait_for_stop(args.duration)
     agent.stop()
     print(f"agent {args.node}: stopped; {agent.produced} batch(es) produced, {agent.acked} acknowledged, "
           f"{len(spool.pending())} left in the spool, next seq {spool.next_seq}", flush=True)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
-import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from analytics.windows import utc_now
 from collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
 from deploy.collect_loop import CollectLoop
 from deploy.dashboard_proc import start_dashboard
+from deploy.lifecycle import wait_for_stop
 from deploy.server import ApiServer, start_report_scheduler, weekly_report
 
 log = logging.getLogger(__name__)
@@ -91,10 +90,7 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     echo(f"  weekly report:  {files.html}")
     echo(f"  database:       {db} ({store.sample_count():,} samples; live every {interval_s:g}s)")
     echo("Press Ctrl-C to stop." if duration_s is None else f"Stopping after {duration_s:g}s.")
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait(duration_s)
+    wait_for_stop(duration_s)
     echo("stopping…")
     loop.stop()
     loop.join(timeout=10)

@@ -169,9 +169,16 @@ def test_agent_scraping_bad_dcgm_pages_keeps_going_and_counts(tmp_path, page_ser
 
 
 def test_spool_survives_reopen_and_never_reuses_a_sequence(tmp_path):
-    spool = Spool(tmp_path / "s")
+    spool = Spool(tmp_path / "s", max_bytes=25)
     first = spool.put(b"a" * 10, 1)
-    spool.acknowledge(spool.pending()[0])
+    spool.put(b"b" * 10, 1)
+    assert spool.size() == 20
+    spool.put(b"c" * 10, 1)  # over 25 bytes: the oldest goes
+    assert spool.size() == 20 and [b.seq for b in spool.pending()] == [1, 2]
+    for batch in spool.pending():
+        spool.acknowledge(batch)
+    assert spool.size() == 0
+    first = spool.next_seq - 1
     (tmp_path / "s" / "0000000000000099-1.arrow.tmp").write_bytes(b"half")  # crash mid-write
     again = Spool(tmp_path / "s")
     assert again.stream_id == spool.stream_id and again.next_seq == first + 1
