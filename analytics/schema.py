@@ -19,6 +19,13 @@ def _columns(schema: pa.Schema) -> str:
     return ",\n    ".join(f'"{f.name}" {_DUCK_TYPES[f.type]}' for f in schema)
 
 
+# agent batch ids stored, committed with their samples so a retried batch is recognised: one row per
+# run of consecutive ids stored together (a request), not per batch, and no index (the server keeps
+# the runs in memory, analytics/batch_ids.py); rows and rejected are totals over the run
+INGEST_RUNS = """CREATE TABLE IF NOT EXISTS ingest_runs (
+    node VARCHAR NOT NULL, stream VARCHAR NOT NULL, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
+    rows BIGINT NOT NULL, rejected BIGINT NOT NULL, received_ts TIMESTAMPTZ NOT NULL)"""
+
 DDL = [
     f"CREATE TABLE IF NOT EXISTS samples (\n    {_columns(SAMPLE_SCHEMA)}\n)",
     f"CREATE TABLE IF NOT EXISTS processes (\n    {_columns(PROCESS_SCHEMA)}\n)",
@@ -29,10 +36,7 @@ DDL = [
     "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
     "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
-    # one row per batch ever stored: committed with its samples, so a retried batch is recognised
-    """CREATE TABLE IF NOT EXISTS ingest_batches (
-    node VARCHAR NOT NULL, stream VARCHAR NOT NULL, seq BIGINT NOT NULL, rows INTEGER NOT NULL,
-    rejected INTEGER NOT NULL, received_ts TIMESTAMPTZ NOT NULL, PRIMARY KEY (node, stream, seq))""",
+    INGEST_RUNS,
     """CREATE TABLE IF NOT EXISTS nodes (
     node VARCHAR PRIMARY KEY, last_seen TIMESTAMPTZ NOT NULL, interval_s DOUBLE NOT NULL,
     batches BIGINT NOT NULL, rows BIGINT NOT NULL)""",
@@ -44,4 +48,21 @@ def column_migrations(existing: set[str]) -> list[str]:
     return [f'ALTER TABLE samples ADD COLUMN "{f.name}" {_DUCK_TYPES[f.type]}'
             for f in SAMPLE_SCHEMA if f.name not in existing]
 
-SCHEMA_VERSION = "2"
+
+def table_migrations(existing: set[str]) -> list[str]:
+    """Statements that carry a store written by an older gpuledger forward (run before the DDL's tables exist)."""
+    statements = []
+    if "ingest_batches" in existing:  # schema 2 kept one indexed row per batch
+        statements += [
+            INGEST_RUNS,
+            """INSERT INTO ingest_runs
+               SELECT node, stream, min(seq), max(seq), sum(rows), sum(rejected), max(received_ts) FROM (
+                   SELECT *, seq - row_number() OVER (PARTITION BY node, stream ORDER BY seq) AS run
+                   FROM ingest_batches)
+               GROUP BY node, stream, run""",
+            "DROP TABLE ingest_batches",
+        ]
+    return statements
+
+
+SCHEMA_VERSION = "3"

@@ -4,21 +4,32 @@ DuckDB lets one process write a database file, so the process that owns a Store 
 server or the demo) is the only writer; other readers go through its HTTP API. Within
 the process, each call takes its own cursor, so the API's threads can read while the
 collector thread appends.
+
+Checkpoints (folding the write-ahead log into the file) are moved out of the write path:
+DuckDB's default checkpoints whenever the WAL passes 16 MB, inside whichever commit crosses
+it, which during an ingest burst more than halves throughput. The store raises that
+threshold to a safety cap and writers call `checkpoint_if_due` when they are idle.
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
+from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 
 import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from analytics.schema import DDL, SCHEMA_VERSION, column_migrations
+from analytics.schema import DDL, SCHEMA_VERSION, column_migrations, table_migrations
 from collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
-from collector.self_metrics import BATCHES_WRITTEN, ROWS_WRITTEN
+from collector.self_metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROWS_WRITTEN
+
+log = logging.getLogger(__name__)
 
 
 class StoreError(RuntimeError):
@@ -40,20 +51,44 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         raise StoreError(f"batch does not match the sample schema: {exc}") from exc
 
 
+def default_threads() -> int:
+    """All cores but one: the writing process's own threads (HTTP, the ingest writer) need a core too.
+
+    DuckDB's default, every core, oversubscribes a small machine: on two cores ingest ran ~20%
+    slower with DuckDB on both than on one (benchmarks/ingest.py).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
+
+
+WAL_CAP = "256MB"  # DuckDB still checkpoints inside a commit past this: a sustained burst cannot grow the WAL forever
+IDLE_CHECKPOINT_BYTES = 16 * 1024 * 1024  # DuckDB's own default threshold, applied when a writer is idle
+
+
 class Store:
-    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False, threads: int | None = None) -> None:
+        """`threads`: DuckDB worker threads; by default all cores but one for a writer, DuckDB's own for a reader."""
         self.path = str(path)
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._con = duckdb.connect(self.path, read_only=read_only)
+            settings: dict[str, str | int] = {} if read_only else {"checkpoint_threshold": WAL_CAP,
+                                                                   "threads": threads or default_threads()}
+            if read_only and threads:
+                settings["threads"] = threads
+            self._con = duckdb.connect(self.path, read_only=read_only, config=settings)
         except duckdb.IOException as exc:
             raise StoreError(f"cannot open {self.path}: {exc} (is another gpuledger server writing to it?)") from exc
         self._write_lock = threading.Lock()
+        self._latest: dict[str, datetime] | None = None  # newest sample per node, loaded on first use
         if not read_only:
             with self._write_lock:
-                for statement in DDL:
+                tables = {row[0] for row in self._con.execute(
+                    "SELECT table_name FROM information_schema.tables").fetchall()}
+                self._con.execute("BEGIN TRANSACTION")
+                for statement in table_migrations(tables) + DDL:
                     self._con.execute(statement)
+                self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
                     "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}
                 for statement in column_migrations(columns):
@@ -99,8 +134,58 @@ class Store:
             finally:
                 cur.close()
 
+    def wal_bytes(self) -> int:
+        try:
+            return os.path.getsize(self.path + ".wal")
+        except OSError:
+            return 0
+
+    def checkpoint_if_due(self, min_wal_bytes: int = IDLE_CHECKPOINT_BYTES) -> bool:
+        """Fold the WAL into the file when it has grown; skipped (False) while any other transaction runs."""
+        if self.wal_bytes() < min_wal_bytes:
+            return False
+        with self._write_lock:
+            cur = self._con.cursor()
+            try:
+                started = time.perf_counter()
+                cur.execute("CHECKPOINT")
+                CHECKPOINT_SECONDS.observe(time.perf_counter() - started)
+                return True
+            except duckdb.Error as exc:  # a reader's open transaction: try again at the next idle moment
+                log.debug("checkpoint deferred: %s", exc)
+                return False
+            finally:
+                cur.close()
+
+    def latest_sample_ts(self, cur: duckdb.DuckDBPyConnection | None = None) -> dict[str, datetime]:
+        """The newest stored sample instant per node, so ingest need only look for duplicates at or before it.
+
+        Every path that stores samples raises these marks (note_latest), so a mark is never behind the table.
+        """
+        if self._latest is None:
+            reader = cur or self._con.cursor()
+            try:
+                rows = reader.execute("SELECT node, max(ts) FROM samples GROUP BY node").fetchall()
+            finally:
+                if cur is None:
+                    reader.close()
+            self._latest = {node: ts for node, ts in rows if node is not None}
+        return self._latest
+
+    def note_latest(self, table: pa.Table, cur: duckdb.DuckDBPyConnection | None = None) -> None:
+        if table.num_rows == 0:
+            return
+        latest = self.latest_sample_ts(cur)
+        newest = table.select(["node", "ts"]).group_by("node", use_threads=False).aggregate([("ts", "max")])
+        for node, ts in zip(newest["node"].to_pylist(), newest["ts_max"].to_pylist()):
+            if node is not None and ts is not None and (node not in latest or ts > latest[node]):
+                latest[node] = ts
+
     def append_samples(self, table: pa.Table) -> int:
-        rows = self._insert("samples", conform(table, SAMPLE_SCHEMA))
+        table = conform(table, SAMPLE_SCHEMA)
+        with self._write_lock:
+            self.note_latest(table)
+        rows = self._insert("samples", table)
         if rows:
             BATCHES_WRITTEN.inc()
             ROWS_WRITTEN.inc(rows)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import http.client
 import json
 import os
 import shutil
@@ -124,22 +125,31 @@ def push_all(url: str, batches: list[tuple[str, int, pa.Table]], interval_s: flo
                 [t.append_column("_seq", pa.array([q] * t.num_rows, pa.int64())) for q, t in chunk])))
             for chunk in chunks]
 
+    host, port = url.removeprefix("http://").split(":")
+
     def sender(node: str) -> int:
-        session, stored = requests.Session(), 0
+        # http.client, not requests: the load generator shares this machine's cores with the server,
+        # so it should spend as little of them as it can (the real agent's CPU is measured below)
+        connection, stored = http.client.HTTPConnection(host, int(port), timeout=120), 0
         for first, count, body in requests_by_node[node]:
-            response = session.post(url + "/v1/ingest", data=body, timeout=120, headers={
+            connection.request("POST", "/v1/ingest", body=body, headers={
                 "Authorization": f"Bearer {TOKEN}", "Content-Type": CONTENT_TYPE, "X-Gpuledger-Node": node,
                 "X-Gpuledger-Stream": stream, "X-Gpuledger-Seq": str(first), "X-Gpuledger-Batches": str(count),
                 "X-Gpuledger-Interval": str(interval_s)})
-            response.raise_for_status()
-            answer = response.json()
+            response = connection.getresponse()
+            data = response.read()
+            if response.status != 200:
+                raise SystemExit(f"server answered {response.status}: {data[:300]!r}")
+            answer = json.loads(data)
             stored += sum(b["rows"] for b in answer["batches"]) if "batches" in answer else answer["rows"]
+        connection.close()
         return stored
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(len(requests_by_node)) as pool:
         stored = sum(pool.map(sender, requests_by_node))
     elapsed = time.perf_counter() - start
+    print(f"  [client cpu in window {time.process_time() - cpu:.2f}s, wall {elapsed:.2f}s]")
     expected = sum(t.num_rows for _, _, t in batches)
     if stored != expected:
         raise SystemExit(f"stored {stored} rows, expected {expected}")

@@ -29,6 +29,9 @@ BATCHES_WRITTEN = Counter(
     "gpuledger_ingest_batches", "Sample batches appended to the store", registry=REGISTRY
 )
 ROWS_WRITTEN = Counter("gpuledger_ingest_rows", "Sample rows appended to the store", registry=REGISTRY)
+CHECKPOINT_SECONDS = Histogram("gpuledger_store_checkpoint_seconds",
+                               "Time to fold the DuckDB write-ahead log into the file, done when writers are idle",
+                               registry=REGISTRY)
 
 
 # --- agent: the path from a node to the central server -------------------------------------

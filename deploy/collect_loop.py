@@ -34,6 +34,7 @@ class CollectLoop(threading.Thread):
         if processes is not None and processes.num_rows:
             self.store.append_processes(processes)
         self.batches += 1
+        self.store.checkpoint_if_due()  # between batches, never inside an append
         if self.after_batch:
             self.after_batch()
         return rows

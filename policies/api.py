@@ -5,19 +5,20 @@ other reader go through these read-only endpoints rather than opening the file.
 """
 from __future__ import annotations
 
+import asyncio
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
 from fastapi import FastAPI, Header, HTTPException, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from prometheus_client import generate_latest
 
 from analytics.config import Config
 from analytics.cost import cost_by_team, cost_by_team_and_model
 from analytics.fairshare import fairshare_history
-from analytics.ingest import IngestWriter, InvalidBatch, split_batches
+from analytics.ingest import IngestWriter, InvalidBatch
 from analytics.store import Store
 from analytics.usage import cluster_utilization, team_usage, team_usage_series
 from analytics.waste import idle_runs, oversized_jobs, waste_by_team
@@ -80,7 +81,7 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
         x_gpuledger_seq: int = Header(..., ge=0),
         x_gpuledger_interval: float = Header(..., gt=0, le=86400),
         x_gpuledger_batches: int = Header(1, ge=1, le=10_000),
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         """Store agent batches (Arrow IPC stream) exactly once; resending an acknowledged batch is harmless.
 
         One batch per request, or `X-Gpuledger-Batches: N` consecutive batches from `X-Gpuledger-Seq` with each
@@ -95,17 +96,17 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
         if len(body) > MAX_BATCH_BYTES:
             raise HTTPException(status_code=413, detail=f"batch over {MAX_BATCH_BYTES} bytes")
         try:
-            batches = split_batches(decode(body), x_gpuledger_seq, x_gpuledger_batches)
-            results = await run_in_threadpool(ingest.submit_many, x_gpuledger_node, x_gpuledger_stream, batches,
-                                              x_gpuledger_interval)
+            pending = ingest.enqueue(x_gpuledger_node, x_gpuledger_stream, x_gpuledger_seq, x_gpuledger_batches,
+                                     x_gpuledger_interval, decode(body))
         except (WireError, InvalidBatch) as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
+        results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
         answers = [{"seq": seq, "status": r.status, "rows": r.rows, "rejected": r.rejected,
-                    "nulled_values": r.nulled_values} for (seq, _), r in zip(batches, results)]
+                    "nulled_values": r.nulled_values} for seq, r in enumerate(results, start=x_gpuledger_seq)]
         if x_gpuledger_batches == 1:
             answers[0].pop("seq")
-            return answers[0]
-        return {"batches": answers}
+            return JSONResponse(answers[0])
+        return JSONResponse({"batches": answers})
 
     @app.get("/v1/nodes", tags=["ops"])
     def nodes() -> list[dict[str, Any]]:

@@ -39,7 +39,8 @@ def assert_store_matches(server: Server, agent: AgentProc, replay_start: float, 
     assert got_rows == rows == len(steps) * 8
     assert distinct == got_rows, "duplicate samples stored"
     assert got_util == pytest.approx(util, rel=1e-9)
-    (batches,) = server.query(f"SELECT count(*) FROM ingest_batches WHERE node = '{agent.node}'")[0]
+    (batches,) = server.query(
+        f"SELECT sum(last_seq - first_seq + 1) FROM ingest_runs WHERE node = '{agent.node}'")[0]
     assert batches == len(steps)
 
 

@@ -221,3 +221,48 @@ def test_a_backlog_travels_in_one_request_with_a_result_per_batch(central):
     assert store.sample_count() == 24
     headers["X-Gpuledger-Batches"] = "2"  # body holds seq 7, outside 5..6
     assert requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).status_code == 422
+
+
+def test_samples_stored_by_another_path_or_before_a_restart_are_still_refused(tmp_path):
+    """The duplicate check only searches rows no newer than a node's newest stored sample; that mark
+    must cover samples the local collector stored and samples stored before the server restarted."""
+    sim = cluster_of(1)
+    old, new = (sim.frame([NOW.timestamp() - 60 + 10 * k], 10.0) for k in range(2))
+    with Store(tmp_path / "c.duckdb") as store:
+        store.append_samples(old)  # e.g. `gpuledger serve --source nvml` on the same node
+        server = ApiServer(store, Config(), port=0, token=TOKEN)
+        url = server.start()
+        try:
+            assert post(url, old, seq=0).json()["rejected"] == {"duplicate_sample": 8}
+            assert post(url, new, seq=1).json()["rows"] == 8
+        finally:
+            server.stop()
+    with Store(tmp_path / "c.duckdb") as store:  # restarted: marks and batch ids come back from the file
+        server = ApiServer(store, Config(), port=0, token=TOKEN)
+        url = server.start()
+        try:
+            assert post(url, new, seq=1).json()["status"] == "duplicate"
+            both = post(url, pa.concat_tables([old, new, sim.frame([NOW.timestamp() - 40], 10.0)]), seq=2).json()
+            assert both["rows"] == 8 and both["rejected"] == {"duplicate_sample": 16}
+            assert store.sample_count() == 24
+        finally:
+            server.stop()
+
+
+def test_the_wal_is_folded_into_the_file_once_ingest_goes_quiet(tmp_path):
+    """No checkpoint inside the commit that crosses DuckDB's 16 MB default; one after a quiet moment."""
+    from analytics.ingest import IngestWriter
+    sim = cluster_of(64)
+    frames = [sim.frame([NOW.timestamp() - 3000 + 10 * k], 10.0) for k in range(120)]
+    body = pa.concat_tables([f.append_column("_seq", pa.array([k] * f.num_rows, pa.int64()))
+                             for k, f in enumerate(frames)])
+    with Store(tmp_path / "c.duckdb") as store:
+        writer = IngestWriter(store, idle_checkpoint_s=2.0)
+        try:
+            results = writer.submit("big", "s1", 0, 120, 10.0, body)
+            assert sum(r.rows for r in results) == body.num_rows == 61_440
+            assert store.wal_bytes() > 16 * 1024 * 1024
+            wait_until(lambda: store.wal_bytes() == 0, 30, "the idle checkpoint")
+        finally:
+            writer.stop()
+        assert store.sample_count() == 61_440
