@@ -139,7 +139,7 @@ def first_of_each_key(table: pa.Table) -> pa.Table:
     firsts = numbered.group_by(KEY, use_threads=False).aggregate([("_row", "min")])["_row_min"]
     if len(firsts) == table.num_rows:
         return table  # no key repeats within the group: the usual case, and no reordering needed
-    return table.take(pc.sort_indices(firsts))
+    return table.take(pa.array(np.sort(_flat(firsts).to_numpy())))  # first rows, in their original order
 
 
 def screen_group(requests: list[IngestRequest], now: datetime, max_future: timedelta,

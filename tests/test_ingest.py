@@ -266,3 +266,48 @@ def test_the_wal_is_folded_into_the_file_once_ingest_goes_quiet(tmp_path):
         finally:
             writer.stop()
         assert store.sample_count() == 61_440
+
+
+def backlog_body(tables: list[pa.Table], first_seq: int) -> pa.Table:
+    return pa.concat_tables([t.append_column("_seq", pa.array([first_seq + k] * t.num_rows, pa.int64()))
+                             for k, t in enumerate(tables)])
+
+
+def test_a_big_backlog_body_is_checked_like_small_ones(central):
+    """Bodies of 256+ rows are screened on arrival rather than by the writer; the answers must not differ."""
+    url, store = central
+    sim = cluster_of(1)
+    tables = [sim.frame([NOW.timestamp() - 3000 + 10 * k], 10.0) for k in range(40)]
+    rows = tables[3].to_pylist()
+    rows[0]["ts"] = NOW + timedelta(days=1)
+    rows[1]["util_pct"] = math.nan
+    tables[3] = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+    tables[5] = pa.concat_tables([tables[5], tables[5].slice(0, 2)])  # two samples sent twice
+    body = backlog_body(tables, 100)
+    assert body.num_rows >= 256
+    headers = {"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "node-0000",
+               "X-Gpuledger-Stream": "big", "X-Gpuledger-Seq": "100", "X-Gpuledger-Batches": "40",
+               "X-Gpuledger-Interval": "10"}
+    answer = requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json()["batches"]
+    assert [b["seq"] for b in answer] == list(range(100, 140))
+    assert answer[3]["rows"] == 7 and answer[3]["rejected"] == {"future_ts": 1} and answer[3]["nulled_values"] == 1
+    assert answer[5]["rows"] == 8 and answer[5]["rejected"] == {"duplicate_sample": 2}
+    assert all(b["rows"] == 8 and not b["rejected"] for k, b in enumerate(answer) if k not in (3, 5))
+    assert store.sample_count() == 319
+
+
+def test_two_requests_of_one_node_in_a_group_keep_the_earlier_copy_of_a_sample():
+    from analytics.ingest_screen import IngestRequest, prepare, screen_group
+    sim = cluster_of(1)
+    tables = [sim.frame([NOW.timestamp() - 3000 + 10 * k], 10.0) for k in range(40)]
+    first = prepare(backlog_body(tables[:35], 0), "node-0000", 0, 35)
+    again = prepare(backlog_body(tables[30:], 0), "node-0000", 0, 10)  # its batches 0..4 repeat 30..34
+    other = prepare(tables[0], "node-0001", 0, 1)
+    requests_ = [IngestRequest(node, "s", 0, count, 10.0, table) for node, table, count in (
+        ("node-0000", first, 35), ("node-0000", again, 10), ("node-0001", other, 1))]
+    group = screen_group(requests_, NOW, timedelta(minutes=5), timedelta(days=30))
+    assert group.count == 46 and group.base == [0, 35, 45]
+    kept = {v["values"]: v["counts"] for v in pa.compute.value_counts(group.rows["_batch"]).to_pylist()}
+    assert all(kept[b] == 8 for b in range(35)) and all(b not in kept for b in range(35, 40))
+    assert all(kept[b] == 8 for b in range(40, 46))
+    assert group.received.tolist() == [8] * 46
