@@ -17,8 +17,8 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import duckdb
