@@ -23,6 +23,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +52,7 @@ from collector.self_metrics import (
     ROWS_WRITTEN,
 )
 
-__all__ = ["IngestResult", "IngestWriter", "InvalidBatch"]
+__all__ = ["IngestResult", "IngestWriter", "InvalidBatch", "RequestResult"]
 log = logging.getLogger(__name__)
 RUNS_SCHEMA = pa.schema([("node", pa.string()), ("stream", pa.string()), ("first_seq", pa.int64()),
                          ("last_seq", pa.int64()), ("rows", pa.int64()), ("rejected", pa.int64())])
@@ -63,6 +64,35 @@ class IngestResult:
     rows: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     nulled_values: int = 0
+
+
+@dataclass
+class RequestResult:
+    """What became of each batch of one request, kept as lists: a backlog request holds hundreds of batches,
+    and an object per batch was a tenth of the writer's time. Iterating gives an IngestResult per batch."""
+    first_seq: int
+    fresh: list[bool]  # False: already stored, acknowledged as a duplicate
+    rows: list[int]  # rows stored
+    nulled: list[int]  # NaN/Inf values stored as NULL
+    rejected: dict[int, dict[str, int]]  # refused rows by reason, by position, for the batches that had any
+
+    def __len__(self) -> int:
+        return len(self.fresh)
+
+    def __getitem__(self, i: int) -> IngestResult:
+        if not self.fresh[i]:
+            return IngestResult("duplicate")
+        return IngestResult("stored", self.rows[i], self.rejected.get(i, {}), self.nulled[i])
+
+    def __iter__(self) -> Iterator[IngestResult]:
+        return (self[i] for i in range(len(self)))
+
+    def answers(self) -> list[dict[str, Any]]:
+        """One JSON object per batch, as the agent reads them."""
+        return [{"seq": self.first_seq + i, "status": "stored" if fresh else "duplicate",
+                 "rows": rows if fresh else 0, "rejected": self.rejected.get(i, {}) if fresh else {},
+                 "nulled_values": nulled if fresh else 0}
+                for i, (fresh, rows, nulled) in enumerate(zip(self.fresh, self.rows, self.nulled))]
 
 
 def use_cross_thread_allocator() -> None:
@@ -102,7 +132,7 @@ class IngestWriter:
 
     def enqueue(self, node: str, stream: str, first_seq: int, count: int, interval_s: float,
                 table: pa.Table) -> Future:
-        """Queue one request body of `count` consecutive batches; the future gives a result per batch, in order.
+        """Queue one request body of `count` consecutive batches; the future gives its RequestResult.
 
         Raises InvalidBatch at once (before queueing) when the body cannot be stored at all.
         """
@@ -111,7 +141,7 @@ class IngestWriter:
         return request.future
 
     def submit(self, node: str, stream: str, first_seq: int, count: int, interval_s: float, table: pa.Table,
-               timeout_s: float = 120.0) -> list[IngestResult]:
+               timeout_s: float = 120.0) -> RequestResult:
         return self.enqueue(node, stream, first_seq, count, interval_s, table).result(timeout=timeout_s)
 
     def stop(self) -> None:
@@ -178,7 +208,7 @@ class IngestWriter:
             fresh.add_ids(request.key, (s for s in range(request.first_seq, last + 1) if s not in known))
         return is_fresh, fresh
 
-    def _commit(self, group: ScreenedGroup) -> list[list[IngestResult]]:
+    def _commit(self, group: ScreenedGroup) -> list[RequestResult]:
         """Store a screened group in one transaction; a result per batch of each request."""
         started = time.perf_counter()
         is_fresh, fresh = self._fresh_batches(group)
@@ -286,33 +316,37 @@ class IngestWriter:
 
     @staticmethod
     def _results(group: ScreenedGroup, is_fresh: np.ndarray, stored: np.ndarray,
-                 rejected: dict[int, dict[str, int]]) -> list[list[IngestResult]]:
-        stored_list, nulled_list, fresh_list = stored.tolist(), group.nulled.tolist(), is_fresh.tolist()
-        return [[IngestResult("stored", stored_list[i], rejected.get(i, {}), nulled_list[i])
-                 if fresh_list[i] else IngestResult("duplicate") for i in range(b, b + request.count)]
-                for request, b in zip(group.requests, group.base)]
+                 rejected: dict[int, dict[str, int]]) -> list[RequestResult]:
+        fresh, rows, nulled = is_fresh.tolist(), stored.tolist(), group.nulled.tolist()
+        by_request: list[dict[int, dict[str, int]]] = [{} for _ in group.requests]
+        starts = np.array(group.base)
+        for batch, reasons in rejected.items():
+            r = int(np.searchsorted(starts, batch, side="right")) - 1
+            by_request[r][batch - group.base[r]] = reasons
+        return [RequestResult(request.first_seq, fresh[b:b + request.count], rows[b:b + request.count],
+                              nulled[b:b + request.count], refused)
+                for request, b, refused in zip(group.requests, group.base, by_request)]
 
-    def _account(self, group: ScreenedGroup, results: list[list[IngestResult]], seconds: float) -> None:
+    def _account(self, group: ScreenedGroup, results: list[RequestResult], seconds: float) -> None:
         INGEST_COMMIT_SECONDS.observe(seconds)
         stored = batches = 0
-        for item, answers in zip(group.requests, results):
-            fresh = [r for r in answers if r.status == "stored"]
-            if len(fresh) < len(answers):
-                INGEST_DUPLICATE_BATCHES.inc(len(answers) - len(fresh))
+        for item, result in zip(group.requests, results):
+            fresh = sum(result.fresh)
+            if fresh < len(result):
+                INGEST_DUPLICATE_BATCHES.inc(len(result) - fresh)
             if not fresh:
                 continue
-            batches += len(fresh)
+            batches += fresh
+            stored += sum(result.rows)
             NODE_LAST_SUCCESS.labels(node=item.node).set(group.now.timestamp())
-            for seq, result in enumerate(answers, start=item.first_seq):
-                stored += result.rows
-                if not (result.rejected or result.nulled_values):
-                    continue
-                for reason, count in result.rejected.items():
+            for i in sorted(set(result.rejected) | {i for i, n in enumerate(result.nulled) if n}):
+                one = result[i]
+                for reason, count in one.rejected.items():
                     INGEST_ROWS_REJECTED.labels(reason=reason).inc(count)
-                INGEST_VALUES_NULLED.inc(result.nulled_values)
+                INGEST_VALUES_NULLED.inc(one.nulled_values)
                 log.warning("batch %s/%s/%d: stored %d row(s), rejected %s, %d NaN/Inf value(s) stored as NULL",
-                            item.node, item.stream[:8], seq, result.rows, dict(result.rejected) or "none",
-                            result.nulled_values)
+                            item.node, item.stream[:8], item.first_seq + i, one.rows, dict(one.rejected) or "none",
+                            one.nulled_values)
         if stored:
             BATCHES_WRITTEN.inc(batches)
             ROWS_WRITTEN.inc(stored)

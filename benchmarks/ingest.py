@@ -4,13 +4,14 @@ Usage: python benchmarks/ingest.py [--nodes 128] [--intervals 360] [--repeats 3]
 
 1. Wire format: bytes and encode time per 8-GPU batch, Arrow IPC (lz4, ours; zstd) vs gzipped JSON lines.
 2. DuckDB's own Arrow insert of the same rows into the same table, in this process: one INSERT per
-   8-GPU batch, and one INSERT of everything (DuckDB's best case; run with DuckDB's default threads
-   and with one thread, and the faster of the two is the baseline).
+   8-GPU batch, and one INSERT of everything (DuckDB's best case; twice each with DuckDB's default
+   threads and with one thread, and the fastest of the four is the baseline).
 3. Throughput into a real `gpuledger serve` process on 127.0.0.1 (exactly-once ingest, group commit),
    one sender per node (--nodes of them), each with its own keep-alive connection:
    - backlog drain: each node has --intervals batches spooled (a server outage) and sends them the
-     way the agent does, up to 360 consecutive batches per request; --repeats times on fresh instants,
-     median reported, also counting the WAL checkpoint the server does once ingest goes quiet;
+     way the agent does, up to 360 consecutive batches per request; after one warm-up drain, --repeats
+     times on fresh instants, median reported, also counting the WAL checkpoint the server does once
+     ingest goes quiet;
    - steady state: each node POSTs its batches one at a time (8 rows per request).
    The senders use http.client with bodies encoded beforehand: they share this machine's cores with
    the server, so they spend as little CPU as they can; the agent's own cost is measured in 4.
@@ -90,13 +91,14 @@ def duckdb_baseline(batches: list[tuple[str, int, pa.Table]], workdir: Path) -> 
     everything = pa.concat_tables([t for _, _, t in batches]).combine_chunks()  # DuckDB's best case
     bulk = {}
     for label, config in (("default threads", {}), ("1 thread", {"threads": 1})):
-        path = workdir / f"baseline-{len(bulk)}.duckdb"
-        with duckdb.connect(str(path), config=config) as con:
-            con.execute(DDL[0])
-            con.register("b", everything)
-            start = time.perf_counter()
-            con.execute("INSERT INTO samples BY NAME SELECT * FROM b")
-            bulk[label] = rows / (time.perf_counter() - start)
+        for attempt in range(2):  # the faster of two, each into a fresh file: the stricter baseline
+            path = workdir / f"baseline-{len(bulk)}-{attempt}.duckdb"
+            with duckdb.connect(str(path), config=config) as con:
+                con.execute(DDL[0])
+                con.register("b", everything)
+                start = time.perf_counter()
+                con.execute("INSERT INTO samples BY NAME SELECT * FROM b")
+                bulk[label] = max(bulk.get(label, 0.0), rows / (time.perf_counter() - start))
     with duckdb.connect(str(workdir / "baseline-per-batch.duckdb")) as con:
         con.execute(DDL[0])
         sample = batches[:2000]  # one commit per batch is slow; its rate settles long before this
@@ -184,7 +186,7 @@ def drain_once(url: str, wal: Path, batches: list[tuple[str, int, pa.Table]], in
     does not fold stays for the next quiet moment); rows a drain commits in full DuckDB row groups go
     straight to the file and never reach the WAL.
     """
-    shifted = [(n, k, t.set_column(0, "ts", pc.add(t["ts"], pa.scalar(run + 1, pa.duration("us")))))
+    shifted = [(n, k, t.set_column(0, "ts", pc.add(t["ts"], pa.scalar(run + 2, pa.duration("us")))))
                for n, k, t in batches]
     before = checkpoint_seconds(url)
     seconds, load_cpu = push_all(url, shifted, interval_s, f"drain-{run}", per_request=MAX_BATCHES_PER_REQUEST)
@@ -241,6 +243,7 @@ def main() -> None:
         try:
             url = f"http://127.0.0.1:{port}"
             wal = workdir / "central.duckdb.wal"
+            drain_once(url, wal, batches, interval_s, -1)  # warm-up, not counted: first-use costs in the server
             drains = [drain_once(url, wal, batches, interval_s, run) for run in range(args.repeats)]
             steady_batches = [b for b in batches if b[1] < STEADY_INTERVALS]
             steady, _ = push_all(url, steady_batches, interval_s, "steady", per_request=1)

@@ -101,8 +101,7 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
         except (WireError, InvalidBatch) as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
         results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
-        answers = [{"seq": seq, "status": r.status, "rows": r.rows, "rejected": r.rejected,
-                    "nulled_values": r.nulled_values} for seq, r in enumerate(results, start=x_gpuledger_seq)]
+        answers = results.answers()
         if x_gpuledger_batches == 1:
             answers[0].pop("seq")
             return JSONResponse(answers[0])
