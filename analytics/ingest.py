@@ -5,7 +5,7 @@ transaction, so a batch the agent resends after a lost acknowledgement is recogn
 acknowledged again without being stored twice. Requests are queued and committed in groups
 (group commit): DuckDB pays its per-statement and per-commit cost once per group, not once
 per node or batch. The unit queued is the request, not the batch: an agent draining a
-backlog sends up to 64 batches in one body, and per-request work is done once per body.
+backlog sends up to 360 batches in one body, and per-request work is done once per body.
 
 One writer thread takes whatever requests queued up while it committed the last group,
 screens their rows (analytics/ingest_screen.py: checks that need nothing from the store),
@@ -30,27 +30,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analytics.batch_ids import BatchRuns, runs_of
-from analytics.ingest_screen import (
-    BATCH,
-    KEY,
-    IngestRequest,
-    InvalidBatch,
-    ScreenedGroup,
-    counts_per_batch,
-    prepare,
-    screen_group,
-)
+from analytics.ingest_screen import (BATCH, KEY, IngestRequest, InvalidBatch, ScreenedGroup, counts_per_batch,
+                                     prepare, screen_group)
 from analytics.store import Store
-from collector.self_metrics import (
-    BATCHES_WRITTEN,
-    INGEST_COMMIT_SECONDS,
-    INGEST_DUPLICATE_BATCHES,
-    INGEST_ROWS_PER_SECOND,
-    INGEST_ROWS_REJECTED,
-    INGEST_VALUES_NULLED,
-    NODE_LAST_SUCCESS,
-    ROWS_WRITTEN,
-)
+from collector.self_metrics import (BATCHES_WRITTEN, INGEST_COMMIT_SECONDS, INGEST_DUPLICATE_BATCHES,
+                                    INGEST_ROWS_PER_SECOND, INGEST_ROWS_REJECTED, INGEST_VALUES_NULLED,
+                                    NODE_LAST_SUCCESS, ROWS_WRITTEN)
 
 __all__ = ["IngestResult", "IngestWriter", "InvalidBatch", "RequestResult"]
 log = logging.getLogger(__name__)
@@ -158,8 +143,6 @@ class IngestWriter:
             if first is None:
                 return
             group = self._gather(first)
-            if group is None:
-                return
             try:
                 screened = screen_group(group, datetime.now(timezone.utc), self.max_future, self.max_age)
                 results = self._commit(screened)
@@ -171,7 +154,7 @@ class IngestWriter:
             for request, result in zip(group, results):
                 request.future.set_result(result)
 
-    def _gather(self, first: IngestRequest) -> list[IngestRequest] | None:
+    def _gather(self, first: IngestRequest) -> list[IngestRequest]:
         """A group: whatever queued up while the last group was committed; in a burst, up to a row group's worth.
 
         DuckDB writes a full row group (ROW_GROUP_ROWS) of a transaction straight to the file, so it
@@ -203,6 +186,9 @@ class IngestWriter:
             last = request.first_seq + request.count - 1
             known = set(self.stored_batches.known(request.key, request.first_seq, last))
             known.update(fresh.known(request.key, request.first_seq, last))
+            if not known:  # the usual case
+                fresh.add(request.key, request.first_seq, last)
+                continue
             for seq in known:
                 is_fresh[b + seq - request.first_seq] = False
             fresh.add_ids(request.key, (s for s in range(request.first_seq, last + 1) if s not in known))

@@ -14,14 +14,8 @@ import time
 import pyarrow as pa
 import requests
 
-from collector.self_metrics import (
-    AGENT_BATCHES_ACKED,
-    AGENT_BATCHES_SENT,
-    AGENT_LAST_ACK,
-    AGENT_REJECTED,
-    AGENT_RETRIES,
-    SCRAPE_ERRORS,
-)
+from collector.self_metrics import (AGENT_BATCHES_ACKED, AGENT_BATCHES_SENT, AGENT_LAST_ACK, AGENT_REJECTED,
+                                    AGENT_RETRIES, SCRAPE_ERRORS)
 from collector.source import Source, SourceError
 from collector.spool import Spool, SpooledBatch
 from collector.wire import CONTENT_TYPE, WireError, decode, encode
