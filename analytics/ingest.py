@@ -96,21 +96,24 @@ def use_cross_thread_allocator() -> None:
 
 ROW_GROUP_ROWS = 122_880  # DuckDB's row group
 BURST_ROWS = 8_192  # a group this big means agents are draining backlogs, not trickling
+BURST_TARGET_ROWS = ROW_GROUP_ROWS * 3 // 2 + 1  # leaves a partial row group of over half: two cannot merge
+MAX_GROUP_ROWS = 2 * ROW_GROUP_ROWS
 
 
 class IngestWriter:
     def __init__(self, store: Store, max_future_s: float = 300.0, max_age_days: float = 30.0,
-                 max_group_rows: int = 250_000, idle_checkpoint_s: float = 1.0, burst_linger_s: float = 0.1) -> None:
+                 idle_checkpoint_s: float = 1.0, burst_linger_s: float = 1.0, burst_gap_s: float = 0.05) -> None:
         self.store = store
         self.max_future = timedelta(seconds=max_future_s)
         self.max_age = timedelta(days=max_age_days)
-        self.max_group_rows = max_group_rows
         self.idle_checkpoint_s = idle_checkpoint_s
-        self.burst_linger_s = burst_linger_s
+        self.burst_linger_s = burst_linger_s  # the longest a burst's group is held open
+        self.burst_gap_s = burst_gap_s  # a burst is over when no request came for this long
         use_cross_thread_allocator()
         with store.transaction() as cur:
             self.stored_batches = BatchRuns.load(cur)
         self._queue: queue.Queue[IngestRequest | None] = queue.Queue()
+        self._carry: IngestRequest | None = None  # taken from the queue but left for the next group
         self._recent: deque[tuple[float, int]] = deque()
         self._thread = threading.Thread(target=self._run, name="ingest-writer", daemon=True)
         self._thread.start()
@@ -135,11 +138,14 @@ class IngestWriter:
 
     def _run(self) -> None:
         while True:
-            try:
-                first = self._queue.get(timeout=self.idle_checkpoint_s)
-            except queue.Empty:  # idle: the moment to fold the WAL into the file, not in the middle of a burst
-                self.store.checkpoint_if_due()
-                continue
+            if self._carry is not None:
+                first, self._carry = self._carry, None
+            else:
+                try:
+                    first = self._queue.get(timeout=self.idle_checkpoint_s)
+                except queue.Empty:  # idle: the moment to fold the WAL into the file, not mid-burst
+                    self.store.checkpoint_if_due()
+                    continue
             if first is None:
                 return
             group = self._gather(first)
@@ -155,25 +161,37 @@ class IngestWriter:
                 request.future.set_result(result)
 
     def _gather(self, first: IngestRequest) -> list[IngestRequest]:
-        """A group: whatever queued up while the last group was committed; in a burst, up to a row group's worth.
+        """A group: whatever queued up while the last group was committed; in a burst, 1.5 to 2 row groups.
 
-        DuckDB writes a full row group (ROW_GROUP_ROWS) of a transaction straight to the file, so it
-        skips both the WAL and the later checkpoint; a trickle (steady state) is never held back.
+        A transaction of at least one DuckDB row group is written straight to the file, skipping the
+        WAL; a smaller one goes through the WAL and is folded in at the next checkpoint. Each commit
+        also leaves a partial row group, which DuckDB compacts with its neighbours at the checkpoint;
+        groups of over 1.5 row groups leave fewer, bigger partials. So while requests keep coming
+        (a burst: agents draining backlogs) the group is held open up to `burst_linger_s`; a trickle
+        (steady state) is never held back.
         """
         group, rows, deadline = [first], first.table.num_rows, None
-        while rows < self.max_group_rows:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                if rows < BURST_ROWS or rows >= ROW_GROUP_ROWS:
-                    break
-                deadline = deadline or time.monotonic() + self.burst_linger_s
+        while rows < BURST_TARGET_ROWS:
+            if self._carry is not None:
+                item, self._carry = self._carry, None
+            else:
                 try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    item = self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    if rows < BURST_ROWS:
+                        break
+                    # a burst: keep gathering while requests keep coming, for a bounded time
+                    deadline = deadline or time.monotonic() + self.burst_linger_s
+                    wait = min(self.burst_gap_s, deadline - time.monotonic())
+                    try:
+                        item = self._queue.get(timeout=max(0.0, wait))
+                    except queue.Empty:
+                        break
             if item is None:
                 self._queue.put(None)
+                break
+            if rows + item.table.num_rows > MAX_GROUP_ROWS:
+                self._carry = item  # first of the next group
                 break
             group.append(item)
             rows += item.table.num_rows

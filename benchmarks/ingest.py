@@ -255,9 +255,9 @@ def main() -> None:
         for label, rate in bulk.items():
             print(f"DuckDB Arrow insert, one INSERT for all, {label:15}: {rate:10,.0f} rows/s")
         drain_s = statistics.median(d[0] for d in drains)
-        with_checkpoint_s = statistics.median(d[0] + d[2] for d in drains)
+        with_checkpoint_s = sum(d[0] + d[2] for d in drains) / len(drains)  # checkpoints are rare: spread them
         results = [(f"backlog drain, <={MAX_BATCHES_PER_REQUEST} batches/request", rows / drain_s),
-                   ("  the same, with its WAL checkpoint", rows / with_checkpoint_s),
+                   ("  the same, checkpoints spread over drains", rows / with_checkpoint_s),
                    ("steady, 1 batch/request", sum(t.num_rows for _, _, t in steady_batches) / steady)]
         for label, rate in results:
             print(f"gpuledger agents -> HTTP -> DuckDB, {label:36}: {rate:10,.0f} rows/s "
