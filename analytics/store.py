@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analytics.schema import DDL, SCHEMA_VERSION, column_migrations, table_migrations
+from analytics.windows import utc_now
 from collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
 from collector.self_metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROWS_WRITTEN
 
@@ -63,6 +64,8 @@ def default_threads() -> int:
 
 WAL_CAP = "256MB"  # DuckDB still checkpoints inside a commit past this: a sustained burst cannot grow the WAL forever
 IDLE_CHECKPOINT_BYTES = 16 * 1024 * 1024  # DuckDB's own default threshold, applied when a writer is idle
+COMPACT_EVERY_S = 24 * 3600  # row-group compaction (DuckDB's vacuum), at most this often and only when idle
+VACUUM_TASKS = 100  # DuckDB's default max_vacuum_tasks, used for the compacting checkpoint
 
 
 class Store:
@@ -72,8 +75,8 @@ class Store:
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
-            settings: dict[str, str | int] = {} if read_only else {"checkpoint_threshold": WAL_CAP,
-                                                                   "threads": threads or default_threads()}
+            settings: dict[str, str | int] = {} if read_only else {
+                "checkpoint_threshold": WAL_CAP, "threads": threads or default_threads(), "max_vacuum_tasks": 0}
             if read_only and threads:
                 settings["threads"] = threads
             self._con = duckdb.connect(self.path, read_only=read_only, config=settings)
@@ -81,6 +84,7 @@ class Store:
             raise StoreError(f"cannot open {self.path}: {exc} (is another gpuledger server writing to it?)") from exc
         self._write_lock = threading.Lock()
         self._latest: dict[str, datetime] | None = None  # newest sample per node, loaded on first use
+        self._compacted_at = time.monotonic()
         if not read_only:
             with self._write_lock:
                 tables = {row[0] for row in self._con.execute(
@@ -141,15 +145,32 @@ class Store:
             return 0
 
     def checkpoint_if_due(self, min_wal_bytes: int = IDLE_CHECKPOINT_BYTES) -> bool:
-        """Fold the WAL into the file when it has grown; skipped (False) while any other transaction runs."""
-        if self.wal_bytes() < min_wal_bytes:
+        """Fold the WAL into the file when it has grown; skipped (False) while any other transaction runs.
+
+        Once a day the checkpoint also compacts row groups. Every group commit leaves a partial row
+        group, and DuckDB's vacuum merges neighbours at each checkpoint; after an hour-long backlog
+        drain that took ~4 s (rewriting a million rows), stalling ingest at what should be a quiet
+        moment. Samples are append-only, so nothing is lost by merging them once a day instead.
+        """
+        compact = time.monotonic() - self._compacted_at >= COMPACT_EVERY_S
+        if self.wal_bytes() < min_wal_bytes and not compact:
             return False
         with self._write_lock:
             cur = self._con.cursor()
             try:
                 started = time.perf_counter()
-                cur.execute("CHECKPOINT")
-                CHECKPOINT_SECONDS.observe(time.perf_counter() - started)
+                if compact:
+                    cur.execute(f"SET max_vacuum_tasks = {VACUUM_TASKS}")
+                    cur.execute("INSERT OR REPLACE INTO meta VALUES ('compacted_at', ?)", [str(utc_now())])
+                try:
+                    cur.execute("CHECKPOINT")
+                finally:
+                    if compact:
+                        cur.execute("SET max_vacuum_tasks = 0")
+                if compact:
+                    self._compacted_at = time.monotonic()
+                CHECKPOINT_SECONDS.labels(kind="compact" if compact else "wal").observe(
+                    time.perf_counter() - started)
                 return True
             except duckdb.Error as exc:  # a reader's open transaction: try again at the next idle moment
                 log.debug("checkpoint deferred: %s", exc)

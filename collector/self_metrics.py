@@ -30,8 +30,8 @@ BATCHES_WRITTEN = Counter(
 )
 ROWS_WRITTEN = Counter("gpuledger_ingest_rows", "Sample rows appended to the store", registry=REGISTRY)
 CHECKPOINT_SECONDS = Histogram("gpuledger_store_checkpoint_seconds",
-                               "Time to fold the DuckDB write-ahead log into the file, done when writers are idle",
-                               registry=REGISTRY)
+                               "DuckDB checkpoints done when writers are idle: folding the WAL, or (daily) also "
+                               "compacting row groups", ["kind"], registry=REGISTRY)
 
 
 # --- agent: the path from a node to the central server -------------------------------------

@@ -56,3 +56,26 @@ def test_upserts_replace_by_key(store):
     assert got.values.tolist() == [["a", 5.0, 3], ["b", 2.0, 2]]
     store.set_rates({"H100": 9.99})
     assert store.scalar("SELECT usd_per_gpu_hour FROM rate_card WHERE gpu_model = 'H100'") == 9.99
+
+
+def test_idle_checkpoints_leave_row_groups_alone_until_the_daily_compaction(tmp_path):
+    """Each group commit leaves a partial row group; merging them costs seconds, so only a daily checkpoint does."""
+    import pyarrow as pa
+
+    from collector.simulator import cluster_of
+    sim = cluster_of(128)
+    frames = [sim.frame([1.7e9 + 10 * k], 10.0) for k in range(6 * 127)]
+    with Store(tmp_path / "s.duckdb") as s:
+        for part in range(6):  # six commits of 130k rows: each a full row group (to the file) and a sliver
+            s.append_samples(pa.concat_tables(frames[127 * part:127 * (part + 1)]))
+
+        def row_groups() -> int:
+            return s.scalar("SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('samples')")
+        fragmented = row_groups()
+        assert fragmented == 12
+        assert s.checkpoint_if_due(min_wal_bytes=0)
+        assert row_groups() == fragmented  # DuckDB's own default would merge slivers here
+        s._compacted_at -= 24 * 3600  # a day later
+        assert s.checkpoint_if_due()
+        assert row_groups() < fragmented
+        assert s.sample_count() == 6 * 127 * 1024
