@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
@@ -74,10 +74,7 @@ class RequestResult:
 
     def answers(self) -> list[dict[str, Any]]:
         """One JSON object per batch, as the agent reads them."""
-        return [{"seq": self.first_seq + i, "status": "stored" if fresh else "duplicate",
-                 "rows": rows if fresh else 0, "rejected": self.rejected.get(i, {}) if fresh else {},
-                 "nulled_values": nulled if fresh else 0}
-                for i, (fresh, rows, nulled) in enumerate(zip(self.fresh, self.rows, self.nulled))]
+        return [{"seq": self.first_seq + i, **asdict(result)} for i, result in enumerate(self)]
 
 
 def use_cross_thread_allocator() -> None:

@@ -68,6 +68,14 @@ COMPACT_EVERY_S = 24 * 3600  # row-group compaction (DuckDB's vacuum), at most t
 VACUUM_TASKS = 100  # DuckDB's default max_vacuum_tasks, used for the compacting checkpoint
 
 
+def wal_bytes(db_path: str | Path) -> int:
+    """Size of a DuckDB file's write-ahead log (0 when there is none); readable while another process writes."""
+    try:
+        return os.path.getsize(f"{db_path}.wal")
+    except OSError:
+        return 0
+
+
 class Store:
     def __init__(self, path: str | Path, read_only: bool = False, threads: int | None = None) -> None:
         """`threads`: DuckDB worker threads; by default all cores but one for a writer, DuckDB's own for a reader."""
@@ -75,9 +83,10 @@ class Store:
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
-            settings: dict[str, str | int] = {} if read_only else {
-                "checkpoint_threshold": WAL_CAP, "threads": threads or default_threads(), "max_vacuum_tasks": 0}
-            if read_only and threads:
+            settings: dict[str, str | int] = {} if read_only else {"checkpoint_threshold": WAL_CAP,
+                                                                   "max_vacuum_tasks": 0}
+            threads = threads or (None if read_only else default_threads())
+            if threads:
                 settings["threads"] = threads
             self._con = duckdb.connect(self.path, read_only=read_only, config=settings)
         except duckdb.IOException as exc:
@@ -139,10 +148,7 @@ class Store:
                 cur.close()
 
     def wal_bytes(self) -> int:
-        try:
-            return os.path.getsize(self.path + ".wal")
-        except OSError:
-            return 0
+        return wal_bytes(self.path)
 
     def checkpoint_if_due(self, min_wal_bytes: int = IDLE_CHECKPOINT_BYTES) -> bool:
         """Fold the WAL into the file when it has grown; skipped (False) while any other transaction runs.

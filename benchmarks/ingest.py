@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import requests
 
 from analytics.schema import DDL
-from analytics.store import IDLE_CHECKPOINT_BYTES
+from analytics.store import IDLE_CHECKPOINT_BYTES, wal_bytes
 from collector.simulator import SimulatorSource, cluster_of
 from collector.spool import Spool
 from collector.wire import CONTENT_TYPE, encode
@@ -178,7 +178,7 @@ def checkpoint_seconds(url: str) -> tuple[int, float]:
     return int(sum(float(c) for c in counts)), sum(float(t) for t in totals)
 
 
-def drain_once(url: str, wal: Path, batches: list[tuple[str, int, pa.Table]], interval_s: float, run: int
+def drain_once(url: str, db: Path, batches: list[tuple[str, int, pa.Table]], interval_s: float, run: int
                ) -> tuple[float, float, float, int]:
     """One backlog drain on instants not stored yet: (seconds, load generator CPU s, checkpoint s, WAL bytes left).
 
@@ -191,16 +191,10 @@ def drain_once(url: str, wal: Path, batches: list[tuple[str, int, pa.Table]], in
     before = checkpoint_seconds(url)
     seconds, load_cpu = push_all(url, shifted, interval_s, f"drain-{run}", per_request=MAX_BATCHES_PER_REQUEST)
     deadline = time.monotonic() + 30
-    while wal_bytes(wal) >= IDLE_CHECKPOINT_BYTES and time.monotonic() < deadline:
+    while wal_bytes(db) >= IDLE_CHECKPOINT_BYTES and time.monotonic() < deadline:
         time.sleep(0.2)
-    return seconds, load_cpu, checkpoint_seconds(url)[1] - before[1], wal_bytes(wal)
+    return seconds, load_cpu, checkpoint_seconds(url)[1] - before[1], wal_bytes(db)
 
-
-def wal_bytes(wal: Path) -> int:
-    try:
-        return wal.stat().st_size
-    except OSError:
-        return 0
 
 
 def agent_cpu(url: str, workdir: Path, cycles: int, interval_s: float) -> tuple[float, float]:
@@ -242,9 +236,9 @@ def main() -> None:
         server = start_server(workdir, port)
         try:
             url = f"http://127.0.0.1:{port}"
-            wal = workdir / "central.duckdb.wal"
-            drain_once(url, wal, batches, interval_s, -1)  # warm-up, not counted: first-use costs in the server
-            drains = [drain_once(url, wal, batches, interval_s, run) for run in range(args.repeats)]
+            db = workdir / "central.duckdb"
+            drain_once(url, db, batches, interval_s, -1)  # warm-up, not counted: first-use costs in the server
+            drains = [drain_once(url, db, batches, interval_s, run) for run in range(args.repeats)]
             steady_batches = [b for b in batches if b[1] < STEADY_INTERVALS]
             steady, _ = push_all(url, steady_batches, interval_s, "steady", per_request=1)
             cycle, shipping = agent_cpu(url, workdir, args.agent_cycles, interval_s)
