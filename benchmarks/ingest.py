@@ -53,9 +53,9 @@ STEADY_INTERVALS = 30  # the steady-state run sends the first 30 intervals: 8 ro
 GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
 
 
-def per_node_batches(nodes: int, intervals: int, interval_s: float) -> list[tuple[str, int, pa.Table]]:
+def per_node_batches(nodes: int, intervals: int, interval_s: float, end: float) -> list[tuple[str, int, pa.Table]]:
+    """Each node's 8-GPU batches for `intervals` intervals up to `end` (epoch seconds)."""
     sim = cluster_of(nodes)
-    end = time.time() - 120
     out = []
     for k in range(intervals):
         frame = sim.frame([end - (intervals - k) * interval_s], interval_s)
@@ -156,7 +156,7 @@ def push_all(url: str, batches: list[tuple[str, int, pa.Table]], interval_s: flo
             if response.status != 200:
                 raise SystemExit(f"server answered {response.status}: {data[:300]!r}")
             answer = json.loads(data)
-            stored += sum(b["rows"] for b in answer["batches"]) if "batches" in answer else answer["rows"]
+            stored += sum(answer["rows"]) if "batches" in answer else answer["rows"]
         connection.close()
         return stored
 
@@ -178,18 +178,22 @@ def checkpoint_seconds(url: str) -> tuple[int, float]:
     return int(sum(float(c) for c in counts)), sum(float(t) for t in totals)
 
 
-def drain_once(url: str, db: Path, batches: list[tuple[str, int, pa.Table]], interval_s: float, run: int
+def later(batches: list[tuple[str, int, pa.Table]], seconds: float) -> list[tuple[str, int, pa.Table]]:
+    """The same batches, `seconds` later."""
+    shift = pa.scalar(round(seconds * 1e6), pa.duration("us"))
+    return [(n, k, t.set_column(0, "ts", pc.add(t["ts"], shift))) for n, k, t in batches]
+
+
+def drain_once(url: str, db: Path, batches: list[tuple[str, int, pa.Table]], interval_s: float, run: str
                ) -> tuple[float, float, float, int]:
-    """One backlog drain on instants not stored yet: (seconds, load generator CPU s, checkpoint s, WAL bytes left).
+    """One backlog drain: (seconds, load generator CPU s, checkpoint s, WAL bytes left).
 
     The server folds its WAL into the file once ingest is quiet and the WAL has passed 16 MB (what it
     does not fold stays for the next quiet moment); rows a drain commits in full DuckDB row groups go
     straight to the file and never reach the WAL.
     """
-    shifted = [(n, k, t.set_column(0, "ts", pc.add(t["ts"], pa.scalar(run + 2, pa.duration("us")))))
-               for n, k, t in batches]
     before = checkpoint_seconds(url)
-    seconds, load_cpu = push_all(url, shifted, interval_s, f"drain-{run}", per_request=MAX_BATCHES_PER_REQUEST)
+    seconds, load_cpu = push_all(url, batches, interval_s, f"drain-{run}", per_request=MAX_BATCHES_PER_REQUEST)
     deadline = time.monotonic() + 30
     while wal_bytes(db) >= IDLE_CHECKPOINT_BYTES and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -226,7 +230,10 @@ def main() -> None:
     interval_s = 10.0
     workdir = Path(tempfile.mkdtemp(prefix="gpuledger-bench-"))
     try:
-        batches = per_node_batches(args.nodes, args.intervals, interval_s)
+        # each drain (a warm-up, then --repeats) and then the steady run gets the hour after the one
+        # before, as after successive outages: agents send in time order, newer than what is stored
+        span = args.intervals * interval_s
+        batches = per_node_batches(args.nodes, args.intervals, interval_s, time.time() - 120 - (args.repeats + 1) * span)
         rows = sum(t.num_rows for _, _, t in batches)
         print(f"{args.nodes} nodes x 8 GPUs, {args.intervals} intervals: {len(batches):,} batches, {rows:,} rows")
         wire_formats(batches[0][2])
@@ -237,9 +244,10 @@ def main() -> None:
         try:
             url = f"http://127.0.0.1:{port}"
             db = workdir / "central.duckdb"
-            drain_once(url, db, batches, interval_s, -1)  # warm-up, not counted: first-use costs in the server
-            drains = [drain_once(url, db, batches, interval_s, run) for run in range(args.repeats)]
-            steady_batches = [b for b in batches if b[1] < STEADY_INTERVALS]
+            drain_once(url, db, batches, interval_s, "warm-up")  # not counted: first-use costs in the server
+            drains = [drain_once(url, db, later(batches, (run + 1) * span), interval_s, str(run))
+                      for run in range(args.repeats)]
+            steady_batches = [b for b in later(batches, (args.repeats + 1) * span) if b[1] < STEADY_INTERVALS]
             steady, _ = push_all(url, steady_batches, interval_s, "steady", per_request=1)
             cycle, shipping = agent_cpu(url, workdir, args.agent_cycles, interval_s)
         finally:

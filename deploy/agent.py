@@ -26,6 +26,15 @@ log = logging.getLogger(__name__)
 MAX_BATCHES_PER_REQUEST = 360
 
 
+def per_batch(answer: dict) -> list[dict]:
+    """The server's answer to a multi-batch request, as one answer per batch like a single batch gets."""
+    duplicates, first = set(answer["duplicates"]), answer["first_seq"]
+    return [{"seq": first + i, "status": "duplicate" if first + i in duplicates else "stored", "rows": rows,
+             "rejected": answer["rejected"].get(str(first + i), {}),
+             "nulled_values": answer["nulled_values"].get(str(first + i), 0)}
+            for i, rows in enumerate(answer["rows"])]
+
+
 class Agent:
     def __init__(self, source: Source, spool: Spool, server_url: str, token: str, node: str,
                  interval_s: float, timeout_s: float = 30.0, max_backoff_s: float = 30.0,
@@ -141,9 +150,8 @@ class Agent:
         if response is None:
             return False
         if response.status_code == 200:
-            by_seq = {b.seq: b for b in kept}
-            for answer in response.json()["batches"]:
-                self._acknowledged(by_seq[answer["seq"]], answer)
+            for batch, answer in zip(kept, per_batch(response.json())):
+                self._acknowledged(batch, answer)
             return True
         if response.status_code in (400, 413, 415, 422):  # isolate the bad batch
             return all(self.send(b) for b in kept)

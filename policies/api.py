@@ -84,8 +84,11 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
     ) -> JSONResponse:
         """Store agent batches (Arrow IPC stream) exactly once; resending an acknowledged batch is harmless.
 
-        One batch per request, or `X-Gpuledger-Batches: N` consecutive batches from `X-Gpuledger-Seq` with each
-        row's batch in a `_seq` column (how an agent drains a backlog); the answer then lists each batch.
+        One batch per request, answered with its `status` ("stored" or "duplicate"), `rows` stored, rows
+        `rejected` by reason and `nulled_values` (NaN/Inf stored as NULL). Or `X-Gpuledger-Batches: N`
+        consecutive batches from `X-Gpuledger-Seq`, each row's batch in a `_seq` column (how an agent drains a
+        backlog), answered with `first_seq`, `batches`, `rows` (a list, per batch), `duplicates` (seqs already
+        stored), and `rejected` and `nulled_values` keyed by seq for the batches that had any.
         """
         _check_token(token, authorization)
         if ingest is None:
@@ -101,11 +104,7 @@ def create_app(store: Store, config: Config, ingest: IngestWriter | None = None,
         except (WireError, InvalidBatch) as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
         results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
-        answers = results.answers()
-        if x_gpuledger_batches == 1:
-            answers[0].pop("seq")
-            return JSONResponse(answers[0])
-        return JSONResponse({"batches": answers})
+        return JSONResponse(results.answer())
 
     @app.get("/v1/nodes", tags=["ops"])
     def nodes() -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from collector.samples import SAMPLE_SCHEMA
 from collector.simulator import cluster_of
 from collector.spool import Spool
 from collector.wire import CONTENT_TYPE, encode
-from deploy.agent import Agent
+from deploy.agent import Agent, per_batch
 from deploy.server import ApiServer
 from tests.procs import TOKEN, AgentProc, Server, wait_until
 
@@ -215,8 +215,10 @@ def test_a_backlog_travels_in_one_request_with_a_result_per_batch(central):
     headers = {"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "node-0000",
                "X-Gpuledger-Stream": "s1", "X-Gpuledger-Seq": "5", "X-Gpuledger-Batches": "3",
                "X-Gpuledger-Interval": "10"}
-    answer = requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json()
-    assert [(b["seq"], b["status"], b["rows"]) for b in answer["batches"]] == [
+    raw = requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json()
+    assert raw == {"first_seq": 5, "batches": 3, "rows": [8, 0, 8], "duplicates": [6], "rejected": {},
+                   "nulled_values": {}}
+    assert [(b["seq"], b["status"], b["rows"]) for b in per_batch(raw)] == [
         (5, "stored", 8), (6, "duplicate", 0), (7, "stored", 8)]
     assert store.sample_count() == 24
     headers["X-Gpuledger-Batches"] = "2"  # body holds seq 7, outside 5..6
@@ -288,7 +290,7 @@ def test_a_big_backlog_body_is_checked_like_small_ones(central):
     headers = {"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "node-0000",
                "X-Gpuledger-Stream": "big", "X-Gpuledger-Seq": "100", "X-Gpuledger-Batches": "40",
                "X-Gpuledger-Interval": "10"}
-    answer = requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json()["batches"]
+    answer = per_batch(requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json())
     assert [b["seq"] for b in answer] == list(range(100, 140))
     assert answer[3]["rows"] == 7 and answer[3]["rejected"] == {"future_ts": 1} and answer[3]["nulled_values"] == 1
     assert answer[5]["rows"] == 8 and answer[5]["rejected"] == {"duplicate_sample": 2}
