@@ -121,8 +121,14 @@ class IngestWriter:
         self._queue: queue.Queue[IngestRequest | None] = queue.Queue()
         self._carry: IngestRequest | None = None  # taken from the queue but left for the next group
         self._recent: deque[tuple[float, int]] = deque()
-        self._thread = threading.Thread(target=self._run, name="ingest-writer", daemon=True)
-        self._thread.start()
+        # screened groups waiting for the writer: one, so the next group is screened while DuckDB commits
+        self._screened: queue.Queue[ScreenedGroup | None] = queue.Queue(maxsize=1)
+        self._handed = self._written = 0  # groups handed to the writer, and groups it has finished
+        self._writer_done = threading.Condition()
+        self._threads = [threading.Thread(target=self._screen_loop, name="ingest-screener", daemon=True),
+                         threading.Thread(target=self._write_loop, name="ingest-writer", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
     def enqueue(self, node: str, stream: str, first_seq: int, count: int, interval_s: float,
                 table: pa.Table) -> Future:
@@ -140,31 +146,53 @@ class IngestWriter:
 
     def stop(self) -> None:
         self._queue.put(None)
-        self._thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
 
-    def _run(self) -> None:
+    def _screen_loop(self) -> None:
         while True:
-            if self._carry is not None:
-                first, self._carry = self._carry, None
-            else:
-                try:
-                    first = self._queue.get(timeout=self.idle_checkpoint_s)
-                except queue.Empty:  # idle: the moment to fold the WAL into the file, not mid-burst
-                    self.store.checkpoint_if_due()
-                    continue
+            first = self._carry if self._carry is not None else self._queue.get()
+            self._carry = None
             if first is None:
+                self._screened.put(None)
                 return
+            if first.count == 1:  # steady state: what queues while the writer commits makes one group, not two
+                with self._writer_done:
+                    self._writer_done.wait_for(lambda: self._written == self._handed)
             group = self._gather(first)
             try:
                 screened = screen_group(group, datetime.now(timezone.utc), self.max_future, self.max_age)
-                results = self._commit(screened)
             except Exception as exc:  # nothing of the group was stored; every agent will retry
-                log.exception("ingest of %d request(s) failed", len(group))
+                log.exception("screening %d request(s) failed", len(group))
                 for request in group:
                     request.future.set_exception(exc)
                 continue
-            for request, result in zip(group, results):
-                request.future.set_result(result)
+            with self._writer_done:
+                self._handed += 1
+            self._screened.put(screened)
+
+    def _write_loop(self) -> None:
+        while True:
+            try:
+                group = self._screened.get(timeout=self.idle_checkpoint_s)
+            except queue.Empty:  # idle: the moment to fold the WAL into the file, not mid-burst
+                self.store.checkpoint_if_due()
+                continue
+            if group is None:
+                return
+            try:
+                results = self._commit(group)
+            except Exception as exc:  # nothing of the group was stored; every agent will retry
+                log.exception("ingest of %d request(s) failed", len(group.requests))
+                results = [exc] * len(group.requests)
+            with self._writer_done:
+                self._written += 1
+                self._writer_done.notify_all()
+            for request, result in zip(group.requests, results):
+                if isinstance(result, Exception):
+                    request.future.set_exception(result)
+                else:
+                    request.future.set_result(result)
 
     def _gather(self, first: IngestRequest) -> list[IngestRequest]:
         """A group: whatever queued up while the last group was committed; in a burst, 1.5 to 2 row groups.
