@@ -10,8 +10,8 @@ Usage: python benchmarks/ingest.py [--nodes 128] [--intervals 360] [--repeats 3]
    one sender per node (--nodes of them), each with its own keep-alive connection:
    - backlog drain: each node has --intervals batches spooled (a server outage) and sends them the
      way the agent does, up to 360 consecutive batches per request; after one warm-up drain, --repeats
-     times on fresh instants, median reported, also counting the WAL checkpoint the server does once
-     ingest goes quiet;
+     times, each on the hour after the last (as after successive outages: newer than what is stored),
+     median reported, also counting the WAL checkpoint the server does once ingest goes quiet;
    - steady state: each node POSTs its batches one at a time (8 rows per request).
    The senders use http.client with bodies encoded beforehand: they share this machine's cores with
    the server, so they spend as little CPU as they can; the agent's own cost is measured in 4.
