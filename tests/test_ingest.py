@@ -331,3 +331,24 @@ def test_a_burst_is_gathered_into_row_groups_that_skip_the_wal(tmp_path):
             writer.stop()
         assert stored == 2 * 71_680 == store.sample_count()
         assert store.wal_bytes() < 16 * 1024 * 1024
+
+
+def test_single_batches_that_queue_while_the_writer_commits_are_committed_together(tmp_path):
+    """Steady state: the screener must not split what queues during a commit into a trickle of tiny groups."""
+    from analytics.ingest import IngestWriter
+    sim = cluster_of(21)
+    frame = sim.frame([NOW.timestamp() - 60], 10.0)
+    with Store(tmp_path / "c.duckdb") as store:
+        writer = IngestWriter(store, idle_checkpoint_s=600)
+        try:
+            with store.transaction():  # the writer is busy: it cannot commit the first request yet
+                pending = [writer.enqueue("node-0000", "s1", 0, 1, 10.0, frame.slice(0, 8))]
+                wait_until(lambda: writer._queue.empty(), 10, "the first request to be taken")
+                pending += [writer.enqueue(f"node-{i:04d}", "s1", 0, 1, 10.0, frame.slice(8 * i, 8))
+                            for i in range(1, 21)]
+                wait_until(lambda: writer._queue.qsize() >= 19, 10, "the rest to queue")
+            stored = sum(r.rows for future in pending for r in future.result(timeout=60))
+        finally:
+            writer.stop()
+        assert stored == 168 == store.sample_count()
+        assert store.scalar("SELECT count(DISTINCT received_ts) FROM ingest_runs") == 2  # two commits in all
