@@ -80,7 +80,8 @@ def wire_formats(table: pa.Table, repeat: int = 300) -> None:
         lines = "\n".join(json.dumps(r, default=str) for r in table.to_pylist()).encode()
         jsonl = gzip.compress(lines)
     json_s = (time.perf_counter() - start) / repeat
-    print(f"wire, one 8-GPU batch, bytes and encode time: Arrow IPC+lz4 (ours) {len(arrow):,} B {arrow_s * 1e6:,.0f} us;"
+    print(f"wire, one 8-GPU batch, bytes and encode time: Arrow IPC+lz4 (ours) {len(arrow):,} B "
+          f"{arrow_s * 1e6:,.0f} us;"
           f" Arrow IPC+zstd {len(zstd):,} B {zstd_s * 1e6:,.0f} us; JSON lines+gzip {len(jsonl):,} B "
           f"{json_s * 1e6:,.0f} us")
 
@@ -233,7 +234,8 @@ def main() -> None:
         # each drain (a warm-up, then --repeats) and then the steady run gets the hour after the one
         # before, as after successive outages: agents send in time order, newer than what is stored
         span = args.intervals * interval_s
-        batches = per_node_batches(args.nodes, args.intervals, interval_s, time.time() - 120 - (args.repeats + 1) * span)
+        start = time.time() - 120 - (args.repeats + 1) * span
+        batches = per_node_batches(args.nodes, args.intervals, interval_s, start)
         rows = sum(t.num_rows for _, _, t in batches)
         print(f"{args.nodes} nodes x 8 GPUs, {args.intervals} intervals: {len(batches):,} batches, {rows:,} rows")
         wire_formats(batches[0][2])
