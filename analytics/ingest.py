@@ -7,11 +7,12 @@ acknowledged again without being stored twice. Requests are queued and committed
 per node or batch. The unit queued is the request, not the batch: an agent draining a
 backlog sends up to 360 batches in one body, and per-request work is done once per body.
 
-One writer thread takes whatever requests queued up while it committed the last group,
-screens their rows (analytics/ingest_screen.py: checks that need nothing from the store),
-drops batches and samples already stored, inserts and commits. (A second thread screening
-the next group while DuckDB commits was tried: on two cores it gained nothing and made the
-groups smaller, and each group has a fixed cost.)
+Two threads. The screener takes whatever requests queued up (in a burst, enough for one or
+two DuckDB row groups) and screens their rows (analytics/ingest_screen.py: checks that need
+nothing from the store); the writer drops batches and samples already stored, inserts and
+commits. The screener prepares the next group while DuckDB commits the last one: +8% on a
+backlog drain on two cores (benchmarks/ingest.py). It did nothing while the HTTP thread still
+built an answer object per batch: the three threads only took CPU from each other.
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ class RequestResult:
 def use_cross_thread_allocator() -> None:
     """Allocate Arrow buffers with jemalloc (or the system malloc), not pyarrow's default mimalloc.
 
-    Ingest decodes a body in the HTTP thread and frees it in the writer thread. With mimalloc
+    Ingest decodes a body in the HTTP thread and frees it in another thread. With mimalloc
     that pattern made decoding ~3x and the group-by ~2x slower here, and a backlog drain used
     ~25% more CPU in all (measured with benchmarks/ingest.py and ARROW_DEFAULT_MEMORY_POOL).
     """
