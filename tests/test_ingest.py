@@ -352,3 +352,41 @@ def test_single_batches_that_queue_while_the_writer_commits_are_committed_togeth
             writer.stop()
         assert stored == 168 == store.sample_count()
         assert store.scalar("SELECT count(DISTINCT received_ts) FROM ingest_runs") == 2  # two commits in all
+
+
+def test_a_failed_commit_stores_nothing_and_the_agents_retry_is_stored_once(tmp_path, monkeypatch):
+    """A DuckDB error mid-transaction (here: injected after the samples are inserted) rolls the whole group
+    back, and the batch id is not remembered, so the retry is stored, once; the threads keep serving."""
+    import duckdb
+
+    from analytics import ingest
+    frame = cluster_of(1).frame([NOW.timestamp() - 60], 10.0)
+    record, screen, failures = ingest.IngestWriter._record_batches, ingest.screen_group, []
+
+    def record_fails_once(*args):
+        if len(failures) == 0:
+            failures.append("commit")
+            raise duckdb.IOException("No space left on device (injected)")
+        return record(*args)
+
+    def screen_fails_once(*args):
+        if len(failures) == 1:
+            failures.append("screen")
+            raise MemoryError("injected")
+        return screen(*args)
+
+    monkeypatch.setattr(ingest.IngestWriter, "_record_batches", staticmethod(record_fails_once))
+    monkeypatch.setattr(ingest, "screen_group", screen_fails_once)
+    with Store(tmp_path / "c.duckdb") as store:
+        writer = ingest.IngestWriter(store, idle_checkpoint_s=600)
+        try:
+            with pytest.raises(duckdb.IOException):
+                writer.submit("n1", "s1", 0, 1, 10.0, frame)
+            assert store.sample_count() == 0 and store.scalar("SELECT count(*) FROM ingest_runs") == 0
+            with pytest.raises(MemoryError):
+                writer.submit("n1", "s1", 0, 1, 10.0, frame)
+            assert [r.status for r in writer.submit("n1", "s1", 0, 1, 10.0, frame)] == ["stored"]
+            assert [r.status for r in writer.submit("n1", "s1", 0, 1, 10.0, frame)] == ["duplicate"]
+        finally:
+            writer.stop()
+        assert failures == ["commit", "screen"] and store.sample_count() == 8
