@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="collect from a source and serve the API (one writer per DuckDB file)")
     _add_common(serve)
-    _add_source(serve)
+    _add_source(serve, receive_only=True)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
@@ -106,10 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_source(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", choices=["nvml", "dcgm", "simulator", "none"], default="nvml",
-                   help="where samples come from (default nvml: the GPUs of this node; "
-                        "none: the server only receives agents' pushes)")
+def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
+    """`receive_only`: offer `--source none`, for a central server that only stores what agents push."""
+    p.add_argument("--source", choices=["nvml", "dcgm", "simulator"] + ["none"] * receive_only, default="nvml",
+                   help="where samples come from (default nvml: the GPUs of this node"
+                        + ("; none: only receive agents' pushes)" if receive_only else ")"))
     p.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics", help="dcgm-exporter /metrics URL")
     p.add_argument("--interval", type=_positive, default=30.0, help="seconds between reads (default 30)")
 
@@ -217,8 +218,6 @@ def _run(args: argparse.Namespace) -> int:
         return _run_agent(args, config)
     if args.command == "collect":
         source = _make_source(args, config)
-        if source is None:
-            raise ValueError("collect needs a --source other than none")
         with _open_store(args, config) as store:
             from deploy.collect_loop import CollectLoop
             loop = CollectLoop(source, store, args.interval)
@@ -262,8 +261,6 @@ def _run_agent(args: argparse.Namespace, config) -> int:
     if not args.token:
         raise ValueError("the agent needs --token (or $GPULEDGER_TOKEN) to push to the server")
     source = _make_source(args, config)
-    if source is None:
-        raise ValueError("the agent needs a --source other than none")
     spool = Spool(args.spool, int(args.spool_max_mb * 1024 * 1024))
     agent = Agent(source, spool, args.server, args.token, args.node, args.interval)
     if args.metrics_port:

@@ -63,6 +63,8 @@ def test_errors_are_one_clear_line_and_exit_2(tmp_path):
     bad_cfg = run("recommend", "--db", str(empty), "--config", str(cfg))
     assert bad_cfg.returncode == 2 and "H100 must be a number" in bad_cfg.stderr
     assert run("demo", "--days", "-1").returncode == 2  # argparse rejects it with usage
+    no_source = run("agent", "--source", "none", "--server", "http://127.0.0.1:9", "--token", "t")
+    assert no_source.returncode == 2 and "invalid choice: 'none'" in no_source.stderr  # only `serve` receives
 
 
 def test_collect_from_a_dcgm_exporter_page(tmp_path, page_server, simulator):
