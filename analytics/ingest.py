@@ -185,15 +185,15 @@ class IngestWriter:
                 results = self._commit(group)
             except Exception as exc:  # nothing of the group was stored; every agent will retry
                 log.exception("ingest of %d request(s) failed", len(group.requests))
-                results = [exc] * len(group.requests)
-            with self._writer_done:
-                self._written += 1
-                self._writer_done.notify_all()
+                for request in group.requests:
+                    request.future.set_exception(exc)
+                continue
+            finally:
+                with self._writer_done:
+                    self._written += 1
+                    self._writer_done.notify_all()
             for request, result in zip(group.requests, results):
-                if isinstance(result, Exception):
-                    request.future.set_exception(result)
-                else:
-                    request.future.set_result(result)
+                request.future.set_result(result)
 
     def _gather(self, first: IngestRequest) -> list[IngestRequest]:
         """A group: whatever queued up while the last group was committed; in a burst, 1.5 to 2 row groups.
@@ -208,21 +208,18 @@ class IngestWriter:
         group, rows, deadline = [first], first.table.num_rows, None
         backlog = first.count > 1  # an agent draining a backlog: after an outage, all of them are
         while rows < BURST_TARGET_ROWS:
-            if self._carry is not None:
-                item, self._carry = self._carry, None
-            else:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                if rows < BURST_ROWS and not backlog:
+                    break
+                # a burst: keep gathering while requests keep coming, for a bounded time
+                deadline = deadline or time.monotonic() + self.burst_linger_s
+                wait = min(self.burst_gap_s, deadline - time.monotonic())
                 try:
-                    item = self._queue.get_nowait()
+                    item = self._queue.get(timeout=max(0.0, wait))
                 except queue.Empty:
-                    if rows < BURST_ROWS and not backlog:
-                        break
-                    # a burst: keep gathering while requests keep coming, for a bounded time
-                    deadline = deadline or time.monotonic() + self.burst_linger_s
-                    wait = min(self.burst_gap_s, deadline - time.monotonic())
-                    try:
-                        item = self._queue.get(timeout=max(0.0, wait))
-                    except queue.Empty:
-                        break
+                    break
             if item is None:
                 self._queue.put(None)
                 break

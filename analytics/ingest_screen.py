@@ -18,10 +18,10 @@ import pyarrow.compute as pc
 
 from analytics.store import StoreError, conform
 from collector.samples import SAMPLE_SCHEMA
+from collector.wire import SEQ
 
 FLOAT_COLUMNS = [f.name for f in SAMPLE_SCHEMA if pa.types.is_floating(f.type)]
 KEY = ["node", "gpu_uuid", "mig_instance", "ts"]
-SEQ = "_seq"  # which batch of a multi-batch body a row belongs to
 BATCH = "_batch"  # the row's batch, numbered across a whole group
 
 

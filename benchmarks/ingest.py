@@ -45,7 +45,7 @@ from analytics.schema import DDL
 from analytics.store import IDLE_CHECKPOINT_BYTES, wal_bytes
 from collector.simulator import SimulatorSource, cluster_of
 from collector.spool import Spool
-from collector.wire import CONTENT_TYPE, encode
+from collector.wire import CONTENT_TYPE, encode, stack
 from deploy.agent import MAX_BATCHES_PER_REQUEST, Agent
 
 TOKEN = "bench-token"
@@ -81,9 +81,8 @@ def wire_formats(table: pa.Table, repeat: int = 300) -> None:
         jsonl = gzip.compress(lines)
     json_s = (time.perf_counter() - start) / repeat
     print(f"wire, one 8-GPU batch, bytes and encode time: Arrow IPC+lz4 (ours) {len(arrow):,} B "
-          f"{arrow_s * 1e6:,.0f} us;"
-          f" Arrow IPC+zstd {len(zstd):,} B {zstd_s * 1e6:,.0f} us; JSON lines+gzip {len(jsonl):,} B "
-          f"{json_s * 1e6:,.0f} us")
+          f"{arrow_s * 1e6:,.0f} us; Arrow IPC+zstd {len(zstd):,} B {zstd_s * 1e6:,.0f} us; "
+          f"JSON lines+gzip {len(jsonl):,} B {json_s * 1e6:,.0f} us")
 
 
 def duckdb_baseline(batches: list[tuple[str, int, pa.Table]], workdir: Path) -> tuple[float, dict[str, float]]:
@@ -137,9 +136,7 @@ def push_all(url: str, batches: list[tuple[str, int, pa.Table]], interval_s: flo
     for node, items in by_node.items():  # encoded up front: encoding is the agents' CPU, measured below
         chunks = [items[i:i + per_request] for i in range(0, len(items), per_request)]
         requests_by_node[node] = [
-            (chunk[0][0], len(chunk), encode(chunk[0][1]) if len(chunk) == 1 else encode(pa.concat_tables(
-                [t.append_column("_seq", pa.array([q] * t.num_rows, pa.int64())) for q, t in chunk])))
-            for chunk in chunks]
+            (chunk[0][0], len(chunk), encode(chunk[0][1] if len(chunk) == 1 else stack(chunk))) for chunk in chunks]
 
     host, port = url.removeprefix("http://").split(":")
 
@@ -171,12 +168,10 @@ def push_all(url: str, batches: list[tuple[str, int, pa.Table]], interval_s: flo
     return elapsed, time.process_time() - cpu
 
 
-def checkpoint_seconds(url: str) -> tuple[int, float]:
-    """How many WAL checkpoints the server has done, and the seconds they took (its own histogram)."""
+def checkpoint_seconds(url: str) -> float:
+    """Seconds the server has spent in its idle checkpoints so far (its own histogram, all kinds)."""
     text = requests.get(url + "/metrics", timeout=10).text
-    counts = re.findall(r"^gpuledger_store_checkpoint_seconds_count\{[^}]*\} (\S+)$", text, re.M)
-    totals = re.findall(r"^gpuledger_store_checkpoint_seconds_sum\{[^}]*\} (\S+)$", text, re.M)
-    return int(sum(float(c) for c in counts)), sum(float(t) for t in totals)
+    return sum(float(t) for t in re.findall(r"^gpuledger_store_checkpoint_seconds_sum\{[^}]*\} (\S+)$", text, re.M))
 
 
 def later(batches: list[tuple[str, int, pa.Table]], seconds: float) -> list[tuple[str, int, pa.Table]]:
@@ -198,9 +193,7 @@ def drain_once(url: str, db: Path, batches: list[tuple[str, int, pa.Table]], int
     deadline = time.monotonic() + 30
     while wal_bytes(db) >= IDLE_CHECKPOINT_BYTES and time.monotonic() < deadline:
         time.sleep(0.2)
-    return seconds, load_cpu, checkpoint_seconds(url)[1] - before[1], wal_bytes(db)
-
-
+    return seconds, load_cpu, checkpoint_seconds(url) - before, wal_bytes(db)
 
 def agent_cpu(url: str, workdir: Path, cycles: int, interval_s: float) -> tuple[float, float]:
     source = SimulatorSource(cluster_of(1), interval_s, node="node-0000", replay_start=time.time() - 200_000)

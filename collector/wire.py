@@ -8,9 +8,12 @@ than LZ4 for no gain at this size. benchmarks/ingest.py prints the comparison.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 import pyarrow as pa
 
 CONTENT_TYPE = "application/vnd.apache.arrow.stream"
+SEQ = "_seq"  # in a multi-batch body (an agent draining its backlog), the batch each row belongs to
 
 
 class WireError(ValueError):
@@ -24,6 +27,12 @@ def encode(table: pa.Table, compression: str | None = "lz4") -> bytes:
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table.combine_chunks())  # one record batch: each one costs a codec call per buffer
     return sink.getvalue().to_pybytes()
+
+
+def stack(batches: Iterable[tuple[int, pa.Table]]) -> pa.Table:
+    """The table of a multi-batch body: each batch's rows in order, tagged with its seq in a `_seq` column."""
+    return pa.concat_tables([table.append_column(SEQ, pa.array([seq] * table.num_rows, pa.int64()))
+                             for seq, table in batches])
 
 
 def decode(data: bytes) -> pa.Table:

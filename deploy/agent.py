@@ -11,14 +11,13 @@ import logging
 import threading
 import time
 
-import pyarrow as pa
 import requests
 
 from collector.self_metrics import (AGENT_BATCHES_ACKED, AGENT_BATCHES_SENT, AGENT_LAST_ACK, AGENT_REJECTED,
                                     AGENT_RETRIES, SCRAPE_ERRORS)
 from collector.source import Source, SourceError
 from collector.spool import Spool, SpooledBatch
-from collector.wire import CONTENT_TYPE, WireError, decode, encode
+from collector.wire import CONTENT_TYPE, WireError, decode, encode, stack
 
 log = logging.getLogger(__name__)
 # a backlog travels in requests of up to an hour of 10 s batches (~3k rows, ~0.5 MB for 8 GPUs): per-request
@@ -142,11 +141,11 @@ class Agent:
                 table = decode(data)
             except WireError:
                 return all(self.send(b) for b in batches)  # let the server judge and reject it alone
-            tables.append(table.append_column("_seq", pa.array([batch.seq] * table.num_rows, pa.int64())))
+            tables.append((batch.seq, table))
             kept.append(batch)
         if len(kept) != len(batches) or len(kept) < 2:
             return all(self.send(b) for b in kept)
-        response = self._post(kept[0].seq, len(kept), encode(pa.concat_tables(tables)))
+        response = self._post(kept[0].seq, len(kept), encode(stack(tables)))
         if response is None:
             return False
         if response.status_code == 200:

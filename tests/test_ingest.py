@@ -17,7 +17,7 @@ from collector.dcgm_render import render_page
 from collector.samples import SAMPLE_SCHEMA
 from collector.simulator import cluster_of
 from collector.spool import Spool
-from collector.wire import CONTENT_TYPE, encode
+from collector.wire import CONTENT_TYPE, encode, stack
 from deploy.agent import Agent, per_batch
 from deploy.server import ApiServer
 from tests.procs import TOKEN, AgentProc, Server, wait_until
@@ -38,6 +38,10 @@ def central(tmp_path):
 def batch(when: datetime = NOW) -> pa.Table:
     """One 8-GPU node's samples at `when`."""
     return cluster_of(1).frame([when.timestamp()], 10.0)
+
+
+def backlog_body(tables: list[pa.Table], first_seq: int) -> pa.Table:
+    return stack(enumerate(tables, start=first_seq))
 
 
 def post(url: str, table: pa.Table | bytes, seq: int, node: str = "node-0000", stream: str = "s1",
@@ -209,8 +213,7 @@ def test_a_backlog_travels_in_one_request_with_a_result_per_batch(central):
     url, store = central
     sim = cluster_of(1)
     tables = [sim.frame([NOW.timestamp() - 60 + 10 * k], 10.0) for k in range(3)]
-    body = pa.concat_tables([t.append_column("_seq", pa.array([5 + k] * 8, pa.int64()))
-                             for k, t in enumerate(tables)])
+    body = backlog_body(tables, 5)
     post(url, tables[1], seq=6)  # batch 6 already arrived on its own earlier
     headers = {"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "node-0000",
                "X-Gpuledger-Stream": "s1", "X-Gpuledger-Seq": "5", "X-Gpuledger-Batches": "3",
@@ -256,8 +259,7 @@ def test_the_wal_is_folded_into_the_file_once_ingest_goes_quiet(tmp_path):
     from analytics.ingest import IngestWriter
     sim = cluster_of(64)
     frames = [sim.frame([NOW.timestamp() - 3000 + 10 * k], 10.0) for k in range(120)]
-    body = pa.concat_tables([f.append_column("_seq", pa.array([k] * f.num_rows, pa.int64()))
-                             for k, f in enumerate(frames)])
+    body = backlog_body(frames, 0)
     with Store(tmp_path / "c.duckdb") as store:
         writer = IngestWriter(store, idle_checkpoint_s=2.0)
         try:
@@ -268,11 +270,6 @@ def test_the_wal_is_folded_into_the_file_once_ingest_goes_quiet(tmp_path):
         finally:
             writer.stop()
         assert store.sample_count() == 61_440
-
-
-def backlog_body(tables: list[pa.Table], first_seq: int) -> pa.Table:
-    return pa.concat_tables([t.append_column("_seq", pa.array([first_seq + k] * t.num_rows, pa.int64()))
-                             for k, t in enumerate(tables)])
 
 
 def test_a_big_backlog_body_is_checked_like_small_ones(central):
