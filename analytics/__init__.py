@@ -1,1 +1,1 @@
-"""DuckDB store and the chargeback analytics computed over it."""
+"""Read side: chargeback analytics (usage, cost, waste) over the store, the site config and the weekly report; the store room is `store/`."""

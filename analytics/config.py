@@ -1,25 +1,25 @@
-"""Site configuration: rate card, team shares and quotas, attribution rules, waste thresholds.
+"""Site configuration: rate card, team shares and quotas, attribution rules, thresholds.
 
-Everything has a default so the demo runs with no file; a TOML file overrides any part.
+Everything has a default so the demo runs with no file; a TOML file overrides any part. The
+scalar settings are one declarative table (`SETTINGS`): each key is written once, and a key
+that is not in the table is refused with the nearest valid one, so a typo such as
+`idle_minutez` cannot silently leave the default in force.
 """
 from __future__ import annotations
 
-import tomllib
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
-from collector.attribution import Attributor
-
-# USD per GPU-hour, on-demand list prices used as the default rate card.
-DEFAULT_RATES: dict[str, float] = {
-    "H100": 6.88, "H200": 7.91, "A100-80GB": 3.43, "A100-40GB": 2.75, "L40S": 1.86,
-    "L4": 0.80, "A10G": 1.01, "T4": 0.53, "V100": 3.06,
-}
+import tomllib
+from gpuledger.collector.attribution import Attributor
+from gpuledger.collector.errors import GpuledgerError
+from gpuledger.collector.gpu_catalog import DEFAULT_RATES
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(GpuledgerError, ValueError):
+    """The config file is missing, not TOML, or has a key or value gpuledger cannot use."""
 
 
 @dataclass
@@ -44,14 +44,60 @@ class Config:
         return Attributor(namespace_to_team=self.namespace_to_team, user_to_team=self.user_to_team)
 
 
-def _number(section: str, key: str, value: Any, minimum: float = 0.0) -> float:
+@dataclass(frozen=True)
+class Setting:
+    """One scalar key of the file: where it lives, which Config field it sets, its lower bound."""
+    section: str
+    key: str
+    attr: str
+    minimum: float
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("waste", "idle_minutes", "idle_minutes", 1.0),  # an allocated GPU idle this long is waste
+    Setting("waste", "idle_util_pct", "idle_util_pct", 0.0),  # "idle" means utilisation under this
+    Setting("waste", "oversized_mem_fraction", "oversized_mem_fraction", 0.0),  # peak memory under this share
+    Setting("fairshare", "half_life_days", "half_life_days", 0.01),
+    Setting("quota", "headroom", "quota_headroom", 0.0),
+)
+TEAM_KEYS = ("share", "quota_gpus")
+ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
+SECTIONS = ("rates", "teams", "attribution", *dict.fromkeys(s.section for s in SETTINGS))
+
+
+def _number(where: str, key: str, value: Any, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ConfigError(f"[{section}] {key} must be a number >= {minimum}, got {value!r}")
+        raise ConfigError(f"[{where}] {key} must be a number >= {minimum:g}, got {value!r}")
     return float(value)
 
 
+def _known_keys(where: str, given: Iterable[str], known: Iterable[str]) -> None:
+    """Refuse keys outside `known`, naming the nearest valid one."""
+    known = list(known)
+    for key in given:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise ConfigError(f"[{where}] unknown key {key!r}; {hint}(valid: {', '.join(known)})")
+
+
+def _table(where: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{where}] must be a table, got {value!r}")
+    return value
+
+
+def _names(where: str, value: Any) -> dict[str, str]:
+    """A table of name -> team (attribution maps)."""
+    table = _table(where, value)
+    bad = {k: v for k, v in table.items() if not isinstance(v, str) or not v}
+    if bad:
+        raise ConfigError(f"[{where}] values must be team names, got {bad!r}")
+    return dict(table)
+
+
 def load_config(path: str | Path | None) -> Config:
-    """Read a TOML config; unknown sections or bad values raise ConfigError naming the key."""
+    """Read a TOML config; unknown sections or keys and bad values raise ConfigError naming the key."""
     config = Config()
     if path is None:
         return config
@@ -62,31 +108,30 @@ def load_config(path: str | Path | None) -> Config:
         raise ConfigError(f"config file not found: {path}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
-    known = {"rates", "teams", "attribution", "waste", "fairshare", "quota"}
-    unknown = set(data) - known
+    unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
-        raise ConfigError(f"{path}: unknown section(s) {sorted(unknown)}; expected {sorted(known)}")
-    for model, rate in data.get("rates", {}).items():
+        raise ConfigError(f"{path}: unknown section(s) {unknown}; expected {sorted(SECTIONS)}")
+    for model, rate in _table("rates", data.get("rates", {})).items():
         config.rates[model] = _number("rates", model, rate)
-    for team, spec in data.get("teams", {}).items():
+    for team, spec in _table("teams", data.get("teams", {})).items():
+        where = f"teams.{team}"
         if not isinstance(spec, dict):
-            raise ConfigError(f"[teams.{team}] must be a table with share and quota_gpus")
+            raise ConfigError(f"[{where}] must be a table with share and quota_gpus")
+        _known_keys(where, spec, TEAM_KEYS)
         quota = spec.get("quota_gpus")
         config.teams[team] = TeamConfig(
-            share=_number(f"teams.{team}", "share", spec.get("share", 1)),
-            quota_gpus=int(_number(f"teams.{team}", "quota_gpus", quota)) if quota is not None else None,
+            share=_number(where, "share", spec.get("share", 1)),
+            quota_gpus=int(_number(where, "quota_gpus", quota)) if quota is not None else None,
         )
-    attribution = data.get("attribution", {})
-    config.namespace_to_team.update(attribution.get("namespace_to_team", {}))
-    config.user_to_team.update(attribution.get("user_to_team", {}))
-    waste = data.get("waste", {})
-    config.idle_minutes = _number("waste", "idle_minutes", waste.get("idle_minutes", config.idle_minutes), 1)
-    config.idle_util_pct = _number("waste", "idle_util_pct", waste.get("idle_util_pct", config.idle_util_pct))
-    config.oversized_mem_fraction = _number(
-        "waste", "oversized_mem_fraction", waste.get("oversized_mem_fraction", config.oversized_mem_fraction))
-    fairshare = data.get("fairshare", {})
-    config.half_life_days = _number("fairshare", "half_life_days",
-                                    fairshare.get("half_life_days", config.half_life_days), 0.01)
-    quota = data.get("quota", {})
-    config.quota_headroom = _number("quota", "headroom", quota.get("headroom", config.quota_headroom))
+    attribution = _table("attribution", data.get("attribution", {}))
+    _known_keys("attribution", attribution, ATTRIBUTION_KEYS)
+    for key in ATTRIBUTION_KEYS:
+        getattr(config, key).update(_names(f"attribution.{key}", attribution.get(key, {})))
+    for section in dict.fromkeys(s.section for s in SETTINGS):
+        values = _table(section, data.get(section, {}))
+        settings = [s for s in SETTINGS if s.section == section]
+        _known_keys(section, values, [s.key for s in settings])
+        for setting in settings:
+            if setting.key in values:
+                setattr(config, setting.attr, _number(section, setting.key, values[setting.key], setting.minimum))
     return config

@@ -12,11 +12,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-
-from analytics.config import Config
-from analytics.cost import IDLE_CAPACITY, cost_by_team, cost_by_team_and_model
-from analytics.store import Store
-from analytics.waste import idle_runs, waste_by_team
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.waste import idle_runs, waste_by_team
+from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 
 
 @dataclass
@@ -43,6 +43,8 @@ def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, .
                 text = f"${value:,.2f}"
             elif col in hours or isinstance(value, float):
                 text = f"{value:,.1f}"
+            elif col == "team":
+                text = owner_label(str(value))
             else:
                 text = str(value)
             cells.append(f"<td>{html.escape(text)}</td>")

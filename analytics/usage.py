@@ -1,63 +1,101 @@
 """GPU-hours allocated vs used, per team and over time.
 
 A sample stands for `interval_s` seconds of `gpu_fraction` of a GPU, so GPU-hours are a
-sum, whatever the collection interval or MIG layout. "Used" weights allocated time by
-utilisation; "allocated" counts the time a job held the GPU, busy or not.
+sum, whatever the collection interval or MIG layout (the store's `gpu_hours` macro).
+"Used" weights allocated time by utilisation; "allocated" counts the time a job held the
+GPU, busy or not.
 """
 from __future__ import annotations
 
 from datetime import datetime
 
 import pandas as pd
-
-from analytics.store import Store
-
-GPU_HOURS = "sum(interval_s * gpu_fraction) / 3600.0"
-USED_GPU_HOURS = "sum(interval_s * gpu_fraction * coalesce(util_pct, 0) / 100.0) / 3600.0"
+from gpuledger.analytics.store import Store
+from gpuledger.collector.samples import UNATTRIBUTED
 
 
 def team_usage(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
     """One row per team: allocated and used GPU-hours, efficiency, jobs seen."""
-    sql = f"""
-        SELECT coalesce(team, 'unattributed') AS team,
-               {GPU_HOURS} AS allocated_gpu_hours,
-               {USED_GPU_HOURS} AS used_gpu_hours,
+    sql = """
+        SELECT owner(team, $unattributed) AS team,
+               sum(gpu_hours(interval_s, gpu_fraction)) AS allocated_gpu_hours,
+               sum(used_gpu_hours(interval_s, gpu_fraction, util_pct)) AS used_gpu_hours,
                count(DISTINCT job_id) AS jobs
         FROM samples
-        WHERE allocated AND ts >= ? AND ts < ? AND (? IS NULL OR coalesce(team, 'unattributed') = ?)
+        WHERE allocated AND ts >= $start AND ts < $end AND ($team IS NULL OR owner(team, $unattributed) = $team)
         GROUP BY 1 ORDER BY allocated_gpu_hours DESC"""
-    frame = store.query(sql, [start, end, team, team])
+    frame = store.query(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
     frame["efficiency"] = (frame["used_gpu_hours"] / frame["allocated_gpu_hours"]).fillna(0.0)
     return frame
 
 
-def _bucketed(owner: str) -> str:
-    """Average concurrent GPUs per bucket: sum per instant first, then average the instants.
+# Average concurrent GPUs per bucket: sum per instant first, then average the instants. Dividing
+# GPU-hours by the bucket length would under-count partial buckets at the edges of the window and
+# whenever the collection interval changes. `$team` narrows "allocated" to one team (NULL: all)
+# while every instant of the cluster still counts in the average.
+_BUCKETED = """
+    WITH per_instant AS (
+        SELECT ts, sum(gpu_fraction) AS present,
+               coalesce(sum(gpu_fraction) FILTER (WHERE allocated AND owned), 0) AS allocated,
+               coalesce(sum(gpu_fraction * coalesce(util_pct, 0) / 100.0) FILTER (WHERE allocated AND owned), 0)
+                   AS used
+        FROM (SELECT *, ($team IS NULL OR owner(team, $unattributed) = $team) AS owned FROM samples
+              WHERE ts >= $start AND ts < $end)
+        GROUP BY ts
+    )
+    SELECT time_bucket(to_minutes($bucket_minutes::INTEGER), ts) AS bucket, avg(present) AS total_gpus,
+           avg(allocated) AS allocated_gpus, avg(used) AS used_gpus
+    FROM per_instant GROUP BY 1 ORDER BY 1"""
 
-    Dividing GPU-hours by the bucket length would under-count partial buckets at the edges
-    of the window and whenever the collection interval changes. `owner` narrows "allocated"
-    (e.g. to one team) while every instant of the cluster still counts in the average.
-    """
-    return f"""
-        WITH per_instant AS (
-            SELECT ts, sum(gpu_fraction) AS present,
-                   coalesce(sum(gpu_fraction) FILTER (WHERE allocated AND {owner}), 0) AS allocated,
-                   coalesce(sum(gpu_fraction * coalesce(util_pct, 0) / 100.0)
-                            FILTER (WHERE allocated AND {owner}), 0) AS used
-            FROM samples WHERE ts >= ? AND ts < ? GROUP BY ts
-        )
-        SELECT time_bucket(to_minutes(?::INTEGER), ts) AS bucket, avg(present) AS total_gpus,
-               avg(allocated) AS allocated_gpus, avg(used) AS used_gpus
-        FROM per_instant GROUP BY 1 ORDER BY 1"""
+
+def _bucketed(store: Store, start: datetime, end: datetime, team: str | None, bucket_minutes: int) -> pd.DataFrame:
+    return store.query(_BUCKETED, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED,
+                                   "bucket_minutes": bucket_minutes})
 
 
 def team_usage_series(store: Store, start: datetime, end: datetime, team: str,
                       bucket_minutes: int = 60) -> pd.DataFrame:
     """Allocated and used GPUs (average concurrent) per time bucket for one team."""
-    frame = store.query(_bucketed("coalesce(team, 'unattributed') = ?"), [team, team, start, end, bucket_minutes])
-    return frame.drop(columns=["total_gpus"])
+    return _bucketed(store, start, end, team, bucket_minutes).drop(columns=["total_gpus"])
 
 
 def cluster_utilization(store: Store, start: datetime, end: datetime, bucket_minutes: int = 60) -> pd.DataFrame:
     """Per bucket: GPUs present, allocated and used (average concurrent), cluster-wide."""
-    return store.query(_bucketed("true"), [start, end, bucket_minutes])
+    return _bucketed(store, start, end, None, bucket_minutes)
+
+
+def hourly_team_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Allocated GPU-hours per clock hour and named team (the unattributed bucket has no team to owe)."""
+    sql = """
+        SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, team, sum(gpu_hours(interval_s, gpu_fraction)) AS gpu_hours
+        FROM samples WHERE allocated AND team IS NOT NULL AND ts >= $start AND ts < $end
+        GROUP BY 1, 2"""
+    return store.query(sql, {"start": start, "end": end})
+
+
+def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
+    """Per owner and clock hour: GPUs allocated and GPUs allocated but idle (under `idle_util_pct`), on average."""
+    sql = """
+        SELECT owner(team, $unattributed) AS team, time_bucket(INTERVAL 1 HOUR, ts) AS hour,
+               sum(gpu_hours(interval_s, gpu_fraction)) AS allocated_gpus,
+               coalesce(sum(gpu_hours(interval_s, gpu_fraction)) FILTER (WHERE coalesce(util_pct, 0) < $idle_pct), 0)
+                   AS idle_gpus
+        FROM samples WHERE allocated AND ts >= $start AND ts < $end GROUP BY 1, 2"""
+    return store.query(sql, {"start": start, "end": end, "idle_pct": idle_util_pct, "unattributed": UNATTRIBUTED})
+
+
+def capacity_gpus(store: Store, before: datetime) -> float:
+    """GPUs present at the newest instant before `before` (MIG instances as their fractions)."""
+    return float(store.scalar(
+        "SELECT coalesce(sum(gpu_fraction), 0) FROM samples WHERE ts = (SELECT max(ts) FROM samples WHERE ts < $end)",
+        {"end": before}) or 0.0)
+
+
+def interval_at(store: Store, ts: datetime) -> float | None:
+    """The longest sampling interval at instant `ts`: how long a sample taken then stands for."""
+    return store.scalar("SELECT max(interval_s) FROM samples WHERE ts = $ts", {"ts": ts})
+
+
+def pending_jobs(store: Store) -> pd.DataFrame:
+    """Per team: GPUs and jobs waiting in the scheduler's queue now."""
+    return store.query("SELECT team, sum(gpus) AS gpus, count(*) AS jobs FROM jobs WHERE state = 'pending' GROUP BY team")

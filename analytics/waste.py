@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import pandas as pd
-
-from analytics.store import Store
-from collector.gpu_models import GPU_MEMORY_GB, MIG_PROFILES
+from gpuledger.analytics.store import Store
+from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
+from gpuledger.collector.samples import UNATTRIBUTED
 
 
 def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
@@ -20,8 +20,8 @@ def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
     sql = """
         WITH s AS (
             SELECT ts, interval_s, gpu_fraction, gpu_uuid, coalesce(mig_instance, -1) AS mig, node, gpu_model,
-                   job_id, coalesce(team, 'unattributed') AS team, coalesce(util_pct, 0) < ? AS idle, util_pct
-            FROM samples WHERE allocated AND ts >= ? AND ts < ?
+                   job_id, owner(team, $unattributed) AS team, coalesce(util_pct, 0) < $idle_pct AS idle, util_pct
+            FROM samples WHERE allocated AND ts >= $start AND ts < $end
         ), g AS (
             SELECT *, row_number() OVER (PARTITION BY gpu_uuid, mig, job_id ORDER BY ts)
                     - row_number() OVER (PARTITION BY gpu_uuid, mig, job_id, idle ORDER BY ts) AS grp
@@ -30,51 +30,52 @@ def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
         SELECT g.team, g.job_id, g.node, g.gpu_uuid, g.gpu_model, min(g.ts) AS start_ts,
                max(g.ts) + to_seconds(any_value(g.interval_s)::BIGINT) AS end_ts,
                sum(g.interval_s) / 60.0 AS idle_minutes,
-               sum(g.interval_s * g.gpu_fraction) / 3600.0 AS idle_gpu_hours,
-               sum(g.interval_s * g.gpu_fraction / 3600.0 * coalesce(r.usd_per_gpu_hour, 0)) AS idle_cost_usd,
+               sum(gpu_hours(g.interval_s, g.gpu_fraction)) AS idle_gpu_hours,
+               sum(gpu_hours(g.interval_s, g.gpu_fraction) * coalesce(r.usd_per_gpu_hour, 0)) AS idle_cost_usd,
                avg(g.util_pct) AS mean_util_pct
         FROM g LEFT JOIN rate_card r USING (gpu_model)
         WHERE g.idle
         GROUP BY g.team, g.job_id, g.node, g.gpu_uuid, g.mig, g.gpu_model, g.grp
-        HAVING sum(g.interval_s) >= ? * 60
+        HAVING sum(g.interval_s) >= $idle_minutes * 60
         ORDER BY idle_gpu_hours DESC"""
-    return store.query(sql, [idle_util_pct, start, end, idle_minutes])
+    return store.query(sql, {"start": start, "end": end, "idle_pct": idle_util_pct, "idle_minutes": idle_minutes,
+                             "unattributed": UNATTRIBUTED})
 
 
 def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per job on whole GPUs: peak memory against card size, utilisation, GPU-hours and cost."""
     sql = """
-        SELECT s.job_id, any_value(coalesce(s.team, 'unattributed')) AS team, any_value(s.gpu_model) AS gpu_model,
-               count(DISTINCT s.gpu_uuid) AS gpus, min(s.ts) AS first_ts, max(s.ts) AS last_ts,
-               max(s.mem_used_mib) AS peak_mem_mib, max(s.mem_total_mib) AS mem_total_mib,
-               avg(coalesce(s.util_pct, 0)) AS mean_util_pct,
-               quantile_cont(coalesce(s.util_pct, 0), 0.95) AS p95_util_pct,
-               sum(s.interval_s * s.gpu_fraction) / 3600.0 AS gpu_hours,
-               sum(s.interval_s * s.gpu_fraction / 3600.0 * coalesce(r.usd_per_gpu_hour, 0)) AS cost_usd,
-               any_value(r.usd_per_gpu_hour) AS usd_per_gpu_hour
-        FROM samples s LEFT JOIN rate_card r USING (gpu_model)
-        WHERE s.allocated AND s.job_id IS NOT NULL AND s.mig_profile IS NULL AND s.ts >= ? AND s.ts < ?
-        GROUP BY s.job_id"""
-    return store.query(sql, [start, end])
+        SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value(gpu_model) AS gpu_model,
+               count(DISTINCT gpu_uuid) AS gpus, min(ts) AS first_ts, max(ts) AS last_ts,
+               max(mem_used_mib) AS peak_mem_mib, max(mem_total_mib) AS mem_total_mib,
+               avg(coalesce(util_pct, 0)) AS mean_util_pct,
+               quantile_cont(coalesce(util_pct, 0), 0.95) AS p95_util_pct,
+               sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd,
+               any_value(usd_per_gpu_hour) AS usd_per_gpu_hour
+        FROM priced_samples
+        WHERE allocated AND job_id IS NOT NULL AND mig_profile IS NULL AND ts >= $start AND ts < $end
+        GROUP BY job_id"""
+    return store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED})
 
 
 # A smaller card has far less compute; only jobs this lightly loaded are moved to one.
 SMALLER_CARD_MAX_UTIL_PCT = 30.0
+MEMORY_HEADROOM = 1.2  # a job fits a slice or card with 20% more memory than its peak
 
 
 def smallest_fit(model: str, peak_mem_mib: float, p95_util_pct: float) -> dict | None:
-    """The smallest MIG slice of `model` holding the job's memory (20% headroom) and p95 compute,
+    """The smallest MIG slice of `model` holding the job's memory (with headroom) and p95 compute,
     else, for lightly loaded jobs, the smallest smaller card with that memory."""
-    need_gb = peak_mem_mib * 1.2 / 1024.0
-    for name, slices, mem_gb in MIG_PROFILES.get(model, ()):
-        if mem_gb >= need_gb and slices / 7.0 * 100.0 >= p95_util_pct:
-            return {"kind": "mig", "target": f"{model} MIG {name}", "gpu_fraction": slices / 7.0}
+    need_gb = peak_mem_mib * MEMORY_HEADROOM / 1024.0
+    for profile in mig_profiles(model):
+        fraction = mig_fraction(model, profile.name)
+        if fraction < 1.0 and profile.memory_gb >= need_gb and fraction * 100.0 >= p95_util_pct:
+            return {"kind": "mig", "target": f"{model} MIG {profile.name}", "gpu_fraction": fraction}
     if p95_util_pct > SMALLER_CARD_MAX_UTIL_PCT:
         return None
-    smaller = sorted((mem, m) for m, mem in GPU_MEMORY_GB.items()
-                     if mem >= need_gb and mem < GPU_MEMORY_GB.get(model, 0))
+    smaller = smaller_cards(need_gb, than=model)
     if smaller:
-        return {"kind": "gpu", "target": smaller[0][1], "gpu_fraction": 1.0}
+        return {"kind": "gpu", "target": smaller[0], "gpu_fraction": 1.0}
     return None
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, time, timedelta, timezone
 
+from gpuledger.collector.errors import InputError
+
 _ISO_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 
 
@@ -28,11 +30,11 @@ def iso_week(spec: str | None = None, now: datetime | None = None) -> tuple[date
     else:
         match = _ISO_WEEK.match(spec)
         if not match:
-            raise ValueError(f"week must look like 2026-W48 or 'last', got {spec!r}")
+            raise InputError(f"week must look like 2026-W48 or 'last', got {spec!r}")
         try:
             monday = date.fromisocalendar(int(match.group(1)), int(match.group(2)), 1)
         except ValueError as exc:
-            raise ValueError(f"no such ISO week: {spec}") from exc
+            raise InputError(f"no such ISO week: {spec}") from exc
     start = datetime.combine(monday, time(0), tzinfo=timezone.utc)
     year, week, _ = monday.isocalendar()
     return start, start + timedelta(days=7), f"{year}-W{week:02d}"

@@ -40,13 +40,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import requests
-
-from analytics.schema import DDL
-from analytics.store import IDLE_CHECKPOINT_BYTES, wal_bytes
-from collector.simulator import SimulatorSource, cluster_of
-from collector.spool import Spool
-from collector.wire import CONTENT_TYPE, encode, stack
-from deploy.agent import MAX_BATCHES_PER_REQUEST, Agent
+from gpuledger.analytics.store import IDLE_CHECKPOINT_BYTES, wal_bytes
+from gpuledger.analytics.store.schema import DDL
+from gpuledger.collector.agent.agent import MAX_BATCHES_PER_REQUEST, Agent
+from gpuledger.collector.agent.spool import Spool
+from gpuledger.collector.simulator import SimulatorSource, cluster_of
+from gpuledger.collector.wire import CONTENT_TYPE, encode, stack
 
 TOKEN = "bench-token"
 STEADY_INTERVALS = 30  # the steady-state run sends the first 30 intervals: 8 rows a request is slow to time

@@ -1,1 +1,1 @@
-"""Per-node telemetry sources (NVML, dcgm-exporter, simulator) that all emit the same Arrow sample schema."""
+"""Runs on a node: telemetry sources (NVML, dcgm-exporter, simulator) emitting one Arrow sample schema, attribution, the GPU catalogue, the agent-server wire contract, and the agent (`agent/`)."""

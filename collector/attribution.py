@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from collector.samples import UNATTRIBUTED
+from gpuledger.collector.samples import UNATTRIBUTED
 
 # Namespaces that belong to the platform, not to a team: their pods are counted but unattributed.
 SYSTEM_NAMESPACES = frozenset({"", "default", "kube-system", "gpu-operator", "nvidia-gpu-operator"})

@@ -10,14 +10,13 @@ from typing import Any
 
 import pyarrow as pa
 import requests
-
-from collector.attribution import Attributor
-from collector.counters import RateTracker
-from collector.gpu_models import mig_fraction, normalize_model
-from collector.prom_text import ParseResult, PromTextParser
-from collector.samples import SAMPLE_SCHEMA, rows_to_table
-from collector.self_metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
-from collector.source import SourceError
+from gpuledger.collector.attribution import Attributor
+from gpuledger.collector.counters import RateTracker
+from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model
+from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
+from gpuledger.collector.prom_text import ParseResult, PromTextParser
+from gpuledger.collector.samples import SAMPLE_SCHEMA, rows_to_table
+from gpuledger.collector.source import SourceError
 
 log = logging.getLogger(__name__)
 

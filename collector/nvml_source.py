@@ -17,14 +17,13 @@ from types import ModuleType
 from typing import Any, Callable
 
 import pyarrow as pa
-
-from collector.attribution import Attributor
-from collector.counters import RateTracker
-from collector.gpu_models import mig_fraction, normalize_model
-from collector.proc_attribution import describe_process
-from collector.samples import PROCESS_SCHEMA, rows_to_table
-from collector.self_metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
-from collector.source import SourceError
+from gpuledger.collector.attribution import Attributor
+from gpuledger.collector.counters import RateTracker
+from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model
+from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
+from gpuledger.collector.proc_attribution import describe_process
+from gpuledger.collector.samples import PROCESS_SCHEMA, rows_to_table
+from gpuledger.collector.source import SourceError
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024

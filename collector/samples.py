@@ -10,7 +10,17 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-UNATTRIBUTED = "unattributed"
+# The two owner buckets of the bill besides real teams, in the style of OpenCost's __idle__ and
+# __unallocated__. Analytics pass these to SQL as parameters; the dashboard and report show labels.
+UNATTRIBUTED = "unattributed"  # allocated, but no rule names a team (pods in `default`, unknown users)
+IDLE_CAPACITY = "__idle__"  # GPUs no job held: the cluster's idle capacity
+BUCKET_LABELS = {UNATTRIBUTED: "unattributed", IDLE_CAPACITY: "idle capacity"}
+
+
+def owner_label(team: str) -> str:
+    """How a team or owner bucket is shown to people."""
+    return BUCKET_LABELS.get(team, team)
+
 
 SAMPLE_SCHEMA = pa.schema(
     [

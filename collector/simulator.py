@@ -19,22 +19,41 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from collector.samples import SAMPLE_SCHEMA
-from collector.self_metrics import SAMPLES_READ
+from gpuledger.collector.attribution import Attributor
+from gpuledger.collector.errors import InputError
+from gpuledger.collector.gpu_catalog import MODELS, GpuModel
+from gpuledger.collector.metrics import SAMPLES_READ
+from gpuledger.collector.samples import SAMPLE_SCHEMA
 
 PROFILES = ("busy", "light", "idle", "oversized", "nvlink")
+_ATTRIBUTOR = Attributor()  # namespaces are teams; pods in `default` are nobody's
 
 
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
-    model: str  # rate-card model
-    model_name: str  # what the driver would report
-    mem_mib: float
-    tdp_w: float
+    model: str  # rate-card model, a name in the GPU catalogue
     gpus: int = 8
-    nvlink: bool = True
+
+    @property
+    def card(self) -> GpuModel:
+        return MODELS[self.model]
+
+    @property
+    def model_name(self) -> str:  # what the driver would report
+        return self.card.driver_name
+
+    @property
+    def mem_mib(self) -> float:
+        return float(self.card.mem_mib)
+
+    @property
+    def tdp_w(self) -> float:
+        return float(self.card.tdp_w)
+
+    @property
+    def nvlink(self) -> bool:
+        return self.card.nvlink
 
 
 @dataclass(frozen=True)
@@ -46,12 +65,12 @@ class TeamSpec:
 
 
 DEFAULT_NODES: tuple[NodeSpec, ...] = (
-    NodeSpec("dgx-h100-01", "H100", "NVIDIA H100 80GB HBM3", 81559, 700),
-    NodeSpec("dgx-h100-02", "H100", "NVIDIA H100 80GB HBM3", 81559, 700),
-    NodeSpec("hgx-h200-01", "H200", "NVIDIA H200", 143771, 700),
-    NodeSpec("dgx-a100-01", "A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, 400),
-    NodeSpec("l40s-01", "L40S", "NVIDIA L40S", 46068, 350, nvlink=False),
-    NodeSpec("l4-01", "L4", "NVIDIA L4", 23034, 72, nvlink=False),
+    NodeSpec("dgx-h100-01", "H100"),
+    NodeSpec("dgx-h100-02", "H100"),
+    NodeSpec("hgx-h200-01", "H200"),
+    NodeSpec("dgx-a100-01", "A100-80GB"),
+    NodeSpec("l40s-01", "L40S"),
+    NodeSpec("l4-01", "L4"),
 )
 
 DEFAULT_TEAMS: tuple[TeamSpec, ...] = (
@@ -60,7 +79,7 @@ DEFAULT_TEAMS: tuple[TeamSpec, ...] = (
     TeamSpec("speech", 15, 6, 0.14),
     TeamSpec("recsys", 15, 6, 0.14),
     TeamSpec("research", 10, 4, 0.09),
-    TeamSpec("default", 0, 0, 0.05),  # pods in the default namespace: nobody's, so "unattributed"
+    TeamSpec("default", 0, 0, 0.05),  # pods in the default namespace: nobody's, so billed as unattributed
 )
 
 
@@ -206,7 +225,7 @@ class ClusterSimulator:
         ts = pd.to_datetime(np.repeat(np.round(times * 1e6).astype(np.int64), n_g), unit="us", utc=True)
         flat = owner.ravel()
         job_ids = np.array([j.job_id for j in jobs] + [None], dtype=object)
-        teams = np.array([j.team if j.team != "default" else "unattributed" for j in jobs] + [None], dtype=object)
+        teams = np.array([_billed_team(j) for j in jobs] + [None], dtype=object)
         spaces = np.array([j.namespace for j in jobs] + [None], dtype=object)
         pods = np.array([j.pod for j in jobs] + [None], dtype=object)
         users = np.array([j.user for j in jobs] + [None], dtype=object)
@@ -279,7 +298,7 @@ class ClusterSimulator:
             node = self.nodes[job.node] if job.node >= 0 else None
             started = job.start <= now
             rows.append({
-                "job_id": job.job_id, "team": job.team if job.team != "default" else "unattributed",
+                "job_id": job.job_id, "team": _billed_team(job),
                 "user": job.user, "namespace": job.namespace, "pod": job.pod,
                 "node": node.name if node and started else None,
                 "gpu_model": node.model if node and started else None,
@@ -293,6 +312,11 @@ class ClusterSimulator:
     def team_frame(self) -> pd.DataFrame:
         return pd.DataFrame([{"team": t.name, "share": t.share, "quota_gpus": t.quota_gpus}
                              for t in self.teams if t.name != "default"])
+
+
+def _billed_team(job: SimJob) -> str:
+    """The team the collectors would bill: the same attribution rule as for real pods."""
+    return _ATTRIBUTOR.team_for(namespace=job.namespace)
 
 
 def _ts(epoch: float) -> datetime:
@@ -316,7 +340,7 @@ class SimulatorSource:
         self.node = node
         self.replay_start = replay_start
         if node is not None and node not in {n.name for n in simulator.nodes}:
-            raise ValueError(f"simulated cluster has no node {node!r}")
+            raise InputError(f"simulated cluster has no node {node!r}")
 
     def collect(self) -> pa.Table:
         return self._frame(self.clock().timestamp())
@@ -338,7 +362,7 @@ class SimulatorSource:
 def cluster_of(nodes: int, seed: int = 7, days: float = 1.0, now: datetime | None = None) -> ClusterSimulator:
     """A homogeneous simulated cluster of `nodes` 8-GPU H100 nodes (agents, load tests)."""
     now = now or datetime.now(timezone.utc)
-    specs = tuple(NodeSpec(f"node-{i:04d}", "H100", "NVIDIA H100 80GB HBM3", 81559, 700) for i in range(nodes))
+    specs = tuple(NodeSpec(f"node-{i:04d}", "H100") for i in range(nodes))
     return ClusterSimulator(start=now - timedelta(days=days), end=now + timedelta(days=days), seed=seed, nodes=specs)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
+from gpuledger.collector.errors import GpuledgerError
 
 
-class SourceError(RuntimeError):
+class SourceError(GpuledgerError):
     """A whole read failed (exporter unreachable, NVML not loaded): the caller retries next interval."""
 
 

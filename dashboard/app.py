@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-
-from dashboard.client import ApiUnavailable, api_base, frame, get_json
+from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
+from gpuledger.dashboard.client import ApiUnavailable, api_base, frame, get_json
 
 st.set_page_config(page_title="gpuledger", page_icon="📊", layout="wide")
 BASE = api_base()
@@ -46,7 +46,8 @@ if not nodes.empty and nodes["stale"].any():
     st.warning(f"{len(stale)} stale node(s), no batch for 3 intervals: " + ", ".join(stale["node"].tolist()))
 
 cost_df = frame(costs["teams"])
-idle_line = cost_df[cost_df["team"] == "idle capacity"]
+idle_line = cost_df[cost_df["team"] == IDLE_CAPACITY]
+cost_df["team"] = cost_df["team"].map(owner_label)
 col1, col2, col3, col4 = st.columns(4)
 col1.metric("Total cost", f"${costs['total_usd']:,.0f}", help=f"last {days} day(s), rate card prices")
 col2.metric("Idle capacity cost", f"${float(idle_line['cost_usd'].sum()):,.0f}")

@@ -1,1 +1,1 @@
-"""How gpuledger runs: the `gpuledger` command, the server process and the demo."""
+"""The processes: the `gpuledger` CLI, the server (API, collection, weekly report), the demo and the dashboard process."""

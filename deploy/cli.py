@@ -8,12 +8,14 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Callable
 
-from analytics.config import ConfigError, load_config
-from analytics.store import Store, StoreError
-from analytics.windows import rolling
-from collector.source import SourceError
-from deploy.lifecycle import wait_for_stop
+from gpuledger.analytics.config import Config, load_config
+from gpuledger.analytics.store import Store, StoreError
+from gpuledger.analytics.windows import rolling
+from gpuledger.collector.errors import GpuledgerError, InputError
+from gpuledger.collector.source import Source
+from gpuledger.deploy.lifecycle import wait_for_stop
 
 DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
 DEFAULT_REPORTS = Path("gpuledger-data/reports")
@@ -115,34 +117,34 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
     p.add_argument("--interval", type=_positive, default=30.0, help="seconds between reads (default 30)")
 
 
-def _make_source(args: argparse.Namespace, config):
+def _make_source(args: argparse.Namespace, config: Config) -> Source | None:
     if args.source == "dcgm":
-        from collector.dcgm_source import DcgmExporterSource
+        from gpuledger.collector.dcgm_source import DcgmExporterSource
         return DcgmExporterSource(args.dcgm_url, args.interval, config.attributor())
     if args.source == "nvml":
-        from collector.nvml_source import NvmlSource
+        from gpuledger.collector.nvml_source import NvmlSource
         return NvmlSource(interval_s=args.interval, attributor=config.attributor())
     if args.source == "none":
         return None
     return simulator_source(args.interval, getattr(args, "node", None), getattr(args, "sim_replay_start", None))
 
 
-def simulator_source(interval_s: float, node: str | None = None, replay_start: float | None = None):
+def simulator_source(interval_s: float, node: str | None = None, replay_start: float | None = None) -> Source:
     """The simulated cluster (or one node of it); anchored at `replay_start` so a replay is reproducible."""
     from datetime import datetime, timezone
 
-    from collector.simulator import DEFAULT_NODES, SimulatorSource, cluster_of, default_simulator
+    from gpuledger.collector.simulator import DEFAULT_NODES, SimulatorSource, cluster_of, default_simulator
     now = datetime.fromtimestamp(replay_start, timezone.utc) if replay_start is not None else None
     if node is None or node in {n.name for n in DEFAULT_NODES}:
         return SimulatorSource(default_simulator(days=1, now=now), interval_s, node=node, replay_start=replay_start)
     suffix = node.rsplit("-", 1)[-1]
     if not suffix.isdigit():
-        raise ValueError(f"simulated node must be one of the demo nodes or node-NNNN, got {node!r}")
+        raise InputError(f"simulated node must be one of the demo nodes or node-NNNN, got {node!r}")
     return SimulatorSource(cluster_of(int(suffix) + 1, now=now), interval_s, node=f"node-{int(suffix):04d}",
                            replay_start=replay_start)
 
 
-def _open_store(args: argparse.Namespace, config) -> Store:
+def _open_store(args: argparse.Namespace, config: Config) -> Store:
     store = Store(args.db)
     store.set_rates(config.rates)
     if config.teams:
@@ -164,107 +166,117 @@ def _require_data(store: Store, db: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Errors a user can fix (GpuledgerError) are one line and exit code 2; anything else
+    is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
-        return _run(args)
-    except (ConfigError, StoreError, SourceError, ValueError, RuntimeError) as exc:
+        if args.command == "dashboard":
+            return cmd_dashboard(args)
+        return COMMANDS[args.command](args, load_config(args.config))
+    except GpuledgerError as exc:
         print(f"gpuledger {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
 
-def _run(args: argparse.Namespace) -> int:
-    if args.command == "dashboard":
-        from deploy.dashboard_proc import start_dashboard
-        proc, url = start_dashboard(args.api, host=args.host, port=args.port)
-        print(f"dashboard: {url} (API {args.api}); Ctrl-C to stop")
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            return 0
-    config = load_config(args.config)
-    if args.command == "demo":
-        from deploy.demo import DemoError, run_demo
-        try:
-            return run_demo(args.db, config, days=args.days, seed=args.seed, host=args.host,
-                            api_port=args.api_port, dashboard_port=args.dashboard_port, interval_s=args.interval,
-                            reports=args.reports, dashboard=not args.no_dashboard, duration_s=args.duration,
-                            echo=lambda line: print(line, flush=True))
-        except DemoError as exc:
-            raise ValueError(str(exc)) from exc
-    if args.command == "report":
-        from deploy.server import weekly_report
-        with _open_existing(args.db) as store:
-            _require_data(store, args.db)
-            files = weekly_report(store, config, args.out, args.week)
-        print(f"report {files.label}: {files.html}")
-        print(f"summary: {files.summary_csv}")
-        for team, path in sorted(files.team_csvs.items()):
-            print(f"  {team}: {path}")
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from gpuledger.deploy.dashboard_proc import start_dashboard
+    proc, url = start_dashboard(args.api, host=args.host, port=args.port)
+    print(f"dashboard: {url} (API {args.api}); Ctrl-C to stop")
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
         return 0
-    if args.command == "recommend":
-        from policies.recommender import recommend
-        with _open_existing(args.db) as store:
-            _require_data(store, args.db)
-            start, end = rolling(args.days)
-            recs = [r.to_dict() for r in recommend(store, config, start, end)]
-        json.dump({"recommendations": recs}, sys.stdout, indent=2)
-        print()
-        return 0
-    if args.command == "agent":
-        return _run_agent(args, config)
-    if args.command == "collect":
-        source = _make_source(args, config)
-        with _open_store(args, config) as store:
-            from deploy.collect_loop import CollectLoop
-            loop = CollectLoop(source, store, args.interval)
-            for i in range(args.count):
-                rows = loop.collect_once()
-                print(f"read {i + 1}/{args.count}: {rows} sample(s) from {source.name} -> {args.db}")
-                if i + 1 < args.count:
-                    loop.stop_event.wait(args.interval)
-        return 0
-    if args.command == "serve":
-        from deploy.collect_loop import CollectLoop
-        from deploy.server import ApiServer, start_report_scheduler
-        source = _make_source(args, config)
-        store = _open_store(args, config)
-        api = ApiServer(store, config, host=args.host, port=args.port, token=args.token)
-        url = api.start()
-        scheduler = start_report_scheduler(store, config, args.reports)
-        loop = CollectLoop(source, store, args.interval) if source else None
-        if loop:
-            loop.start()
-        what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
-        pushes = "accepting agent pushes" if args.token else "no --token: refusing agent pushes"
-        print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
-        wait_for_stop()
-        if loop:
-            loop.stop()
-            loop.join(timeout=10)
-        scheduler.shutdown(wait=False)
-        api.stop()
-        store.close()
-        return 0
-    raise AssertionError(args.command)
 
 
-def _run_agent(args: argparse.Namespace, config) -> int:
+def cmd_demo(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.demo import run_demo
+    return run_demo(args.db, config, days=args.days, seed=args.seed, host=args.host,
+                    api_port=args.api_port, dashboard_port=args.dashboard_port, interval_s=args.interval,
+                    reports=args.reports, dashboard=not args.no_dashboard, duration_s=args.duration,
+                    echo=lambda line: print(line, flush=True))
+
+
+def cmd_report(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.server import weekly_report
+    with _open_existing(args.db) as store:
+        _require_data(store, args.db)
+        files = weekly_report(store, config, args.out, args.week)
+    print(f"report {files.label}: {files.html}")
+    print(f"summary: {files.summary_csv}")
+    for team, path in sorted(files.team_csvs.items()):
+        print(f"  {team}: {path}")
+    return 0
+
+
+def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.policies.recommender import recommend
+    with _open_existing(args.db) as store:
+        _require_data(store, args.db)
+        start, end = rolling(args.days)
+        recs = [r.to_dict() for r in recommend(store, config, start, end)]
+    json.dump({"recommendations": recs}, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.collect_loop import CollectLoop
+    source = _make_source(args, config)
+    with _open_store(args, config) as store:
+        loop = CollectLoop(source, store, args.interval)
+        for i in range(args.count):
+            rows = loop.collect_once()
+            print(f"read {i + 1}/{args.count}: {rows} sample(s) from {source.name} -> {args.db}")
+            if i + 1 < args.count:
+                loop.stop_event.wait(args.interval)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.store.ingest_writer import use_cross_thread_allocator
+    from gpuledger.deploy.collect_loop import CollectLoop
+    from gpuledger.deploy.server import ApiServer, start_report_scheduler
+    source = _make_source(args, config)
+    if args.token:
+        use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another
+    store = _open_store(args, config)
+    api = ApiServer(store, config, host=args.host, port=args.port, token=args.token)
+    url = api.start()
+    scheduler = start_report_scheduler(store, config, args.reports)
+    loop = CollectLoop(source, store, args.interval) if source else None
+    if loop:
+        loop.start()
+    what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
+    pushes = "accepting agent pushes" if args.token else "no --token: refusing agent pushes"
+    print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
+    wait_for_stop()
+    if loop:
+        loop.stop()
+        loop.join(timeout=10)
+    scheduler.shutdown(wait=False)
+    api.stop()
+    store.close()
+    return 0
+
+
+def cmd_agent(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.collector.agent.agent import Agent
+    from gpuledger.collector.agent.metrics import REGISTRY as AGENT_METRICS
+    from gpuledger.collector.agent.spool import Spool
+    from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
+    from gpuledger.collector.metrics import exported
     from prometheus_client import start_http_server
-
-    from collector.self_metrics import REGISTRY
-    from collector.spool import Spool
-    from deploy.agent import Agent
     if not args.token:
-        raise ValueError("the agent needs --token (or $GPULEDGER_TOKEN) to push to the server")
+        raise InputError("the agent needs --token (or $GPULEDGER_TOKEN) to push to the server")
     source = _make_source(args, config)
     spool = Spool(args.spool, int(args.spool_max_mb * 1024 * 1024))
     agent = Agent(source, spool, args.server, args.token, args.node, args.interval)
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr="127.0.0.1", registry=REGISTRY)
+        start_http_server(args.metrics_port, addr="127.0.0.1", registry=exported(COLLECTOR_METRICS, AGENT_METRICS))
     agent.start()
     print(f"agent {args.node}: {source.name} every {args.interval:g}s -> {args.server}, spool {args.spool} "
           f"(stream {spool.stream_id[:8]}, next seq {spool.next_seq}, {len(spool.pending())} waiting)", flush=True)
@@ -273,6 +285,12 @@ def _run_agent(args: argparse.Namespace, config) -> int:
     print(f"agent {args.node}: stopped; {agent.produced} batch(es) produced, {agent.acked} acknowledged, "
           f"{len(spool.pending())} left in the spool, next seq {spool.next_seq}", flush=True)
     return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
+    "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
+    "report": cmd_report, "recommend": cmd_recommend,
+}
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ import logging
 import threading
 from typing import Callable
 
-from analytics.store import Store
-from collector.source import Source, SourceError
+from gpuledger.analytics.store import Store
+from gpuledger.collector.source import Source, SourceError
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import requests
-
-import dashboard
+from gpuledger import dashboard
+from gpuledger.collector.errors import GpuledgerError
 
 APP = Path(dashboard.__file__).with_name("app.py")
 
@@ -25,7 +25,7 @@ def start_dashboard(api_url: str, host: str = "127.0.0.1", port: int = 8501,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"dashboard exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            raise GpuledgerError(f"dashboard exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
         try:
             if requests.get(f"{url}/_stcore/health", timeout=1).ok:
                 return proc, url
@@ -33,4 +33,4 @@ def start_dashboard(api_url: str, host: str = "127.0.0.1", port: int = 8501,
             pass
         time.sleep(0.3)
     proc.kill()
-    raise RuntimeError(f"dashboard did not answer on {url} within {timeout_s:.0f}s")
+    raise GpuledgerError(f"dashboard did not answer on {url} within {timeout_s:.0f}s")

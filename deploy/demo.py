@@ -6,22 +6,24 @@ import math
 from datetime import timedelta
 from pathlib import Path
 
-import duckdb
-
-from analytics.config import Config
-from analytics.store import Store
-from analytics.windows import utc_now
-from collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
-from deploy.collect_loop import CollectLoop
-from deploy.dashboard_proc import start_dashboard
-from deploy.lifecycle import wait_for_stop
-from deploy.server import ApiServer, start_report_scheduler, weekly_report
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store, StoreError
+from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.errors import GpuledgerError
+from gpuledger.collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
+from gpuledger.deploy.collect_loop import CollectLoop
+from gpuledger.deploy.dashboard_proc import start_dashboard
+from gpuledger.deploy.lifecycle import wait_for_stop
+from gpuledger.deploy.server import ApiServer, start_report_scheduler, weekly_report
 
 log = logging.getLogger(__name__)
 
 
-class DemoError(RuntimeError):
+class DemoError(GpuledgerError):
     pass
+
+
+DEMO_MARK = "demo"  # meta key set in every database the demo builds
 
 
 def _check_is_demo_db(path: Path) -> None:
@@ -29,16 +31,10 @@ def _check_is_demo_db(path: Path) -> None:
     if not path.exists():
         return
     try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as exc:
-        raise DemoError(f"{path} exists and cannot be opened ({exc}); choose another --db") from exc
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'demo'").fetchone()
-    except duckdb.Error:
-        row = None
-    finally:
-        con.close()
-    if not row:
+        mark = Store.peek_meta(path, DEMO_MARK)
+    except StoreError as exc:
+        raise DemoError(f"{exc}; choose another --db") from exc
+    if not mark:
         raise DemoError(f"{path} is not a gpuledger demo database; refusing to overwrite it. Use another --db.")
 
 
@@ -50,7 +46,7 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     now = utc_now()
     sim = default_simulator(days=days, seed=seed, now=now)
     store = Store(path)
-    store.set_meta("demo", "true")
+    store.set_meta(DEMO_MARK, "true")
     store.set_rates(config.rates)
     teams = sim.team_frame()
     for name, team in config.teams.items():

@@ -13,14 +13,14 @@ from pathlib import Path
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
-
-from analytics.config import Config
-from analytics.ingest import IngestWriter
-from analytics.report import ReportFiles, write_weekly_report
-from analytics.store import Store
-from analytics.windows import iso_week
-from policies.api import create_app
-from policies.recommender import recommend
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.report import ReportFiles, write_weekly_report
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.ingest_writer import IngestWriter
+from gpuledger.analytics.windows import iso_week
+from gpuledger.collector.errors import GpuledgerError
+from gpuledger.deploy.api import create_app
+from gpuledger.policies.recommender import recommend
 
 log = logging.getLogger(__name__)
 WEEKLY_REPORT_JOB = "weekly-cost-report"
@@ -30,20 +30,21 @@ class ApiServer:
     def __init__(self, store: Store, config: Config, host: str = "127.0.0.1", port: int = 8080,
                  token: str | None = None) -> None:
         self.ingest = IngestWriter(store) if token else None
-        self.app = create_app(store, config, ingest=self.ingest, token=token)
+        self.app = create_app(store, config, ingest_writer=self.ingest, token=token)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
                                                     access_log=False))
         self.thread = threading.Thread(target=self.server.run, name="api", daemon=True)
         self.host = host
+        self.port = port
 
     def start(self, timeout_s: float = 20.0) -> str:
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.started:
             if not self.thread.is_alive():
-                raise RuntimeError("API server failed to start (port in use?)")
+                raise GpuledgerError(f"API server failed to start on {self.host}:{self.port} (port in use?)")
             if time.monotonic() > deadline:
-                raise RuntimeError("API server did not start in time")
+                raise GpuledgerError("API server did not start in time")
             time.sleep(0.05)
         port = self.server.servers[0].sockets[0].getsockname()[1]
         return f"http://{self.host}:{port}"

@@ -1,1 +1,1 @@
-"""Turn analytics into scheduler-facing recommendations, and serve them over HTTP."""
+"""Policies over the analytics: fairshare factors and the recommender that turns usage into scheduler advice."""

@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from analytics.config import Config
-from analytics.fairshare import fairshare_history
-from analytics.store import Store
-from analytics.waste import idle_runs, oversized_jobs
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.records import json_safe
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import capacity_gpus, hourly_demand, interval_at, pending_jobs
+from gpuledger.analytics.waste import idle_runs, oversized_jobs
+from gpuledger.policies.fairshare import fairshare_history
 
 
 @dataclass
@@ -46,31 +47,6 @@ class Recommendation:
         return json_safe(asdict(self))
 
 
-def json_safe(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, timestamps to ISO strings, NaN to None."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (pd.Timestamp, datetime)):
-        return value.isoformat()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    return value
-
-
-def _hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
-    sql = """
-        SELECT coalesce(team, 'unattributed') AS team, time_bucket(INTERVAL 1 HOUR, ts) AS hour,
-               sum(interval_s * gpu_fraction) / 3600.0 AS allocated_gpus,
-               coalesce(sum(interval_s * gpu_fraction) FILTER (WHERE coalesce(util_pct, 0) < ?), 0) / 3600.0
-                   AS idle_gpus
-        FROM samples WHERE allocated AND ts >= ? AND ts < ? GROUP BY 1, 2"""
-    return store.query(sql, [idle_util_pct, start, end])
-
-
 def _largest_remainder(values: dict[str, float], total: int) -> dict[str, int]:
     floors = {k: int(math.floor(v)) for k, v in values.items()}
     left = total - sum(floors.values())
@@ -80,15 +56,12 @@ def _largest_remainder(values: dict[str, float], total: int) -> dict[str, int]:
 
 
 def quota_recommendations(store: Store, config: Config, start: datetime, end: datetime) -> list[Recommendation]:
-    teams = store.query("SELECT team, share, quota_gpus FROM teams ORDER BY team")
+    teams = store.team_table()
     if teams.empty:
         return []
-    capacity = float(store.scalar(
-        "SELECT coalesce(sum(gpu_fraction), 0) FROM samples WHERE ts = (SELECT max(ts) FROM samples WHERE ts < ?)",
-        [end]) or 0.0)
-    demand = _hourly_demand(store, start, end, config.idle_util_pct)
-    pending = store.query(
-        "SELECT team, sum(gpus) AS gpus, count(*) AS jobs FROM jobs WHERE state = 'pending' GROUP BY team")
+    capacity = capacity_gpus(store, end)
+    demand = hourly_demand(store, start, end, config.idle_util_pct)
+    pending = pending_jobs(store)
     pending_gpus = dict(zip(pending["team"], pending["gpus"]))
     fair = fairshare_history(store, start, end, config.half_life_days)
     latest_fair = (fair.sort_values("hour").groupby("team").tail(1).set_index("team")["fairshare"].to_dict()
@@ -141,11 +114,10 @@ def quota_recommendations(store: Store, config: Config, start: datetime, end: da
 
 def placement_recommendations(store: Store, config: Config, start: datetime, end: datetime) -> list[Recommendation]:
     out: list[Recommendation] = []
-    latest = store.scalar("SELECT max(ts) FROM samples WHERE ts < ?", [end])
+    latest = store.latest_ts(before=end)
     runs = idle_runs(store, start, end, config.idle_minutes, config.idle_util_pct)
     if latest is not None and not runs.empty:
-        step = pd.Timedelta(seconds=float(store.scalar(
-            "SELECT max(interval_s) FROM samples WHERE ts = ?", [latest]) or 60))
+        step = pd.Timedelta(seconds=float(interval_at(store, latest) or 60))
         ongoing = runs[runs["end_ts"] >= pd.Timestamp(latest) + step - pd.Timedelta(seconds=1)]
         for job_id, group in ongoing.groupby("job_id", dropna=False):
             team = str(group["team"].iloc[0])

@@ -4,10 +4,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.collector.simulator import ClusterSimulator
 
-from analytics.config import Config
-from analytics.store import Store
-from collector.simulator import ClusterSimulator
 from tests.helpers import PageServer
 
 # The simulated history ends at the last full hour, so "last N days" windows (dashboard, API defaults) see it.
@@ -53,7 +53,7 @@ def sim_store(tmp_path_factory, simulator):
 
 @pytest.fixture(scope="session")
 def api_url(sim_store):
-    from deploy.server import ApiServer
+    from gpuledger.deploy.server import ApiServer
     server = ApiServer(sim_store, Config(), port=0)
     url = server.start()
     yield url

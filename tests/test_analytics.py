@@ -5,13 +5,14 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
+from gpuledger.analytics.config import DEFAULT_RATES
+from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
+from gpuledger.analytics.usage import cluster_utilization, team_usage, team_usage_series
+from gpuledger.analytics.waste import idle_runs, oversized_jobs, smallest_fit, waste_by_team
+from gpuledger.analytics.windows import iso_week
+from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
+from gpuledger.policies.fairshare import fairshare_factors, fairshare_history
 
-from analytics.config import DEFAULT_RATES
-from analytics.cost import IDLE_CAPACITY, cost_by_team, cost_by_team_and_model
-from analytics.fairshare import fairshare_factors, fairshare_history
-from analytics.usage import cluster_utilization, team_usage, team_usage_series
-from analytics.waste import idle_runs, oversized_jobs, smallest_fit, waste_by_team
-from analytics.windows import iso_week
 from tests.helpers import T0, gpu_rows, table
 
 END = T0 + timedelta(days=1)
@@ -79,7 +80,7 @@ def test_idle_runs_need_the_threshold_and_split_on_activity(store):
     assert mine["idle_minutes"].tolist() == [40.0, 35.0]  # the 20-minute lull is too short to count
     assert mine["idle_cost_usd"].tolist() == pytest.approx([40 / 60 * 6.88, 35 / 60 * 6.88])
     assert mine.iloc[0]["end_ts"] == T0 + timedelta(minutes=40)
-    orphan = runs[runs["team"] == "unattributed"]
+    orphan = runs[runs["team"] == UNATTRIBUTED]
     assert orphan["idle_minutes"].tolist() == [45.0]
     waste = waste_by_team(store, T0, END, 30, 5, 0.25).set_index("team")
     assert waste.loc["a", "idle_gpu_hours"] == pytest.approx(75 / 60)

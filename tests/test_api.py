@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import requests
+from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
 from tests.conftest import SIM_END
 
@@ -24,7 +25,7 @@ def test_health_docs_and_metrics(api_url):
 
 def test_team_usage_agrees_with_costs(api_url):
     teams = {t["team"] for t in get(api_url, "/v1/teams").json()}
-    assert {"nlp", "vision", "unattributed"} <= teams
+    assert {"nlp", "vision", UNATTRIBUTED} <= teams
     costs = get(api_url, "/v1/costs", days=3, end=SIM_END.isoformat()).json()
     by_team = {row["team"]: row for row in costs["teams"]}
     usage = get(api_url, "/v1/teams/nlp/usage", days=3, end=SIM_END.isoformat()).json()
@@ -32,7 +33,7 @@ def test_team_usage_agrees_with_costs(api_url):
     assert usage["totals"]["cost_usd"] == pytest.approx(by_team["nlp"]["cost_usd"])
     assert 0 < usage["totals"]["efficiency"] <= 1 and usage["series"]
     assert costs["total_usd"] == pytest.approx(sum(r["cost_usd"] for r in costs["teams"]))
-    assert "idle capacity" in by_team
+    assert IDLE_CAPACITY in by_team
 
 
 def test_bad_input_gets_clear_4xx(api_url):

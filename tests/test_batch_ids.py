@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 
-from analytics.batch_ids import BatchRuns
-from analytics.store import Store
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.batch_ids import BatchRuns
 
 
 def test_runs_merge_and_answer_like_a_set_of_ids():

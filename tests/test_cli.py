@@ -11,9 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import requests
+from gpuledger.analytics.store import Store
+from gpuledger.collector.dcgm_render import render_page
 
-from analytics.store import Store
-from collector.dcgm_render import render_page
 from tests.conftest import SIM_END, fill_store
 
 GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))

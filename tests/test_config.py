@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from analytics.config import DEFAULT_RATES, ConfigError, load_config
+from gpuledger.analytics.config import DEFAULT_RATES, ConfigError, load_config
 
 
 def test_defaults_need_no_file():

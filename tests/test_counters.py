@@ -3,9 +3,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
-from collector.counters import RateTracker
-from collector.dcgm_source import DcgmPageConverter
+from gpuledger.collector.counters import RateTracker
+from gpuledger.collector.dcgm_source import DcgmPageConverter
 
 
 def test_rates_resets_and_gaps():

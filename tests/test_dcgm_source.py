@@ -6,16 +6,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from gpuledger.analytics.store import Store
+from gpuledger.collector.attribution import Attributor
+from gpuledger.collector.dcgm_render import render_page
+from gpuledger.collector.dcgm_source import DcgmExporterSource, DcgmPageConverter
+from gpuledger.collector.metrics import REGISTRY, sample_value
+from gpuledger.collector.samples import UNATTRIBUTED
+from gpuledger.collector.source import SourceError
+from gpuledger.deploy.collect_loop import CollectLoop
 from prometheus_client import generate_latest
-
-from analytics.store import Store
-from collector.attribution import Attributor
-from collector.dcgm_render import render_page
-from collector.dcgm_source import DcgmExporterSource, DcgmPageConverter
-from collector.samples import UNATTRIBUTED
-from collector.self_metrics import PARSE_ERRORS, REGISTRY, SCRAPE_ERRORS, counter_value
-from collector.source import SourceError
-from deploy.collect_loop import CollectLoop
 
 PAGE = (Path(__file__).parent / "data" / "dcgm_h100_a100mig_pods.txt").read_text()
 NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
@@ -49,7 +48,7 @@ def test_namespace_mapping_overrides_namespace_as_team():
 
 
 def test_nan_unknown_and_garbage_lines_are_counted_in_collector_metrics_not_fatal():
-    before = {k: counter_value(PARSE_ERRORS, kind=k) for k in ("nan_value", "unknown_metric", "malformed_line")}
+    before = {k: sample_value(REGISTRY, "gpuledger_collector_parse_errors_total", kind=k) for k in ("nan_value", "unknown_metric", "malformed_line")}
     page = PAGE + "\n".join([
         'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-x",modelName="NVIDIA L4",Hostname="n"} NaN',
         'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-x",modelName="NVIDIA L4",Hostname="n"} 100',
@@ -59,9 +58,9 @@ def test_nan_unknown_and_garbage_lines_are_counted_in_collector_metrics_not_fata
     rows = by_key(DcgmPageConverter().convert(page, NOW, 30.0))
     assert len(rows) == 6  # the five GPUs plus GPU-x, whose good line survived
     assert rows[("GPU-x", None)]["temp_c"] is None and rows[("GPU-x", None)]["mem_used_mib"] == 100
-    assert counter_value(PARSE_ERRORS, kind="nan_value") == before["nan_value"] + 1
-    assert counter_value(PARSE_ERRORS, kind="unknown_metric") == before["unknown_metric"] + 1
-    assert counter_value(PARSE_ERRORS, kind="malformed_line") == before["malformed_line"] + 1
+    assert sample_value(REGISTRY, "gpuledger_collector_parse_errors_total", kind="nan_value") == before["nan_value"] + 1
+    assert sample_value(REGISTRY, "gpuledger_collector_parse_errors_total", kind="unknown_metric") == before["unknown_metric"] + 1
+    assert sample_value(REGISTRY, "gpuledger_collector_parse_errors_total", kind="malformed_line") == before["malformed_line"] + 1
     exposed = generate_latest(REGISTRY).decode()
     assert 'gpuledger_collector_parse_errors_total{kind="nan_value"}' in exposed
 
@@ -81,10 +80,10 @@ def test_scrape_over_http_round_trips_the_simulated_cluster(page_server, simulat
 def test_http_errors_raise_clear_source_errors_and_are_counted(page_server):
     source = DcgmExporterSource(page_server.url, timeout_s=2)
     page_server.status, page_server.body = 503, "busy"
-    before = counter_value(SCRAPE_ERRORS, source="dcgm", reason="HTTPError")
+    before = sample_value(REGISTRY, "gpuledger_collector_scrape_errors_total", source="dcgm", reason="HTTPError")
     with pytest.raises(SourceError, match="503"):
         source.collect()
-    assert counter_value(SCRAPE_ERRORS, source="dcgm", reason="HTTPError") == before + 1
+    assert sample_value(REGISTRY, "gpuledger_collector_scrape_errors_total", source="dcgm", reason="HTTPError") == before + 1
     page_server.status, page_server.body = 200, "<html>not metrics</html>\n"
     with pytest.raises(SourceError, match="no GPU samples"):
         source.collect()

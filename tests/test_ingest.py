@@ -10,16 +10,23 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 import requests
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.collector.agent.agent import Agent
+from gpuledger.collector.agent.spool import Spool
+from gpuledger.collector.dcgm_render import render_page
+from gpuledger.collector.samples import SAMPLE_SCHEMA
+from gpuledger.collector.simulator import cluster_of
+from gpuledger.collector.wire import (
+    BATCHES_HEADER,
+    INGEST_PATH,
+    encode,
+    per_batch,
+    request_headers,
+    stack,
+)
+from gpuledger.deploy.server import ApiServer
 
-from analytics.config import Config
-from analytics.store import Store
-from collector.dcgm_render import render_page
-from collector.samples import SAMPLE_SCHEMA
-from collector.simulator import cluster_of
-from collector.spool import Spool
-from collector.wire import CONTENT_TYPE, encode, stack
-from deploy.agent import Agent, per_batch
-from deploy.server import ApiServer
 from tests.procs import TOKEN, AgentProc, Server, wait_until
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
@@ -46,12 +53,9 @@ def backlog_body(tables: list[pa.Table], first_seq: int) -> pa.Table:
 
 def post(url: str, table: pa.Table | bytes, seq: int, node: str = "node-0000", stream: str = "s1",
          token: str | None = TOKEN) -> requests.Response:
-    headers = {"Content-Type": CONTENT_TYPE, "X-Gpuledger-Node": node, "X-Gpuledger-Stream": stream,
-               "X-Gpuledger-Seq": str(seq), "X-Gpuledger-Interval": "10"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = request_headers(node, stream, seq, 10.0, token=token or None)
     body = table if isinstance(table, bytes) else encode(table)
-    return requests.post(url + "/v1/ingest", data=body, headers=headers, timeout=30)
+    return requests.post(url + INGEST_PATH, data=body, headers=headers, timeout=30)
 
 
 def test_a_resent_batch_is_acknowledged_but_stored_once(central):
@@ -134,11 +138,9 @@ def test_concurrent_agents_are_group_committed_exactly_once(central, tmp_path):
 
 def test_a_node_goes_stale_after_three_silent_intervals(central):
     url, _ = central
-    headers_interval = "1"
     table = batch()
-    requests.post(url + "/v1/ingest", data=encode(table), timeout=30, headers={
-        "Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "quiet",
-        "X-Gpuledger-Stream": "s", "X-Gpuledger-Seq": "0", "X-Gpuledger-Interval": headers_interval})
+    requests.post(url + INGEST_PATH, data=encode(table), timeout=30,
+                  headers=request_headers("quiet", "s", 0, interval_s=1.0, token=TOKEN))
     assert requests.get(url + "/v1/nodes", timeout=10).json()[0]["stale"] is False
     time.sleep(3.5)  # three 1 s intervals without a batch
     node = requests.get(url + "/v1/nodes", timeout=10).json()[0]
@@ -215,17 +217,15 @@ def test_a_backlog_travels_in_one_request_with_a_result_per_batch(central):
     tables = [sim.frame([NOW.timestamp() - 60 + 10 * k], 10.0) for k in range(3)]
     body = backlog_body(tables, 5)
     post(url, tables[1], seq=6)  # batch 6 already arrived on its own earlier
-    headers = {"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "node-0000",
-               "X-Gpuledger-Stream": "s1", "X-Gpuledger-Seq": "5", "X-Gpuledger-Batches": "3",
-               "X-Gpuledger-Interval": "10"}
-    raw = requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json()
+    headers = request_headers("node-0000", "s1", 5, 10.0, batches=3, token=TOKEN)
+    raw = requests.post(url + INGEST_PATH, data=encode(body), headers=headers, timeout=30).json()
     assert raw == {"first_seq": 5, "batches": 3, "rows": [8, 0, 8], "duplicates": [6], "rejected": {},
                    "nulled_values": {}}
     assert [(b["seq"], b["status"], b["rows"]) for b in per_batch(raw)] == [
         (5, "stored", 8), (6, "duplicate", 0), (7, "stored", 8)]
     assert store.sample_count() == 24
-    headers["X-Gpuledger-Batches"] = "2"  # body holds seq 7, outside 5..6
-    assert requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).status_code == 422
+    headers[BATCHES_HEADER] = "2"  # body holds seq 7, outside 5..6
+    assert requests.post(url + INGEST_PATH, data=encode(body), headers=headers, timeout=30).status_code == 422
 
 
 def test_samples_stored_by_another_path_or_before_a_restart_are_still_refused(tmp_path):
@@ -256,7 +256,7 @@ def test_samples_stored_by_another_path_or_before_a_restart_are_still_refused(tm
 
 def test_the_wal_is_folded_into_the_file_once_ingest_goes_quiet(tmp_path):
     """No checkpoint inside the commit that crosses DuckDB's 16 MB default; one after a quiet moment."""
-    from analytics.ingest import IngestWriter
+    from gpuledger.analytics.store.ingest_writer import IngestWriter
     sim = cluster_of(64)
     frames = [sim.frame([NOW.timestamp() - 3000 + 10 * k], 10.0) for k in range(120)]
     body = backlog_body(frames, 0)
@@ -284,10 +284,8 @@ def test_a_big_backlog_body_is_checked_like_small_ones(central):
     tables[5] = pa.concat_tables([tables[5], tables[5].slice(0, 2)])  # two samples sent twice
     body = backlog_body(tables, 100)
     assert body.num_rows >= 256
-    headers = {"Content-Type": CONTENT_TYPE, "Authorization": f"Bearer {TOKEN}", "X-Gpuledger-Node": "node-0000",
-               "X-Gpuledger-Stream": "big", "X-Gpuledger-Seq": "100", "X-Gpuledger-Batches": "40",
-               "X-Gpuledger-Interval": "10"}
-    answer = per_batch(requests.post(url + "/v1/ingest", data=encode(body), headers=headers, timeout=30).json())
+    headers = request_headers("node-0000", "big", 100, 10.0, batches=40, token=TOKEN)
+    answer = per_batch(requests.post(url + INGEST_PATH, data=encode(body), headers=headers, timeout=30).json())
     assert [b["seq"] for b in answer] == list(range(100, 140))
     assert answer[3]["rows"] == 7 and answer[3]["rejected"] == {"future_ts": 1} and answer[3]["nulled_values"] == 1
     assert answer[5]["rows"] == 8 and answer[5]["rejected"] == {"duplicate_sample": 2}
@@ -296,7 +294,7 @@ def test_a_big_backlog_body_is_checked_like_small_ones(central):
 
 
 def test_two_requests_of_one_node_in_a_group_keep_the_earlier_copy_of_a_sample():
-    from analytics.ingest_screen import IngestRequest, prepare, screen_group
+    from gpuledger.analytics.store.ingest_screen import IngestRequest, prepare, screen_group
     sim = cluster_of(1)
     tables = [sim.frame([NOW.timestamp() - 3000 + 10 * k], 10.0) for k in range(40)]
     first = prepare(backlog_body(tables[:35], 0), "node-0000", 0, 35)
@@ -315,7 +313,7 @@ def test_two_requests_of_one_node_in_a_group_keep_the_earlier_copy_of_a_sample()
 def test_a_burst_is_gathered_into_row_groups_that_skip_the_wal(tmp_path):
     """Two 70k-row backlog bodies arriving together are committed as one group of over a row group,
     which DuckDB writes straight to the file: the WAL stays small, so there is no checkpoint to pay later."""
-    from analytics.ingest import IngestWriter
+    from gpuledger.analytics.store.ingest_writer import IngestWriter
     sim = cluster_of(64)
     frames = [sim.frame([NOW.timestamp() - 5000 + 10 * k], 10.0) for k in range(280)]
     bodies = [backlog_body(frames[:140], 0), backlog_body(frames[140:], 140)]
@@ -332,7 +330,7 @@ def test_a_burst_is_gathered_into_row_groups_that_skip_the_wal(tmp_path):
 
 def test_single_batches_that_queue_while_the_writer_commits_are_committed_together(tmp_path):
     """Steady state: the screener must not split what queues during a commit into a trickle of tiny groups."""
-    from analytics.ingest import IngestWriter
+    from gpuledger.analytics.store.ingest_writer import IngestWriter
     sim = cluster_of(21)
     frame = sim.frame([NOW.timestamp() - 60], 10.0)
     with Store(tmp_path / "c.duckdb") as store:
@@ -355,8 +353,7 @@ def test_a_failed_commit_stores_nothing_and_the_agents_retry_is_stored_once(tmp_
     """A DuckDB error mid-transaction (here: injected after the samples are inserted) rolls the whole group
     back, and the batch id is not remembered, so the retry is stored, once; the threads keep serving."""
     import duckdb
-
-    from analytics import ingest
+    from gpuledger.analytics.store import ingest_writer as ingest
     frame = cluster_of(1).frame([NOW.timestamp() - 60], 10.0)
     record, screen, failures = ingest.IngestWriter._record_batches, ingest.screen_group, []
 

@@ -5,10 +5,11 @@ import csv
 from datetime import timedelta
 
 import pytest
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.windows import iso_week
+from gpuledger.collector.samples import IDLE_CAPACITY
+from gpuledger.deploy.server import WEEKLY_REPORT_JOB, start_report_scheduler, weekly_report
 
-from analytics.config import Config
-from analytics.windows import iso_week
-from deploy.server import WEEKLY_REPORT_JOB, start_report_scheduler, weekly_report
 from tests.conftest import SIM_END
 
 
@@ -26,9 +27,9 @@ def test_weekly_report_html_and_csv_per_team_add_up(sim_store, tmp_path):
         rows = list(csv.DictReader(path.open()))
         assert rows and {r["team"] for r in rows} == {team} and rows[0]["week"] == week
         team_total += sum(float(r["cost_usd"]) for r in rows)
-    idle = sum(float(r["cost_usd"]) for r in summary if r["team"] == "idle capacity")
+    idle = sum(float(r["cost_usd"]) for r in summary if r["team"] == IDLE_CAPACITY)
     assert team_total + idle == pytest.approx(total)
-    assert set(files.team_csvs) == {r["team"] for r in summary} - {"idle capacity"}
+    assert set(files.team_csvs) == {r["team"] for r in summary} - {IDLE_CAPACITY}
 
 
 def test_scheduler_runs_the_report_every_monday(sim_store, tmp_path):

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
-
-from collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
+from gpuledger.collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
 
 _DUCK_TYPES = {
     pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
@@ -66,3 +65,25 @@ def table_migrations(existing: set[str]) -> list[str]:
 
 
 SCHEMA_VERSION = "3"
+
+
+# The query layer: GPU-hours, used GPU-hours, cost and the owner bucket, each written once for every
+# query. Macros are expanded when a query is planned, so they cost nothing at run time. Bucket names
+# (unattributed, idle capacity) are not written here: queries pass them as parameters.
+QUERY_LAYER = [
+    "CREATE OR REPLACE MACRO gpu_hours(interval_s, gpu_fraction) AS interval_s * gpu_fraction / 3600.0",
+    """CREATE OR REPLACE MACRO used_gpu_hours(interval_s, gpu_fraction, util_pct) AS
+       interval_s * gpu_fraction * coalesce(util_pct, 0) / 100.0 / 3600.0""",
+    # the team a sample is billed to: its team, else the unattributed bucket
+    "CREATE OR REPLACE MACRO owner(team, unattributed) AS coalesce(team, unattributed)",
+    # the line of the bill: the owner when a job held the GPU, else the idle-capacity bucket
+    """CREATE OR REPLACE MACRO bill_line(allocated, team, unattributed, idle) AS
+       CASE WHEN allocated THEN coalesce(team, unattributed) ELSE idle END""",
+    # samples with their GPU-hours priced by the rate card; a model with no rate costs 0 and has a NULL rate
+    """CREATE OR REPLACE VIEW priced_samples AS
+       SELECT s.*, gpu_hours(s.interval_s, s.gpu_fraction) AS gpu_hours,
+              used_gpu_hours(s.interval_s, s.gpu_fraction, s.util_pct) AS used_gpu_hours,
+              r.usd_per_gpu_hour,
+              gpu_hours(s.interval_s, s.gpu_fraction) * coalesce(r.usd_per_gpu_hour, 0) AS cost_usd
+       FROM samples s LEFT JOIN rate_card r USING (gpu_model)""",
+]

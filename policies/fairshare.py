@@ -11,29 +11,20 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import hourly_team_usage
 
-from analytics.store import Store
-
-
-def hourly_team_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    sql = """
-        SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, team,
-               sum(interval_s * gpu_fraction) / 3600.0 AS gpu_hours
-        FROM samples WHERE allocated AND team IS NOT NULL AND ts >= ? AND ts < ?
-        GROUP BY 1, 2"""
-    return store.query(sql, [start, end])
+HISTORY_COLUMNS = ["hour", "team", "gpu_hours", "decayed_usage", "norm_usage", "norm_share", "fairshare"]
 
 
 def fairshare_factors(usage: pd.DataFrame, shares: dict[str, float], half_life_hours: float) -> pd.DataFrame:
     """Per hour and team: usage, decayed usage, normalised usage/share and F; `usage` has hour, team, gpu_hours."""
     teams = [t for t, s in shares.items() if s > 0]
     if not teams:
-        return pd.DataFrame(columns=["hour", "team", "gpu_hours", "decayed_usage", "norm_usage", "norm_share",
-                                     "fairshare"])
+        return pd.DataFrame(columns=HISTORY_COLUMNS)
     usage = usage[usage["team"].isin(teams)]
     if usage.empty:
-        return pd.DataFrame(columns=["hour", "team", "gpu_hours", "decayed_usage", "norm_usage", "norm_share",
-                                     "fairshare"])
+        return pd.DataFrame(columns=HISTORY_COLUMNS)
     grid = pd.date_range(usage["hour"].min(), usage["hour"].max(), freq="h")
     wide = usage.pivot_table(index="hour", columns="team", values="gpu_hours", aggfunc="sum")
     wide = wide.reindex(index=grid, columns=teams).fillna(0.0)
@@ -62,9 +53,11 @@ def fairshare_factors(usage: pd.DataFrame, shares: dict[str, float], half_life_h
 
 
 def team_shares(store: Store) -> dict[str, float]:
-    frame = store.query("SELECT team, share FROM teams")
-    return dict(zip(frame["team"], frame["share"].astype(float)))
+    """Each configured team's share (the S of F = 2^(-U/S), before normalising)."""
+    teams = store.team_table()
+    return dict(zip(teams["team"], teams["share"].astype(float)))
 
 
 def fairshare_history(store: Store, start: datetime, end: datetime, half_life_days: float) -> pd.DataFrame:
+    """The factor per team and hour over [start, end), from the allocated GPU-hours stored."""
     return fairshare_factors(hourly_team_usage(store, start, end), team_shares(store), half_life_days * 24.0)

@@ -12,26 +12,22 @@ import threading
 import time
 
 import requests
-
-from collector.self_metrics import (AGENT_BATCHES_ACKED, AGENT_BATCHES_SENT, AGENT_LAST_ACK, AGENT_REJECTED,
-                                    AGENT_RETRIES, SCRAPE_ERRORS)
-from collector.source import Source, SourceError
-from collector.spool import Spool, SpooledBatch
-from collector.wire import CONTENT_TYPE, WireError, decode, encode, stack
+from gpuledger.collector.agent.metrics import (
+    AGENT_BATCHES_ACKED,
+    AGENT_BATCHES_SENT,
+    AGENT_LAST_ACK,
+    AGENT_REJECTED,
+    AGENT_RETRIES,
+)
+from gpuledger.collector.agent.spool import Spool, SpooledBatch
+from gpuledger.collector.metrics import SCRAPE_ERRORS
+from gpuledger.collector.source import Source, SourceError
+from gpuledger.collector.wire import INGEST_PATH, STORED, WireError, decode, encode, per_batch, request_headers, stack
 
 log = logging.getLogger(__name__)
 # a backlog travels in requests of up to an hour of 10 s batches (~3k rows, ~0.5 MB for 8 GPUs): per-request
 # costs are paid once per hour of backlog, and 128 such bodies in flight still fit easily in the server's memory
 MAX_BATCHES_PER_REQUEST = 360
-
-
-def per_batch(answer: dict) -> list[dict]:
-    """The server's answer to a multi-batch request, as one answer per batch like a single batch gets."""
-    duplicates, first = set(answer["duplicates"]), answer["first_seq"]
-    return [{"seq": first + i, "status": "duplicate" if first + i in duplicates else "stored", "rows": rows,
-             "rejected": answer["rejected"].get(str(first + i), {}),
-             "nulled_values": answer["nulled_values"].get(str(first + i), 0)}
-            for i, rows in enumerate(answer["rows"])]
 
 
 class Agent:
@@ -41,7 +37,7 @@ class Agent:
         self.max_batches_per_request = max_batches_per_request
         self.source = source
         self.spool = spool
-        self.ingest_url = server_url.rstrip("/") + "/v1/ingest"
+        self.ingest_url = server_url.rstrip("/") + INGEST_PATH
         self.token = token
         self.node = node
         self.interval_s = interval_s
@@ -65,7 +61,7 @@ class Agent:
             log.warning("%s", exc)
             return None
         if table.num_rows == 0:
-            return None  # the server stamps the node from X-Gpuledger-Node, so the batch goes as read
+            return None  # the server stamps the node from the request's node header, so the batch goes as read
         seq = self.spool.put(encode(table), table.num_rows)
         self.produced += 1
         self._wake.set()
@@ -85,10 +81,7 @@ class Agent:
     # --- sending -------------------------------------------------------------------------
     def _post(self, first_seq: int, count: int, data: bytes) -> requests.Response | None:
         AGENT_BATCHES_SENT.inc(count)
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": CONTENT_TYPE,
-                   "X-Gpuledger-Node": self.node, "X-Gpuledger-Stream": self.spool.stream_id,
-                   "X-Gpuledger-Seq": str(first_seq), "X-Gpuledger-Batches": str(count),
-                   "X-Gpuledger-Interval": str(self.interval_s)}
+        headers = request_headers(self.node, self.spool.stream_id, first_seq, self.interval_s, count, self.token)
         try:
             return self.session.post(self.ingest_url, data=data, headers=headers, timeout=self.timeout_s)
         except requests.RequestException as exc:
@@ -100,7 +93,7 @@ class Agent:
     def _acknowledged(self, batch: SpooledBatch, answer: dict) -> None:
         self.spool.acknowledge(batch)
         self.acked += 1
-        AGENT_BATCHES_ACKED.labels(outcome=answer.get("status", "stored")).inc()
+        AGENT_BATCHES_ACKED.labels(outcome=answer.get("status", STORED)).inc()
         AGENT_LAST_ACK.set(time.time())
         if answer.get("rejected"):
             log.warning("server refused rows of batch %d: %s", batch.seq, answer["rejected"])

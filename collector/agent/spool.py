@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.self_metrics import AGENT_DROPPED, AGENT_SPOOL_BYTES
+from gpuledger.collector.agent.metrics import AGENT_DROPPED, AGENT_SPOOL_BYTES
 
 log = logging.getLogger(__name__)
 

@@ -22,21 +22,36 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from analytics.batch_ids import BatchRuns, runs_of
-from analytics.ingest_screen import (BATCH, KEY, IngestRequest, InvalidBatch, ScreenedGroup, counts_per_batch,
-                                     prepare, screen_group)
-from analytics.store import Store
-from collector.self_metrics import (BATCHES_WRITTEN, INGEST_COMMIT_SECONDS, INGEST_DUPLICATE_BATCHES,
-                                    INGEST_ROWS_PER_SECOND, INGEST_ROWS_REJECTED, INGEST_VALUES_NULLED,
-                                    NODE_LAST_SUCCESS, ROWS_WRITTEN)
+from gpuledger.analytics.store.batch_ids import BatchRuns, runs_of
+from gpuledger.analytics.store.database import Store
+from gpuledger.analytics.store.ingest_screen import (
+    BATCH,
+    KEY,
+    IngestRequest,
+    InvalidBatch,
+    ScreenedGroup,
+    counts_per_batch,
+    prepare,
+    screen_group,
+)
+from gpuledger.analytics.store.metrics import (
+    BATCHES_WRITTEN,
+    INGEST_COMMIT_SECONDS,
+    INGEST_DUPLICATE_BATCHES,
+    INGEST_ROWS_PER_SECOND,
+    INGEST_ROWS_REJECTED,
+    INGEST_VALUES_NULLED,
+    NODE_LAST_SUCCESS,
+    ROWS_WRITTEN,
+)
+from gpuledger.collector.wire import DUPLICATE, STORED, batch_answer, multi_batch_answer
 
 __all__ = ["IngestResult", "IngestWriter", "InvalidBatch", "RequestResult"]
 log = logging.getLogger(__name__)
@@ -46,7 +61,7 @@ RUNS_SCHEMA = pa.schema([("node", pa.string()), ("stream", pa.string()), ("first
 
 @dataclass
 class IngestResult:
-    status: str  # "stored" | "duplicate"
+    status: str  # STORED | DUPLICATE
     rows: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     nulled_values: int = 0
@@ -67,28 +82,25 @@ class RequestResult:
 
     def __getitem__(self, i: int) -> IngestResult:
         if not self.fresh[i]:
-            return IngestResult("duplicate")
-        return IngestResult("stored", self.rows[i], self.rejected.get(i, {}), self.nulled[i])
+            return IngestResult(DUPLICATE)
+        return IngestResult(STORED, self.rows[i], self.rejected.get(i, {}), self.nulled[i])
 
     def __iter__(self) -> Iterator[IngestResult]:
         return (self[i] for i in range(len(self)))
 
     def answer(self) -> dict[str, Any]:
-        """The JSON answer: one batch's result, or, for several, lists over the batches in seq order.
-
-        Not an object per batch: for a 360-batch backlog request those cost the HTTP thread ~1.5 ms
-        of Python, which took ~0.3 s of a 2-core machine's drain of 368k rows from the writer.
-        """
+        """The JSON answer (collector/wire.py): one batch's result, or, for several, lists over the batches."""
         if len(self) == 1:
-            return asdict(self[0])
-        return {"first_seq": self.first_seq, "batches": len(self), "rows": self.rows,
-                "duplicates": [self.first_seq + i for i, fresh in enumerate(self.fresh) if not fresh],
-                "rejected": {str(self.first_seq + i): reasons for i, reasons in self.rejected.items()},
-                "nulled_values": {str(self.first_seq + i): n for i, n in enumerate(self.nulled) if n}}
+            one = self[0]
+            return batch_answer(one.status == STORED, one.rows, one.rejected, one.nulled_values)
+        return multi_batch_answer(self.first_seq, self.fresh, self.rows, self.rejected, self.nulled)
 
 
 def use_cross_thread_allocator() -> None:
     """Allocate Arrow buffers with jemalloc (or the system malloc), not pyarrow's default mimalloc.
+
+    Process-wide, so the process that receives agents' pushes calls it once at start (`gpuledger
+    serve`), not the writer: a library object must not swap the allocator under its host.
 
     Ingest decodes a body in the HTTP thread and frees it in another thread. With mimalloc
     that pattern made decoding ~3x and the group-by ~2x slower here, and a backlog drain used
@@ -116,7 +128,6 @@ class IngestWriter:
         self.idle_checkpoint_s = idle_checkpoint_s
         self.burst_linger_s = burst_linger_s  # the longest a burst's group is held open
         self.burst_gap_s = burst_gap_s  # a burst is over when no request came for this long
-        use_cross_thread_allocator()
         with store.transaction() as cur:
             self.stored_batches = BatchRuns.load(cur)
         self._queue: queue.Queue[IngestRequest | None] = queue.Queue()

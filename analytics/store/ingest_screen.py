@@ -15,10 +15,9 @@ from datetime import datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from analytics.store import StoreError, conform
-from collector.samples import SAMPLE_SCHEMA
-from collector.wire import SEQ
+from gpuledger.analytics.store.database import StoreError, conform
+from gpuledger.collector.samples import SAMPLE_SCHEMA
+from gpuledger.collector.wire import SEQ
 
 FLOAT_COLUMNS = [f.name for f in SAMPLE_SCHEMA if pa.types.is_floating(f.type)]
 KEY = ["node", "gpu_uuid", "mig_instance", "ts"]

@@ -24,17 +24,17 @@ from typing import Any, Iterator, Mapping, Sequence
 import duckdb
 import pandas as pd
 import pyarrow as pa
-
-from analytics.schema import DDL, SCHEMA_VERSION, column_migrations, table_migrations
-from analytics.windows import utc_now
-from collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
-from collector.self_metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROWS_WRITTEN
+from gpuledger.analytics.store.metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROWS_WRITTEN
+from gpuledger.analytics.store.schema import DDL, QUERY_LAYER, SCHEMA_VERSION, column_migrations, table_migrations
+from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.errors import GpuledgerError
+from gpuledger.collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
 
 log = logging.getLogger(__name__)
 
 
-class StoreError(RuntimeError):
-    pass
+class StoreError(GpuledgerError):
+    """The database cannot be opened or does not hold what was asked for."""
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -104,7 +104,7 @@ class Store:
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
                     "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}
-                for statement in column_migrations(columns):
+                for statement in column_migrations(columns) + QUERY_LAYER:
                     self._con.execute(statement)
                 self._con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
 
@@ -243,7 +243,7 @@ class Store:
         finally:
             cur.close()
 
-    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+    def scalar(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
         cur = self._con.cursor()
         try:
             row = cur.execute(sql, params or []).fetchone()
@@ -254,9 +254,42 @@ class Store:
     def sample_count(self) -> int:
         return int(self.scalar("SELECT count(*) FROM samples"))
 
+    def latest_ts(self, before: datetime | None = None) -> datetime | None:
+        """The newest sample instant (before `before`, when given); None for an empty store."""
+        return self.scalar("SELECT max(ts) FROM samples WHERE $before IS NULL OR ts < $before", {"before": before})
+
+    def team_table(self) -> pd.DataFrame:
+        """The configured teams: share and current quota (GPUs), as the site config set them."""
+        return self.query("SELECT team, share, quota_gpus FROM teams ORDER BY team")
+
     def teams(self) -> list[str]:
         """Every team that has a share or has used a GPU, 'unattributed' included when it appears."""
         frame = self.query(
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM samples WHERE team IS NOT NULL ORDER BY 1")
         return frame["team"].tolist()
 
+    def rate_card(self) -> pd.DataFrame:
+        return self.query("SELECT gpu_model, usd_per_gpu_hour FROM rate_card ORDER BY gpu_model")
+
+    def nodes(self) -> pd.DataFrame:
+        """Agents that pushed batches: last seen, interval, batches and rows stored."""
+        return self.query("SELECT node, last_seen, interval_s, batches, rows FROM nodes ORDER BY node")
+
+    def meta(self, key: str) -> str | None:
+        return self.scalar("SELECT value FROM meta WHERE key = ?", [key])
+
+    @staticmethod
+    def peek_meta(path: str | Path, key: str) -> str | None:
+        """A meta value of a database file without opening it for writing; None when the file has no such key
+        (or no meta table at all). Raises StoreError when the file cannot be opened as a DuckDB database."""
+        try:
+            con = duckdb.connect(str(path), read_only=True)
+        except duckdb.Error as exc:
+            raise StoreError(f"{path} exists and cannot be opened ({exc})") from exc
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        except duckdb.Error:
+            row = None
+        finally:
+            con.close()
+        return row[0] if row else None

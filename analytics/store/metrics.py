@@ -1,0 +1,23 @@
+"""The store's own Prometheus metrics: what reached DuckDB, what central ingest refused, and checkpoint time."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+BATCHES_WRITTEN = Counter("gpuledger_ingest_batches", "Sample batches appended to the store", registry=REGISTRY)
+ROWS_WRITTEN = Counter("gpuledger_ingest_rows", "Sample rows appended to the store", registry=REGISTRY)
+CHECKPOINT_SECONDS = Histogram("gpuledger_store_checkpoint_seconds",
+                               "DuckDB checkpoints done when writers are idle: folding the WAL, or (daily) also "
+                               "compacting row groups", ["kind"], registry=REGISTRY)
+INGEST_ROWS_REJECTED = Counter("gpuledger_ingest_rows_rejected", "Rows refused at ingest, by reason",
+                               ["reason"], registry=REGISTRY)
+INGEST_VALUES_NULLED = Counter("gpuledger_ingest_values_nulled", "NaN/Inf values stored as NULL", registry=REGISTRY)
+INGEST_DUPLICATE_BATCHES = Counter("gpuledger_ingest_duplicate_batches",
+                                   "Batches acknowledged again without storing (retries, replays)", registry=REGISTRY)
+INGEST_COMMIT_SECONDS = Histogram("gpuledger_ingest_commit_seconds", "Time to commit one group of batches",
+                                  registry=REGISTRY)
+INGEST_ROWS_PER_SECOND = Gauge("gpuledger_ingest_rows_per_second",
+                               "Rows stored per second over the last minute", registry=REGISTRY)
+NODE_LAST_SUCCESS = Gauge("gpuledger_node_last_success_timestamp_seconds",
+                          "When a batch from this node was last stored", ["node"], registry=REGISTRY)

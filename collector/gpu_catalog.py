@@ -1,0 +1,128 @@
+"""The GPU catalogue: everything gpuledger knows about a GPU model, in one table.
+
+Rates are set per model ("H100"), but NVML and dcgm-exporter report marketing strings
+("NVIDIA H100 80GB HBM3", "Tesla T4"), MIG instances are fractions whose size depends on
+the card (an A30 has 4 compute slices, an H100 7), fit advice needs each card's memory, and
+the simulator needs what a driver would report. All of it is derived from `CATALOG`, so a
+new model is one entry here. Unknown names are kept verbatim so they surface as unpriced
+rather than silently priced as something else.
+
+MIG geometry follows NVIDIA's MIG user guide ("Supported MIG Profiles"): compute slices per
+GPU and, per profile, its compute slices and memory.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+UNKNOWN_MODEL = "unknown"
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str  # e.g. "3g.40gb"
+    compute_slices: int
+    memory_gb: int
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str  # the rate-card model
+    patterns: tuple[str, ...]  # regular expressions on the driver's name; the first model that matches wins
+    memory_gb: int
+    tdp_w: int
+    nvlink: bool  # SXM/HGX boards: GPUs of a node talk over NVLink
+    driver_name: str  # what NVML reports (the simulator reports this)
+    mem_mib: int  # total memory as NVML reports it
+    usd_per_gpu_hour: float | None = None  # default rate card (on-demand list price); None: unpriced by default
+    mig_slices: int = 0  # compute slices of a MIG-capable card; 0: no MIG
+    mig_profiles: tuple[MigProfile, ...] = ()  # smallest first
+
+
+def _profiles(*specs: tuple[str, int, int]) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(name, slices, mem) for name, slices, mem in specs)
+
+
+# Order matters: the first pattern that matches wins (GB200 before B200, A100 80GB before A100).
+CATALOG: tuple[GpuModel, ...] = (
+    GpuModel("H200", (r"\bH200\b",), 141, 700, True, "NVIDIA H200", 143771, 7.91, 7, _profiles(
+        ("1g.18gb", 1, 18), ("1g.35gb", 1, 35), ("2g.35gb", 2, 35), ("3g.71gb", 3, 71), ("4g.71gb", 4, 71),
+        ("7g.141gb", 7, 141))),
+    GpuModel("H100", (r"\bH100\b",), 80, 700, True, "NVIDIA H100 80GB HBM3", 81559, 6.88, 7, _profiles(
+        ("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
+        ("7g.80gb", 7, 80))),
+    GpuModel("GB200", (r"\bGB200\b",), 186, 1200, True, "NVIDIA GB200", 189471, None, 7, _profiles(
+        ("1g.23gb", 1, 23), ("1g.47gb", 1, 47), ("2g.47gb", 2, 47), ("3g.93gb", 3, 93), ("4g.93gb", 4, 93),
+        ("7g.186gb", 7, 186))),
+    GpuModel("B200", (r"\bB200\b",), 180, 1000, True, "NVIDIA B200", 183359, None, 7, _profiles(
+        ("1g.23gb", 1, 23), ("1g.45gb", 1, 45), ("2g.45gb", 2, 45), ("3g.90gb", 3, 90), ("4g.90gb", 4, 90),
+        ("7g.180gb", 7, 180))),
+    GpuModel("A100-80GB", (r"\bA100\b.*\b80\s*GB\b", r"\bA100-SXM4-80GB\b", r"\bA100-PCIE-80GB\b"), 80, 400, True,
+             "NVIDIA A100-SXM4-80GB", 81920, 3.43, 7, _profiles(
+                 ("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
+                 ("7g.80gb", 7, 80))),
+    GpuModel("A100-40GB", (r"\bA100\b",), 40, 400, True, "NVIDIA A100-SXM4-40GB", 40960, 2.75, 7, _profiles(
+        ("1g.5gb", 1, 5), ("1g.10gb", 1, 10), ("2g.10gb", 2, 10), ("3g.20gb", 3, 20), ("4g.20gb", 4, 20),
+        ("7g.40gb", 7, 40))),
+    GpuModel("A30", (r"\bA30\b",), 24, 165, False, "NVIDIA A30", 24576, None, 4, _profiles(
+        ("1g.6gb", 1, 6), ("2g.12gb", 2, 12), ("4g.24gb", 4, 24))),
+    GpuModel("L40S", (r"\bL40S\b",), 48, 350, False, "NVIDIA L40S", 46068, 1.86),
+    GpuModel("L4", (r"\bL4\b",), 24, 72, False, "NVIDIA L4", 23034, 0.80),
+    GpuModel("A10G", (r"\bA10G\b",), 24, 300, False, "NVIDIA A10G", 23028, 1.01),
+    GpuModel("T4", (r"\bT4\b",), 16, 70, False, "Tesla T4", 15360, 0.53),
+    GpuModel("V100", (r"\bV100\b",), 32, 300, True, "Tesla V100-SXM2-32GB", 32768, 3.06),
+)
+
+MODELS: dict[str, GpuModel] = {model.name: model for model in CATALOG}
+_PATTERNS: tuple[tuple[re.Pattern[str], GpuModel], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), model) for model in CATALOG for pattern in model.patterns)
+_MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb", re.IGNORECASE)
+DEFAULT_MIG_SLICES = 7  # a profile on a card the catalogue does not know: the common 7-slice geometry
+
+# USD per GPU-hour, the default rate card.
+DEFAULT_RATES: dict[str, float] = {m.name: m.usd_per_gpu_hour for m in CATALOG if m.usd_per_gpu_hour is not None}
+
+
+def normalize_model(name: str | None) -> str:
+    """Return the rate-card model for a driver-reported name, or the stripped name itself if unknown."""
+    if not name:
+        return UNKNOWN_MODEL
+    for pattern, model in _PATTERNS:
+        if pattern.search(name):
+            return model.name
+    return name.strip()
+
+
+def mig_fraction(model: str, profile: str | None) -> float:
+    """Share of a physical GPU that a MIG profile occupies; 1.0 for whole GPUs or unparsable profiles."""
+    if not profile:
+        return 1.0
+    match = _MIG_PROFILE.match(profile)
+    if not match:
+        return 1.0
+    known = MODELS.get(model)
+    slices = known.mig_slices if known and known.mig_slices else DEFAULT_MIG_SLICES
+    return min(1.0, int(match.group(1)) / slices)
+
+
+def mig_memory_gb(profile: str) -> int | None:
+    match = _MIG_PROFILE.match(profile)
+    return int(match.group(2)) if match else None
+
+
+def mig_profiles(model: str) -> tuple[MigProfile, ...]:
+    """The MIG profiles of `model`, smallest first; none for a card without MIG or not in the catalogue."""
+    known = MODELS.get(model)
+    return known.mig_profiles if known else ()
+
+
+def memory_gb(model: str) -> int | None:
+    known = MODELS.get(model)
+    return known.memory_gb if known else None
+
+
+def smaller_cards(need_gb: float, than: str) -> list[str]:
+    """Whole cards with at least `need_gb` of memory and less than `than` has, smallest memory first."""
+    ceiling = memory_gb(than) or 0
+    return [m.name for m in sorted(CATALOG, key=lambda m: (m.memory_gb, m.name))
+            if need_gb <= m.memory_gb < ceiling]

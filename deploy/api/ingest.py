@@ -1,0 +1,60 @@
+"""Central ingest: agents push their spooled batches here (the contract is collector/wire.py)."""
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi.responses import JSONResponse
+from gpuledger.analytics.store.ingest_writer import InvalidBatch
+from gpuledger.collector.wire import (
+    BATCHES_HEADER,
+    CONTENT_TYPE,
+    INGEST_PATH,
+    INTERVAL_HEADER,
+    NODE_HEADER,
+    SEQ_HEADER,
+    STREAM_HEADER,
+    WireError,
+    decode,
+)
+from gpuledger.deploy.api.deps import check_token
+from gpuledger.deploy.api.models import BatchAnswer, MultiBatchAnswer
+
+router = APIRouter(tags=["ingest"])
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+
+
+@router.post(INGEST_PATH, response_model=BatchAnswer | MultiBatchAnswer)
+async def ingest_batch(
+    request: Request,
+    authorization: str | None = Header(None),
+    node: str = Header(..., alias=NODE_HEADER, min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$"),
+    stream: str = Header(..., alias=STREAM_HEADER, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"),
+    seq: int = Header(..., alias=SEQ_HEADER, ge=0),
+    interval_s: float = Header(..., alias=INTERVAL_HEADER, gt=0, le=86400),
+    batches: int = Header(1, alias=BATCHES_HEADER, ge=1, le=10_000),
+) -> JSONResponse:
+    """Store agent batches (Arrow IPC stream) exactly once; resending an acknowledged batch is harmless.
+
+    One batch per request, answered with its `status` ("stored" or "duplicate"), `rows` stored, rows
+    `rejected` by reason and `nulled_values` (NaN/Inf stored as NULL). Or `X-Gpuledger-Batches: N`
+    consecutive batches from `X-Gpuledger-Seq`, each row's batch in a `_seq` column (how an agent drains a
+    backlog), answered with `first_seq`, `batches`, `rows` (a list, per batch), `duplicates` (seqs already
+    stored), and `rejected` and `nulled_values` keyed by seq for the batches that had any. The answer is
+    built by the writer and sent as is (no per-field validation on this hot path).
+    """
+    state = request.app.state
+    check_token(state.token, authorization)
+    if state.ingest is None:
+        raise HTTPException(status_code=503, detail="ingest is not enabled on this server")
+    if request.headers.get("content-type", "").split(";")[0] != CONTENT_TYPE:
+        raise HTTPException(status_code=415, detail=f"send {CONTENT_TYPE}")
+    body = await request.body()
+    if len(body) > MAX_BATCH_BYTES:
+        raise HTTPException(status_code=413, detail=f"batch over {MAX_BATCH_BYTES} bytes")
+    try:
+        pending = state.ingest.enqueue(node, stream, seq, batches, interval_s, decode(body))
+    except (WireError, InvalidBatch) as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from exc
+    results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
+    return JSONResponse(results.answer())

@@ -1,0 +1,35 @@
+"""Operations: health, Prometheus metrics and the agents pushing to this server."""
+from __future__ import annotations
+
+import pandas as pd
+from fastapi import APIRouter, Request, Response
+from gpuledger.analytics.records import json_safe, records
+from gpuledger.analytics.windows import utc_now
+from gpuledger.deploy.api.deps import StoreDep
+from gpuledger.deploy.api.models import Health, NodeStatus
+from prometheus_client import generate_latest
+
+router = APIRouter(tags=["ops"])
+STALE_AFTER_INTERVALS = 3
+
+
+@router.get("/healthz", response_model=Health)
+def healthz(store: StoreDep) -> dict:
+    """Whether the server answers, how many samples it holds and the newest one's instant."""
+    return {"status": "ok", "samples": store.sample_count(), "latest_sample": json_safe(store.latest_ts())}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(request: Request) -> Response:
+    """Prometheus text exposition of this process's own metrics (collector, store and ingest)."""
+    return Response(generate_latest(request.app.state.metrics), media_type="text/plain; version=0.0.4")
+
+
+@router.get("/v1/nodes", response_model=list[NodeStatus])
+def nodes(store: StoreDep) -> list[dict]:
+    """Agents that have pushed batches; `stale` after 3 intervals without one."""
+    frame = store.nodes()
+    now = pd.Timestamp(utc_now())
+    frame["seconds_since"] = (now - pd.to_datetime(frame["last_seen"], utc=True)).dt.total_seconds()
+    frame["stale"] = frame["seconds_since"] > STALE_AFTER_INTERVALS * frame["interval_s"]
+    return records(frame)
