@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import tomllib
+
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.gpu_catalog import DEFAULT_RATES

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
+
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
 from gpuledger.analytics.store import Store

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pandas as pd
+
 from gpuledger.analytics.store import Store
 from gpuledger.collector.samples import UNATTRIBUTED
 

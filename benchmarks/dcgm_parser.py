@@ -11,11 +11,12 @@ import argparse
 import time
 from datetime import datetime, timezone
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpuledger.collector.dcgm_render import render_page
 from gpuledger.collector.dcgm_source import DcgmPageConverter
 from gpuledger.collector.prom_text import PromTextParser
 from gpuledger.collector.simulator import default_simulator
-from prometheus_client.parser import text_string_to_metric_families
 
 
 def rate(fn, seconds: float) -> tuple[float, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+
 from gpuledger.collector.dcgm_source import FIELD_COLUMNS
 
 # The fields we render, in dcgm-exporter's usual order, with their HELP text; columns come from FIELD_COLUMNS.

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import requests
+
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 import pyarrow as pa
+
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import MODELS, GpuModel

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
+
 from gpuledger.collector.errors import GpuledgerError
 
 

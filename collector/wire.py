@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 import pyarrow as pa
+
 from gpuledger.collector.errors import GpuledgerError
 
 CONTENT_TYPE = "application/vnd.apache.arrow.stream"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
+
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 from gpuledger.dashboard.client import ApiUnavailable, api_base, frame, get_json
 

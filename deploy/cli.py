@@ -264,12 +264,13 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_agent(args: argparse.Namespace, config: Config) -> int:
+    from prometheus_client import start_http_server
+
     from gpuledger.collector.agent.agent import Agent
     from gpuledger.collector.agent.metrics import REGISTRY as AGENT_METRICS
     from gpuledger.collector.agent.spool import Spool
     from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
     from gpuledger.collector.metrics import exported
-    from prometheus_client import start_http_server
     if not args.token:
         raise InputError("the agent needs --token (or $GPULEDGER_TOKEN) to push to the server")
     source = _make_source(args, config)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import requests
+
 from gpuledger import dashboard
 from gpuledger.collector.errors import GpuledgerError
 

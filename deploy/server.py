@@ -13,6 +13,7 @@ from pathlib import Path
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
+
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.report import ReportFiles, write_weekly_report
 from gpuledger.analytics.store import Store

@@ -11,6 +11,7 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import hourly_team_usage
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.records import json_safe
 from gpuledger.analytics.store import Store

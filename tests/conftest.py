@@ -4,11 +4,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.collector.simulator import ClusterSimulator
-
+from gpuledger.deploy.server import ApiServer
 from tests.helpers import PageServer
+from tests.procs import TOKEN
 
 # The simulated history ends at the last full hour, so "last N days" windows (dashboard, API defaults) see it.
 SIM_END = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
@@ -53,8 +55,18 @@ def sim_store(tmp_path_factory, simulator):
 
 @pytest.fixture(scope="session")
 def api_url(sim_store):
-    from gpuledger.deploy.server import ApiServer
     server = ApiServer(sim_store, Config(), port=0)
     url = server.start()
     yield url
     server.stop()
+
+
+@pytest.fixture
+def central(tmp_path):
+    """A server in this process that accepts pushes, over a fresh store: (its URL, the store)."""
+    store = Store(tmp_path / "central.duckdb")
+    server = ApiServer(store, Config(), port=0, token=TOKEN)
+    url = server.start()
+    yield url, store
+    server.stop()
+    store.close()

@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pyarrow as pa
+
 from gpuledger.collector.samples import rows_to_table
 
 T0 = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)  # a Monday

@@ -5,6 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
+
 from gpuledger.analytics.config import DEFAULT_RATES
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
 from gpuledger.analytics.usage import cluster_utilization, team_usage, team_usage_series
@@ -12,7 +13,6 @@ from gpuledger.analytics.waste import idle_runs, oversized_jobs, smallest_fit, w
 from gpuledger.analytics.windows import iso_week
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from gpuledger.policies.fairshare import fairshare_factors, fairshare_history
-
 from tests.helpers import T0, gpu_rows, table
 
 END = T0 + timedelta(days=1)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 import requests
-from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
+from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from tests.conftest import SIM_END
 
 
@@ -20,7 +20,27 @@ def test_health_docs_and_metrics(api_url):
     spec = get(api_url, "/openapi.json").json()
     assert {"/v1/recommendations", "/v1/teams/{team}/usage", "/v1/costs"} <= set(spec["paths"])
     metrics = get(api_url, "/metrics").text
-    assert "gpuledger_ingest_rows_total" in metrics
+    assert "gpuledger_ingest_rows_total" in metrics and "gpuledger_collector_samples_read_total" in metrics
+    assert "gpuledger_agent_" not in metrics  # a server exports the parts it runs, not an agent's series
+
+
+def test_docs_describe_every_answer(api_url):
+    """Every JSON endpoint has a response model and a description, so /docs documents each field."""
+    spec = get(api_url, "/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            assert operation.get("description"), f"{method} {path} has no docstring"
+            content = operation["responses"]["200"]["content"]
+            if "application/json" not in content:
+                continue
+            shown = str(content["application/json"]["schema"])
+            assert "$ref" in shown, f"{method} {path} has no response model"
+    for name in ("Costs", "Waste", "Recommendations", "TeamUsage", "NodeStatus", "BatchAnswer"):
+        fields = schemas[name]["properties"]
+        assert fields and all("type" in f or "$ref" in f or "anyOf" in f or "items" in f
+                              for f in fields.values()), name
+    assert schemas["TeamCost"]["properties"]["unpriced_gpu_hours"]["description"]
 
 
 def test_team_usage_agrees_with_costs(api_url):

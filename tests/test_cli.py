@@ -10,10 +10,12 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import requests
+
 from gpuledger.analytics.store import Store
 from gpuledger.collector.dcgm_render import render_page
-
+from gpuledger.collector.errors import InputError
 from tests.conftest import SIM_END, fill_store
 
 GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
@@ -117,3 +119,28 @@ def test_demo_refuses_to_overwrite_a_real_database(tmp_path):
     out = run("demo", "--db", str(real), "--days", "1", "--no-dashboard", "--duration", "1")
     assert out.returncode == 2 and "not a gpuledger demo database" in out.stderr
     assert real.exists()
+
+
+def test_a_bug_keeps_its_traceback_and_a_user_error_is_one_line(tmp_path, monkeypatch, capsys):
+    """Only errors a user can fix are turned into one line; anything else is a bug and must show where it is."""
+    from gpuledger.deploy import cli
+
+    def broken(args, config):
+        raise KeyError("a bug in a command")
+
+    monkeypatch.setitem(cli.COMMANDS, "recommend", broken)
+    with pytest.raises(KeyError, match="a bug in a command"):
+        cli.main(["recommend", "--db", str(tmp_path / "x.duckdb")])
+
+    def refused(args, config):
+        raise InputError("that week does not exist")
+
+    monkeypatch.setitem(cli.COMMANDS, "recommend", refused)
+    assert cli.main(["recommend", "--db", str(tmp_path / "x.duckdb")]) == 2
+    assert capsys.readouterr().err == "gpuledger recommend: error: that week does not exist\n"
+
+
+def test_every_command_has_a_function():
+    from gpuledger.deploy import cli
+    parser_commands = set(cli.build_parser()._subparsers._group_actions[0].choices)
+    assert parser_commands == set(cli.COMMANDS) | {"dashboard"}

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
 from gpuledger.analytics.config import DEFAULT_RATES, ConfigError, load_config
 
 
@@ -38,6 +41,12 @@ half_life_days = 14
     ("[ratez]\nH100 = 1\n", "unknown section"),
     ("[rates\n", "invalid TOML"),
     ("[waste]\nidle_minutes = 0\n", "idle_minutes must be a number >= 1"),
+    ("[waste]\nidle_minutez = 60\n", r"\[waste\] unknown key 'idle_minutez'; did you mean 'idle_minutes'"),
+    ("[teams.x]\nshare = 1\nquota = 4\n", r"\[teams.x\] unknown key 'quota'; did you mean 'quota_gpus'"),
+    ("[attribution]\nnamespaces = {}\n", r"\[attribution\] unknown key 'namespaces'"),
+    ("[attribution]\nuser_to_team = { alice = 3 }\n", "values must be team names"),
+    ("[fairshare]\nhalf_life = 3\n", "did you mean 'half_life_days'"),
+    ("rates = 3\n", r"\[rates\] must be a table"),
 ])
 def test_bad_config_names_the_problem(tmp_path, text, message):
     path = tmp_path / "bad.toml"
@@ -46,3 +55,9 @@ def test_bad_config_names_the_problem(tmp_path, text, message):
         load_config(path)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_the_shipped_example_config_loads():
+    example = Path(__file__).resolve().parents[1] / "deploy" / "gpuledger.example.toml"
+    config = load_config(example)
+    assert config.teams["vision"].quota_gpus == 14 and config.attributor().team_for(user="alice") == "vision"

@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.dcgm_source import DcgmPageConverter
 

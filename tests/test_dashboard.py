@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import streamlit as st
-from gpuledger.deploy.dashboard_proc import APP, start_dashboard
 from streamlit.testing.v1 import AppTest
+
+from gpuledger.deploy.dashboard_proc import APP, start_dashboard
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -6,6 +6,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+
 from gpuledger.analytics.store import Store
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.dcgm_render import render_page
@@ -14,7 +16,6 @@ from gpuledger.collector.metrics import REGISTRY, sample_value
 from gpuledger.collector.samples import UNATTRIBUTED
 from gpuledger.collector.source import SourceError
 from gpuledger.deploy.collect_loop import CollectLoop
-from prometheus_client import generate_latest
 
 PAGE = (Path(__file__).parent / "data" / "dcgm_h100_a100mig_pods.txt").read_text()
 NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)

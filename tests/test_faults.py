@@ -11,8 +11,8 @@ import time
 import pyarrow.compute as pc
 import pytest
 import requests
-from gpuledger.deploy.cli import simulator_source
 
+from gpuledger.deploy.cli import simulator_source
 from tests.procs import AgentProc, Server, wait_until
 
 INTERVAL = 0.2

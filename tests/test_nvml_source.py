@@ -5,11 +5,11 @@ import os
 
 import pynvml
 import pytest
+
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.nvml_source import NvmlSource
 from gpuledger.collector.proc_attribution import describe_process
 from gpuledger.collector.source import SourceError
-
 from tests.fake_nvml import FakeGpu, FakeMig, FakeNvml
 
 

@@ -5,9 +5,10 @@ import math
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpuledger.collector.dcgm_render import render_page
 from gpuledger.collector.prom_text import LabelError, PromTextParser, parse, parse_labels
-from prometheus_client.parser import text_string_to_metric_families
 
 PAGE = (Path(__file__).parent / "data" / "dcgm_h100_a100mig_pods.txt").read_text()
 

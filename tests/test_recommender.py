@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
+
 from gpuledger.analytics.config import Config
 from gpuledger.policies.recommender import placement_recommendations, quota_recommendations, recommend
-
 from tests.helpers import T0, gpu_rows, table
 
 END = T0 + timedelta(hours=3)

@@ -5,11 +5,11 @@ import csv
 from datetime import timedelta
 
 import pytest
+
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.windows import iso_week
 from gpuledger.collector.samples import IDLE_CAPACITY
 from gpuledger.deploy.server import WEEKLY_REPORT_JOB, start_report_scheduler, weekly_report
-
 from tests.conftest import SIM_END
 
 

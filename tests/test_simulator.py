@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import numpy as np
 import pyarrow.compute as pc
+
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.simulator import ClusterSimulator
-
 from tests.conftest import SIM_END
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from gpuledger.analytics.store import Store, StoreError
 
+from gpuledger.analytics.store import Store, StoreError
 from tests.helpers import gpu_rows, table
 
 
@@ -61,6 +61,7 @@ def test_upserts_replace_by_key(store):
 def test_idle_checkpoints_leave_row_groups_alone_until_the_daily_compaction(tmp_path):
     """Each group commit leaves a partial row group; merging them costs seconds, so only a daily checkpoint does."""
     import pyarrow as pa
+
     from gpuledger.collector.simulator import cluster_of
     sim = cluster_of(128)
     frames = [sim.frame([1.7e9 + 10 * k], 10.0) for k in range(6 * 127)]

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import duckdb
 import pandas as pd
 import pyarrow as pa
+
 from gpuledger.analytics.store.metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROWS_WRITTEN
 from gpuledger.analytics.store.schema import DDL, QUERY_LAYER, SCHEMA_VERSION, column_migrations, table_migrations
 from gpuledger.analytics.windows import utc_now

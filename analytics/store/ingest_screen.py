@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from gpuledger.analytics.store.database import StoreError, conform
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.wire import SEQ

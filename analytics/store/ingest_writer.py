@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from gpuledger.analytics.store.batch_ids import BatchRuns, runs_of
 from gpuledger.analytics.store.database import Store
 from gpuledger.analytics.store.ingest_screen import (

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+
 from gpuledger.collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
 
 _DUCK_TYPES = {
@@ -78,7 +79,7 @@ QUERY_LAYER = [
     "CREATE OR REPLACE MACRO owner(team, unattributed) AS coalesce(team, unattributed)",
     # the line of the bill: the owner when a job held the GPU, else the idle-capacity bucket
     """CREATE OR REPLACE MACRO bill_line(allocated, team, unattributed, idle) AS
-       CASE WHEN allocated THEN coalesce(team, unattributed) ELSE idle END""",
+       CASE WHEN allocated THEN owner(team, unattributed) ELSE idle END""",
     # samples with their GPU-hours priced by the rate card; a model with no rate costs 0 and has a NULL rate
     """CREATE OR REPLACE VIEW priced_samples AS
        SELECT s.*, gpu_hours(s.interval_s, s.gpu_fraction) AS gpu_hours,

@@ -12,6 +12,7 @@ import threading
 import time
 
 import requests
+
 from gpuledger.collector.agent.metrics import (
     AGENT_BATCHES_ACKED,
     AGENT_BATCHES_SENT,

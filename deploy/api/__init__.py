@@ -8,6 +8,8 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.ingest_writer import IngestWriter
@@ -15,7 +17,6 @@ from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
 from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
 from gpuledger.collector.metrics import exported
 from gpuledger.deploy.api import cost, fairness, ingest, ops, recommendations, usage
-from prometheus_client import CollectorRegistry
 
 
 def _version() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Query
+
 from gpuledger.analytics.cost import cost_by_team
 from gpuledger.analytics.records import records
 from gpuledger.analytics.waste import idle_runs, oversized_jobs, waste_by_team

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Query
+
 from gpuledger.analytics.records import records
 from gpuledger.deploy.api.deps import ConfigDep, End, StoreDep, window
 from gpuledger.deploy.api.models import Fairshare

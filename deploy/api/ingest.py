@@ -5,6 +5,7 @@ import asyncio
 
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
+
 from gpuledger.analytics.store.ingest_writer import InvalidBatch
 from gpuledger.collector.wire import (
     BATCHES_HEADER,

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import pandas as pd
 from fastapi import APIRouter, Request, Response
+from prometheus_client import generate_latest
+
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.windows import utc_now
 from gpuledger.deploy.api.deps import StoreDep
 from gpuledger.deploy.api.models import Health, NodeStatus
-from prometheus_client import generate_latest
 
 router = APIRouter(tags=["ops"])
 STALE_AFTER_INTERVALS = 3
@@ -19,7 +20,8 @@ def healthz(store: StoreDep) -> dict:
     return {"status": "ok", "samples": store.sample_count(), "latest_sample": json_safe(store.latest_ts())}
 
 
-@router.get("/metrics", response_class=Response)
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format 0.0.4"}})
 def metrics(request: Request) -> Response:
     """Prometheus text exposition of this process's own metrics (collector, store and ingest)."""
     return Response(generate_latest(request.app.state.metrics), media_type="text/plain; version=0.0.4")

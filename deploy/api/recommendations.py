@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Query
+
 from gpuledger.analytics.windows import utc_now
 from gpuledger.deploy.api.deps import ConfigDep, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Recommendations

@@ -5,6 +5,7 @@ from datetime import datetime
 
 import pandas as pd
 from fastapi import APIRouter, HTTPException, Query
+
 from gpuledger.analytics.cost import cost_by_team_and_model
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.usage import cluster_utilization, team_usage, team_usage_series
