@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import pandas as pd
+
 import tomllib
 
 from gpuledger.collector.attribution import Attributor
@@ -26,7 +28,10 @@ class ConfigError(GpuledgerError, ValueError):
 @dataclass
 class TeamConfig:
     share: float
-    quota_gpus: int | None = None
+    quota_gpus: int | None = None  # the team's current total quota, for display
+    parent: str | None = None  # the department (account) above the team, for hierarchical fairshare and queues
+    guarantee: dict[str, float] = field(default_factory=dict)  # current guaranteed GPUs per GPU model
+    limit: dict[str, float] = field(default_factory=dict)  # current cap on GPUs per GPU model
 
 
 @dataclass
@@ -39,37 +44,95 @@ class Config:
     idle_util_pct: float = 5.0
     oversized_mem_fraction: float = 0.25
     half_life_days: float = 7.0
+    fairshare_algorithm: str = "slurm_classic"
+    fairshare_window_days: float = 7.0  # KAI time-based: windowSize
+    fairshare_k: float = 1.0  # KAI time-based: kValue
+    kai_half_life_days: float = 0.0  # KAI time-based: halfLifePeriod; 0 = no decay (KAI's default)
     quota_headroom: float = 0.10
+    policy_window_days: float = 14.0  # recommendations look at this much history, whatever the caller views
+    min_coverage: float = 0.80  # share of the policy window's hours with samples needed before advising
+    cooldown_hours: float = 24.0  # no new quota advice for a team and model sooner than this after the last
+    max_change: float = 0.25  # one change moves a guarantee by at most this share of its current value
+    min_change_gpus: float = 1.0  # smaller changes are not worth a scheduler's churn
+    min_change_fraction: float = 0.10
+    refresh_minutes: float = 60.0  # stored recommendations are re-evaluated at most this often
+    pending_min_wait_minutes: float = 5.0  # a queued job counts as demand once it has waited this long
 
     def attributor(self) -> Attributor:
         return Attributor(namespace_to_team=self.namespace_to_team, user_to_team=self.user_to_team)
 
+    def team_frame(self) -> pd.DataFrame:
+        """The configured teams as the store's `teams` table holds them."""
+        return pd.DataFrame([{"team": t, "share": c.share, "quota_gpus": c.quota_gpus, "parent": c.parent}
+                             for t, c in self.teams.items()], columns=["team", "share", "quota_gpus", "parent"])
+
+    def quota_frame(self) -> pd.DataFrame:
+        """The configured guarantees and limits per team and GPU model."""
+        return pd.DataFrame([{"team": t, "gpu_model": m, "guarantee_gpus": c.guarantee.get(m),
+                              "limit_gpus": c.limit.get(m)}
+                             for t, c in self.teams.items() for m in sorted(set(c.guarantee) | set(c.limit))],
+                            columns=["team", "gpu_model", "guarantee_gpus", "limit_gpus"])
+
+
+FAIRSHARE_ALGORITHMS = ("slurm_classic", "slurm_fair_tree", "kai_time_based")
+
 
 @dataclass(frozen=True)
 class Setting:
-    """One scalar key of the file: where it lives, which Config field it sets, its lower bound."""
+    """One scalar key of the file: where it lives, which Config field it sets, and what it accepts
+    (a number from `minimum` to `maximum`, or one of `choices`)."""
     section: str
     key: str
     attr: str
-    minimum: float
+    minimum: float = 0.0
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("waste", "idle_minutes", "idle_minutes", 1.0),  # an allocated GPU idle this long is waste
-    Setting("waste", "idle_util_pct", "idle_util_pct", 0.0),  # "idle" means utilisation under this
-    Setting("waste", "oversized_mem_fraction", "oversized_mem_fraction", 0.0),  # peak memory under this share
+    Setting("waste", "idle_util_pct", "idle_util_pct", 0.0, 100.0),  # "idle" means utilisation under this
+    Setting("waste", "oversized_mem_fraction", "oversized_mem_fraction", 0.0, 1.0),  # peak memory under this share
+    Setting("fairshare", "algorithm", "fairshare_algorithm", choices=FAIRSHARE_ALGORITHMS),
     Setting("fairshare", "half_life_days", "half_life_days", 0.01),
+    Setting("fairshare", "window_days", "fairshare_window_days", 0.01),
+    Setting("fairshare", "k_value", "fairshare_k", 0.0),
+    Setting("fairshare", "kai_half_life_days", "kai_half_life_days", 0.0),
     Setting("quota", "headroom", "quota_headroom", 0.0),
+    Setting("quota", "window_days", "policy_window_days", 1.0),
+    Setting("quota", "min_coverage", "min_coverage", 0.0, 1.0),
+    Setting("quota", "cooldown_hours", "cooldown_hours", 0.0),
+    Setting("quota", "max_change", "max_change", 0.01, 10.0),
+    Setting("quota", "min_change_gpus", "min_change_gpus", 0.0),
+    Setting("quota", "min_change_fraction", "min_change_fraction", 0.0, 1.0),
+    Setting("quota", "refresh_minutes", "refresh_minutes", 0.0),
+    Setting("quota", "pending_min_wait_minutes", "pending_min_wait_minutes", 0.0),
 )
-TEAM_KEYS = ("share", "quota_gpus")
+TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
 SECTIONS = ("rates", "teams", "attribution", *dict.fromkeys(s.section for s in SETTINGS))
 
 
-def _number(where: str, key: str, value: Any, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ConfigError(f"[{where}] {key} must be a number >= {minimum:g}, got {value!r}")
+def _number(where: str, key: str, value: Any, minimum: float = 0.0, maximum: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum \
+            or (maximum is not None and value > maximum):
+        bound = f">= {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
+        raise ConfigError(f"[{where}] {key} must be a number {bound}, got {value!r}")
     return float(value)
+
+
+def _value(setting: Setting, value: Any) -> Any:
+    if setting.choices:
+        if value not in setting.choices:
+            raise ConfigError(f"[{setting.section}] {setting.key} must be one of {', '.join(setting.choices)}, "
+                              f"got {value!r}")
+        return value
+    return _number(setting.section, setting.key, value, setting.minimum, setting.maximum)
+
+
+def _per_model(where: str, value: Any) -> dict[str, float]:
+    """A table of GPU model -> GPUs (a team's guarantee or limit per model)."""
+    return {model: _number(where, model, gpus) for model, gpus in _table(where, value).items()}
 
 
 def _known_keys(where: str, given: Iterable[str], known: Iterable[str]) -> None:
@@ -120,10 +183,19 @@ def load_config(path: str | Path | None) -> Config:
             raise ConfigError(f"[{where}] must be a table with share and quota_gpus")
         _known_keys(where, spec, TEAM_KEYS)
         quota = spec.get("quota_gpus")
+        parent = spec.get("parent")
+        if parent is not None and (not isinstance(parent, str) or not parent or parent == team):
+            raise ConfigError(f"[{where}] parent must be the name of a department other than the team, got {parent!r}")
         config.teams[team] = TeamConfig(
             share=_number(where, "share", spec.get("share", 1)),
             quota_gpus=int(_number(where, "quota_gpus", quota)) if quota is not None else None,
+            parent=parent,
+            guarantee=_per_model(f"{where}.guarantee", spec.get("guarantee", {})),
+            limit=_per_model(f"{where}.limit", spec.get("limit", {})),
         )
+        over = {m: g for m, g in config.teams[team].guarantee.items() if g > config.teams[team].limit.get(m, g)}
+        if over:
+            raise ConfigError(f"[{where}] guarantee above limit for {over}")
     attribution = _table("attribution", data.get("attribution", {}))
     _known_keys("attribution", attribution, ATTRIBUTION_KEYS)
     for key in ATTRIBUTION_KEYS:
@@ -134,5 +206,5 @@ def load_config(path: str | Path | None) -> Config:
         _known_keys(section, values, [s.key for s in settings])
         for setting in settings:
             if setting.key in values:
-                setattr(config, setting.attr, _number(section, setting.key, values[setting.key], setting.minimum))
+                setattr(config, setting.attr, _value(setting, values[setting.key]))
     return config

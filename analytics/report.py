@@ -17,6 +17,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.waste import idle_runs, waste_by_team
+from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 
 
@@ -76,6 +77,9 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     total = float(summary["cost_usd"].sum())
     idle_line = summary[summary["team"] == IDLE_CAPACITY]
     idle_cost = float(idle_line["cost_usd"].sum()) if not idle_line.empty else 0.0
+    now = utc_now()
+    unfinished = (f" <strong>This week is not over</strong>: figures cover up to {now:%Y-%m-%d %H:%M} UTC."
+                  if end > now else "")
     recs = pd.DataFrame(recommendations or [])
     rec_html = _table(recs[["kind", "team", "reason"]]) if not recs.empty else "<p><em>None.</em></p>"
     page = f"""<!doctype html>
@@ -84,7 +88,7 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
 td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}th{{background:#f3f3f3}}
 td:first-child,th:first-child{{text-align:left}}</style></head><body>
 <h1>GPU cost report — week {html.escape(label)}</h1>
-<p>{html.escape(start.strftime('%Y-%m-%d'))} to {html.escape(end.strftime('%Y-%m-%d'))} (UTC).
+<p>{html.escape(start.strftime('%Y-%m-%d'))} to {html.escape(end.strftime('%Y-%m-%d'))} (UTC).{unfinished}
 Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${idle_cost:,.2f}</strong>.</p>
 <h2>Cost per team</h2>
 {_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "cost_usd", "idle_gpu_hours",

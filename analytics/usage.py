@@ -75,21 +75,35 @@ def hourly_team_usage(store: Store, start: datetime, end: datetime) -> pd.DataFr
 
 
 def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
-    """Per owner and clock hour: GPUs allocated and GPUs allocated but idle (under `idle_util_pct`), on average."""
+    """Per owner, GPU model and clock hour: GPUs allocated and GPUs allocated but idle (under `idle_util_pct`),
+    on average over the hour."""
     sql = """
-        SELECT owner(team, $unattributed) AS team, time_bucket(INTERVAL 1 HOUR, ts) AS hour,
+        SELECT owner(team, $unattributed) AS team, gpu_model, time_bucket(INTERVAL 1 HOUR, ts) AS hour,
                sum(gpu_hours(interval_s, gpu_fraction)) AS allocated_gpus,
                coalesce(sum(gpu_hours(interval_s, gpu_fraction)) FILTER (WHERE coalesce(util_pct, 0) < $idle_pct), 0)
                    AS idle_gpus
-        FROM samples WHERE allocated AND ts >= $start AND ts < $end GROUP BY 1, 2"""
+        FROM samples WHERE allocated AND ts >= $start AND ts < $end GROUP BY ALL"""
     return store.query(sql, {"start": start, "end": end, "idle_pct": idle_util_pct, "unattributed": UNATTRIBUTED})
+
+
+def covered_hours(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Per GPU model: the clock hours in [start, end) that hold at least one sample of it (the evidence there is)."""
+    sql = """SELECT gpu_model, list_sort(list(DISTINCT time_bucket(INTERVAL 1 HOUR, ts))) AS hours
+             FROM samples WHERE ts >= $start AND ts < $end GROUP BY gpu_model"""
+    return store.query(sql, {"start": start, "end": end})
+
+
+def capacity_by_model(store: Store, before: datetime) -> pd.DataFrame:
+    """Per GPU model: GPUs present at the newest instant before `before` (MIG instances as their fractions)."""
+    sql = """SELECT gpu_model, sum(gpu_fraction) AS gpus FROM samples
+             WHERE ts = (SELECT max(ts) FROM samples WHERE ts < $end) GROUP BY gpu_model ORDER BY gpu_model"""
+    return store.query(sql, {"end": before})
 
 
 def capacity_gpus(store: Store, before: datetime) -> float:
     """GPUs present at the newest instant before `before` (MIG instances as their fractions)."""
-    return float(store.scalar(
-        "SELECT coalesce(sum(gpu_fraction), 0) FROM samples WHERE ts = (SELECT max(ts) FROM samples WHERE ts < $end)",
-        {"end": before}) or 0.0)
+    frame = capacity_by_model(store, before)
+    return float(frame["gpus"].sum()) if not frame.empty else 0.0
 
 
 def interval_at(store: Store, ts: datetime) -> float | None:
@@ -97,6 +111,29 @@ def interval_at(store: Store, ts: datetime) -> float | None:
     return store.scalar("SELECT max(interval_s) FROM samples WHERE ts = $ts", {"ts": ts})
 
 
-def pending_jobs(store: Store) -> pd.DataFrame:
-    """Per team: GPUs and jobs waiting in the scheduler's queue now."""
-    return store.query("SELECT team, sum(gpus) AS gpus, count(*) AS jobs FROM jobs WHERE state = 'pending' GROUP BY team")
+def pending_jobs(store: Store, at: datetime, min_wait_minutes: float = 0.0) -> pd.DataFrame:
+    """Jobs waiting in the scheduler's queue at `at` that have waited at least `min_wait_minutes`:
+    team, GPU model asked for (null: any), GPUs and minutes waited."""
+    sql = """SELECT job_id, owner(team, $unattributed) AS team, gpu_model, gpus,
+                    date_diff('second', submit_ts, $at) / 60.0 AS waited_minutes
+             FROM jobs
+             WHERE state = 'pending' AND (submit_ts IS NULL OR submit_ts <= $at)
+               AND coalesce(date_diff('second', submit_ts, $at) / 60.0, 0) >= $min_wait
+             ORDER BY team, submit_ts"""
+    return store.query(sql, {"at": at, "min_wait": min_wait_minutes, "unattributed": UNATTRIBUTED})
+
+
+def hourly_user_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Allocated GPU-hours per clock hour, named team and user (null: not known), for account-tree fairshare."""
+    sql = """
+        SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, team, "user", sum(gpu_hours(interval_s, gpu_fraction)) AS gpu_hours
+        FROM samples WHERE allocated AND team IS NOT NULL AND ts >= $start AND ts < $end
+        GROUP BY ALL"""
+    return store.query(sql, {"start": start, "end": end})
+
+
+def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
+    """GPU-hours present per clock hour (allocated or not): the cluster's capacity, for usage as a fraction of it."""
+    sql = """SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, sum(gpu_hours(interval_s, gpu_fraction)) AS gpu_hours
+             FROM samples WHERE ts >= $start AND ts < $end GROUP BY 1 ORDER BY 1"""
+    return store.query(sql, {"start": start, "end": end})

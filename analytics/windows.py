@@ -23,14 +23,15 @@ def rolling(days: float, end: datetime | None = None) -> tuple[datetime, datetim
 
 
 def iso_week(spec: str | None = None, now: datetime | None = None) -> tuple[datetime, datetime, str]:
-    """Bounds of an ISO week 'YYYY-Www', or of the last complete week when spec is None or 'last'."""
-    if spec in (None, "", "last"):
+    """Bounds of an ISO week 'YYYY-Www', of the last complete week when spec is None or 'last', or of the week
+    in progress for 'current'."""
+    if spec in (None, "", "last", "current"):
         today = (as_utc(now) if now else utc_now()).date()
-        monday = today - timedelta(days=today.weekday() + 7)
+        monday = today - timedelta(days=today.weekday() + (0 if spec == "current" else 7))
     else:
         match = _ISO_WEEK.match(spec)
         if not match:
-            raise InputError(f"week must look like 2026-W48 or 'last', got {spec!r}")
+            raise InputError(f"week must look like 2026-W48, 'last' or 'current', got {spec!r}")
         try:
             monday = date.fromisocalendar(int(match.group(1)), int(match.group(2)), 1)
         except ValueError as exc:

@@ -314,6 +314,25 @@ class ClusterSimulator:
         return pd.DataFrame([{"team": t.name, "share": t.share, "quota_gpus": t.quota_gpus}
                              for t in self.teams if t.name != "default"])
 
+    def quota_frame(self) -> pd.DataFrame:
+        """The demo site's stated guarantees per GPU model: each team's quota split over the models in
+        proportion to their GPUs (largest remainder, so a team's guarantees add up to its quota)."""
+        per_model: dict[str, int] = {}
+        for node in self.nodes:
+            per_model[node.model] = per_model.get(node.model, 0) + node.gpus
+        total = sum(per_model.values())
+        rows = []
+        for team in self.teams:
+            if team.name == "default" or not team.quota_gpus:
+                continue
+            exact = {m: team.quota_gpus * n / total for m, n in per_model.items()}
+            whole = {m: math.floor(v) for m, v in exact.items()}
+            for m in sorted(exact, key=lambda m: (whole[m] - exact[m], m))[:team.quota_gpus - sum(whole.values())]:
+                whole[m] += 1
+            rows += [{"team": team.name, "gpu_model": m, "guarantee_gpus": float(g), "limit_gpus": float(per_model[m])}
+                     for m, g in sorted(whole.items()) if g]
+        return pd.DataFrame(rows, columns=["team", "gpu_model", "guarantee_gpus", "limit_gpus"])
+
 
 def _billed_team(job: SimJob) -> str:
     """The team the collectors would bill: the same attribution rule as for real pods."""

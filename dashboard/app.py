@@ -10,6 +10,11 @@ import streamlit as st
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 from gpuledger.dashboard.client import ApiUnavailable, api_base, frame, get_json
 
+FAIRSHARE_TITLES = {
+    "slurm_classic": "Slurm classic, F = 2^(-U/S): 0.5 = used exactly its share, lower = over-served",
+    "slurm_fair_tree": "Slurm Fair Tree: mean rank-based FairShare of the team's users, 1 = first in line",
+    "kai_time_based": "KAI time-based: the team's part of over-quota GPUs, P = max(0, W + k(W - U))",
+}
 st.set_page_config(page_title="gpuledger", page_icon="📊", layout="wide")
 BASE = api_base()
 
@@ -31,7 +36,8 @@ try:
     util = frame(fetch(BASE, "/v1/cluster/utilization", days=days, bucket_minutes=bucket), ("bucket",))
     costs = fetch(BASE, "/v1/costs", days=days)
     waste = fetch(BASE, "/v1/waste", days=days, limit=100)
-    fair = frame(fetch(BASE, "/v1/fairshare", days=max(days, 14))["history"], ("hour",))
+    fairness = fetch(BASE, "/v1/fairshare", days=days)
+    fair = frame(fairness["history"], ("hour",))
     recs = fetch(BASE, "/v1/recommendations", days=days)["recommendations"]
     nodes = frame(fetch(BASE, "/v1/nodes"), ("last_seen",))
 except ApiUnavailable as exc:
@@ -85,13 +91,15 @@ with tab_cost:
     st.dataframe(oversized, hide_index=True, width="stretch")
 
 with tab_fair:
-    st.subheader("Fairshare factor per team (Slurm classic, F = 2^(-U/S))")
+    st.subheader(f"Fairshare factor per team ({FAIRSHARE_TITLES.get(fairness['algorithm'], fairness['algorithm'])})")
     if fair.empty:
         st.info("No team with a share has usage in this window.")
     else:
         wide = fair.pivot_table(index="hour", columns="team", values="fairshare")
         st.line_chart(wide, y_label="fairshare factor")
-        latest = fair.sort_values("hour").groupby("team").tail(1)[["team", "norm_share", "norm_usage", "fairshare"]]
+        shown = [c for c in ("team", "norm_share", "norm_usage", "level_fs", "weight", "usage", "fairshare",
+                             "over_served") if c in fair and fair[c].notna().any()]
+        latest = fair.sort_values("hour").groupby("team").tail(1)[shown]
         st.dataframe(latest, hide_index=True, width="stretch")
 
 with tab_recs:

@@ -7,12 +7,13 @@ import logging
 import os
 import socket
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from gpuledger.analytics.config import Config, load_config
 from gpuledger.analytics.store import Store, StoreError
-from gpuledger.analytics.windows import rolling
+from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.source import Source
 from gpuledger.deploy.lifecycle import wait_for_stop
@@ -24,6 +25,13 @@ DEFAULT_REPORTS = Path("gpuledger-data/reports")
 def _add_common(p: argparse.ArgumentParser, db: Path = DEFAULT_DB) -> None:
     p.add_argument("--db", type=Path, default=db, help=f"DuckDB file (default: {db})")
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
+
+
+def _instant(text: str) -> datetime:
+    try:
+        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 instant: {text!r}") from exc
 
 
 def _positive(text: str) -> float:
@@ -94,12 +102,26 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write the weekly cost report (HTML + a CSV per team)")
     _add_common(report)
     report.add_argument("--week", nargs="?", const="last", default="last", metavar="YYYY-Www",
-                        help="ISO week to report, e.g. 2026-W48 (default: the last complete week)")
+                        help="ISO week to report, e.g. 2026-W48, 'last' (the default: the last complete week) or "
+                             "'current' (the week in progress, marked as such); a week with no samples is an error")
     report.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
 
-    rec = sub.add_parser("recommend", help="print quota and placement recommendations as JSON")
+    rec = sub.add_parser("recommend", help="re-evaluate, store and print the open recommendations as JSON",
+                         description="Evaluates the policy now over the policy window ([quota] window_days, default "
+                                     "14), stores what is new (a change only after the cool-down and by at least "
+                                     "the configured step) and prints the open recommendations, plus an "
+                                     "insufficient_data note for each team and GPU model without enough samples.")
     _add_common(rec)
-    rec.add_argument("--days", type=_positive, default=7.0, help="evidence window in days (default 7)")
+    rec.add_argument("--at", type=_instant, metavar="ISO-8601",
+                     help="evaluate at this instant instead, storing nothing (status preview)")
+
+    dec = sub.add_parser("decide", help="record a decision on a stored recommendation (accept, reject, applied)")
+    _add_common(dec)
+    dec.add_argument("id", help="the recommendation's id (see `gpuledger recommend` or /v1/recommendations)")
+    dec.add_argument("decision", choices=["accept", "reject", "applied"],
+                     help="applied: the scheduler now runs it; a quota's guarantee becomes the current one")
+    dec.add_argument("--by", required=True, help="who decided")
+    dec.add_argument("--note", help="why")
 
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
@@ -148,9 +170,8 @@ def _open_store(args: argparse.Namespace, config: Config) -> Store:
     store = Store(args.db)
     store.set_rates(config.rates)
     if config.teams:
-        import pandas as pd
-        store.upsert_teams(pd.DataFrame([{"team": t, "share": c.share, "quota_gpus": c.quota_gpus}
-                                         for t, c in config.teams.items()]))
+        store.upsert_teams(config.team_frame())
+        store.set_team_quotas(config.quota_frame())
     return store
 
 
@@ -213,13 +234,26 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
-    from gpuledger.policies.recommender import recommend
+    from gpuledger.policies.recommender import OPEN, evaluate, refresh
     with _open_existing(args.db) as store:
         _require_data(store, args.db)
-        start, end = rolling(args.days)
-        recs = [r.to_dict() for r in recommend(store, config, start, end)]
-    json.dump({"recommendations": recs}, sys.stdout, indent=2)
+        evaluation = evaluate(store, config, args.at)
+        if args.at:
+            recs = evaluation.proposals()
+        else:
+            recs = [r for r in refresh(store, config, evaluation.at, evaluation) if r.status in OPEN]
+        recs += evaluation.insufficient()
+    json.dump({"as_of": evaluation.at.isoformat(), "policy_window_start": evaluation.start.isoformat(),
+               "recommendations": [r.to_dict() for r in recs]}, sys.stdout, indent=2)
     print()
+    return 0
+
+
+def cmd_decide(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.policies.recommender import decide
+    with _open_existing(args.db) as store:
+        rec = decide(store, args.id, args.decision, args.by, args.note)
+    print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
     return 0
 
 
@@ -290,7 +324,7 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
-    "report": cmd_report, "recommend": cmd_recommend,
+    "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide,
 }
 
 

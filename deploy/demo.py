@@ -48,10 +48,11 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     store = Store(path)
     store.set_meta(DEMO_MARK, "true")
     store.set_rates(config.rates)
-    teams = sim.team_frame()
-    for name, team in config.teams.items():
-        teams.loc[len(teams)] = [name, team.share, team.quota_gpus]
-    store.upsert_teams(teams.drop_duplicates("team", keep="last"))
+    store.upsert_teams(sim.team_frame())  # the simulated site's teams, then the config's over them
+    store.set_team_quotas(sim.quota_frame())
+    if config.teams:
+        store.upsert_teams(config.team_frame())
+        store.set_team_quotas(config.quota_frame())
     total = 0
     chunks = math.ceil(days)
     for i, table in enumerate(sim.history(now - timedelta(days=days), now, step_s=step_s), 1):
@@ -69,7 +70,10 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     store, sim = build_demo_store(db, config, days, seed, step_s=60.0, echo=echo)
     api = ApiServer(store, config, host=host, port=api_port)
     api_url = api.start()
-    files = weekly_report(store, config, reports)
+    try:
+        files = weekly_report(store, config, reports)
+    except StoreError:  # a short demo has no complete week yet: report the one in progress, marked as such
+        files = weekly_report(store, config, reports, "current")
     scheduler = start_report_scheduler(store, config, reports)
     source = SimulatorSource(sim, interval_s=interval_s)
     loop = CollectLoop(source, store, interval_s, after_batch=lambda: store.upsert_jobs(sim.jobs_frame(utc_now())))

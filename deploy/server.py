@@ -16,12 +16,12 @@ from apscheduler.triggers.cron import CronTrigger
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.report import ReportFiles, write_weekly_report
-from gpuledger.analytics.store import Store
+from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.windows import iso_week
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.deploy.api import create_app
-from gpuledger.policies.recommender import recommend
+from gpuledger.policies.recommender import evaluate
 
 log = logging.getLogger(__name__)
 WEEKLY_REPORT_JOB = "weekly-cost-report"
@@ -58,8 +58,12 @@ class ApiServer:
 
 
 def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str | None = None) -> ReportFiles:
+    """The report of an ISO week (default the last complete one); refuses a week with no samples."""
     start, end, label = iso_week(week)
-    recs = [r.to_dict() for r in recommend(store, config, start, end)]
+    if store.sample_count(start, end) == 0:
+        raise StoreError(f"no samples in week {label} ({start:%Y-%m-%d} to {end:%Y-%m-%d}): nothing to report")
+    evaluation = evaluate(store, config, end)
+    recs = [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
     files = write_weekly_report(store, config, out_dir, start, end, label, recs)
     log.info("weekly report %s written to %s", label, files.html)
     return files

@@ -1,164 +1,183 @@
-"""Quota and placement recommendations, each with the evidence behind it.
+"""The recommender: evaluate the policy at an instant, keep what was advised and decided, and stay stable.
 
-Quota: a team's demand is the 95th percentile of its hourly concurrent GPUs in the window,
-minus the GPUs it held idle, plus what it has pending now; the recommendation adds the
-configured headroom. If the recommendations together exceed the cluster, they are scaled
-down in proportion so they stay schedulable. Only changes of at least one GPU and 10% are
-emitted, to keep schedulers from flapping.
-
-Placement: GPUs idle right now for longer than the idle threshold should be reclaimed;
-jobs whose peak memory fits a MIG slice or a smaller card should move there.
+`evaluate` is read-only: quota advice per team and GPU model (policies/quota.py) and placement advice for
+running jobs (policies/placement.py), from the policy window before the instant, whatever window a caller
+views. `refresh` stores what is new in the `recommendations` table and is how advice stays stable: a new
+recommendation for the same kind, team, GPU model and job is stored only when it differs from the last one by
+the configured step and the last is older than the cool-down; advice that is no longer needed is marked
+superseded. `decide` records a person's decision (accept, reject, applied). The stored table is the audit
+trail: every recommendation with its evidence, and who decided what, when, and why.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
-from typing import Any
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-import numpy as np
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.records import json_safe
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import capacity_gpus, hourly_demand, interval_at, pending_jobs
-from gpuledger.analytics.waste import idle_runs, oversized_jobs
-from gpuledger.policies.fairshare import fairshare_history
+from gpuledger.analytics.windows import as_utc, utc_now
+from gpuledger.collector.errors import GpuledgerError, InputError
+from gpuledger.policies.placement import placement_advice
+from gpuledger.policies.quota import QuotaAdvice, evaluate_quotas
+from gpuledger.policies.recommendation import (
+    ACCEPTED,
+    APPLIED,
+    DECISIONS,
+    INSUFFICIENT_DATA,
+    OPEN,
+    PREVIEW,
+    PROPOSED,
+    REJECTED,
+    SUPERSEDED,
+    Recommendation,
+)
+
+REFRESHED_AT = "recommendations_refreshed_at"  # meta key: when the stored set was last re-evaluated
+NEXT_STATUSES = {PROPOSED: {ACCEPTED, REJECTED, APPLIED}, ACCEPTED: {APPLIED, REJECTED}}
+
+
+class DecisionError(GpuledgerError):
+    """A decision that cannot be recorded: the recommendation's status cannot move to the one decided."""
+
+
+class UnknownRecommendation(DecisionError):
+    """No stored recommendation has that id."""
+
+
+def quota_recommendation(advice: QuotaAdvice, status: str = PREVIEW) -> Recommendation:
+    action = {"guarantee_gpus": advice.guarantee, "limit_gpus": advice.limit,
+              "current_guarantee_gpus": advice.current} if advice.status != INSUFFICIENT_DATA else {}
+    return Recommendation(kind="quota", team=advice.team, gpu_model=advice.gpu_model, action=action,
+                          evidence=advice.evidence, reason=advice.reason,
+                          status=INSUFFICIENT_DATA if advice.status == INSUFFICIENT_DATA else status)
 
 
 @dataclass
-class Recommendation:
-    kind: str  # "quota" | "reclaim" | "resize"
-    team: str
-    action: dict[str, Any]
-    evidence: dict[str, Any]
-    reason: str
-    job_id: str | None = None
-    id: str = field(default="")
+class Evaluation:
+    at: datetime
+    start: datetime
+    quota: list[QuotaAdvice] = field(default_factory=list)
+    placement: list[Recommendation] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        if not self.id:
-            key = json.dumps([self.kind, self.team, self.job_id, self.action], sort_keys=True, default=str)
-            self.id = hashlib.sha1(key.encode()).hexdigest()[:12]
+    def proposals(self) -> list[Recommendation]:
+        """What the policy would change now: quota changes and placement advice."""
+        return [quota_recommendation(a) for a in self.quota if a.status == "change"] + self.placement
 
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
+    def insufficient(self) -> list[Recommendation]:
+        return [quota_recommendation(a) for a in self.quota if a.status == INSUFFICIENT_DATA]
 
-
-def _largest_remainder(values: dict[str, float], total: int) -> dict[str, int]:
-    floors = {k: int(math.floor(v)) for k, v in values.items()}
-    left = total - sum(floors.values())
-    for k in sorted(values, key=lambda k: values[k] - floors[k], reverse=True)[:max(left, 0)]:
-        floors[k] += 1
-    return floors
+    def holds(self) -> set[tuple]:
+        """Keys whose quota needs no change now."""
+        return {("quota", a.team, a.gpu_model, None) for a in self.quota if a.status == "hold"}
 
 
-def quota_recommendations(store: Store, config: Config, start: datetime, end: datetime) -> list[Recommendation]:
-    teams = store.team_table()
-    if teams.empty:
-        return []
-    capacity = capacity_gpus(store, end)
-    demand = hourly_demand(store, start, end, config.idle_util_pct)
-    pending = pending_jobs(store)
-    pending_gpus = dict(zip(pending["team"], pending["gpus"]))
-    fair = fairshare_history(store, start, end, config.half_life_days)
-    latest_fair = (fair.sort_values("hour").groupby("team").tail(1).set_index("team")["fairshare"].to_dict()
-                   if not fair.empty else {})
-    wanted: dict[str, float] = {}
-    evidence: dict[str, dict[str, Any]] = {}
-    for row in teams.itertuples(index=False):
-        series = demand[demand["team"] == row.team]
-        busy = (series["allocated_gpus"] - series["idle_gpus"]).clip(lower=0)
-        p95_busy = float(np.percentile(busy, 95)) if len(busy) else 0.0
-        want = (p95_busy + float(pending_gpus.get(row.team, 0))) * (1.0 + config.quota_headroom)
-        wanted[row.team] = want
-        evidence[row.team] = {
-            "window_start": start, "window_end": end,
-            "p95_allocated_gpus": float(np.percentile(series["allocated_gpus"], 95)) if len(series) else 0.0,
-            "mean_allocated_gpus": float(series["allocated_gpus"].sum() / max(len(series), 1)),
-            "p95_busy_gpus": p95_busy,
-            "idle_allocated_gpu_hours": float(series["idle_gpus"].sum()),
-            "pending_gpus": float(pending_gpus.get(row.team, 0)),
-            "share": float(row.share), "fairshare_factor": latest_fair.get(row.team),
-            "cluster_gpus": capacity,
-        }
-    total_wanted = sum(math.ceil(v) for v in wanted.values())
-    scaled_down = bool(capacity and total_wanted > capacity)
-    if scaled_down:
-        scaled = _largest_remainder({t: v * capacity / sum(wanted.values()) for t, v in wanted.items()},
-                                    int(capacity))
-    else:
-        scaled = {t: int(math.ceil(v)) for t, v in wanted.items()}
-    out = []
-    for row in teams.itertuples(index=False):
-        current = None if pd.isna(row.quota_gpus) else int(row.quota_gpus)
-        proposed = max(1, scaled[row.team])
-        if current is not None and abs(proposed - current) < max(1.0, 0.1 * current):
+def evaluate(store: Store, config: Config, at: datetime | None = None) -> Evaluation:
+    """The policy at instant `at` (default now), from the policy window before it; stores nothing."""
+    at = as_utc(at) if at else utc_now()
+    return Evaluation(at, at - timedelta(days=config.policy_window_days), evaluate_quotas(store, config, at),
+                      placement_advice(store, config, at))
+
+
+def stored(store: Store, statuses: tuple[str, ...] | None = None, team: str | None = None,
+           ids: list[str] | None = None, limit: int | None = None) -> list[Recommendation]:
+    frame = store.recommendations(statuses=statuses, team=team, ids=ids, limit=limit)
+    return [Recommendation.from_row(row) for row in frame.to_dict(orient="records")]
+
+
+def _latest_by_key(store: Store) -> dict[tuple, Recommendation]:
+    latest: dict[tuple, Recommendation] = {}
+    for rec in stored(store):  # newest first
+        latest.setdefault(rec.key, rec)
+    return latest
+
+
+def _differs(new: Recommendation, last: Recommendation, config: Config) -> bool:
+    """Whether a new recommendation is a real change from the last one for its key."""
+    if new.kind != "quota":
+        return new.action != last.action
+    was = last.action.get("guarantee_gpus") or 0.0
+    step = max(config.min_change_gpus, config.min_change_fraction * was)
+    return abs((new.action.get("guarantee_gpus") or 0.0) - was) >= step \
+        or new.action.get("limit_gpus") != last.action.get("limit_gpus")
+
+
+def refresh(store: Store, config: Config, now: datetime | None = None,
+            evaluation: Evaluation | None = None) -> list[Recommendation]:
+    """Re-evaluate at `now` and store what is new; returns the open recommendations (proposed, accepted)."""
+    now = as_utc(now) if now else utc_now()
+    evaluation = evaluation or evaluate(store, config, now)
+    latest = _latest_by_key(store)
+    cooldown = timedelta(hours=config.cooldown_hours)
+    new, superseded = [], []
+    for rec in evaluation.proposals():
+        last = latest.get(rec.key)
+        if last is not None:
+            if not _differs(rec, last, config) and last.status in OPEN + (APPLIED, REJECTED):
+                continue  # the same advice stands (or was already decided)
+            if last.created is not None and now - last.created < cooldown:
+                continue  # too soon after the last one: a scheduler must not flap
+            if last.status in OPEN:
+                superseded.append(last.id)
+        rec = Recommendation(**{**rec.__dict__, "status": PROPOSED, "created": now, "id": ""})
+        new.append(rec)
+    live = {r.key for r in evaluation.proposals()}
+    for key, last in latest.items():
+        if last.status not in OPEN or key in live or last.id in superseded:
             continue
-        ev = evidence[row.team]
-        direction = "raise" if current is None or proposed > current else "lower"
-        out.append(Recommendation(
-            kind="quota", team=row.team,
-            action={"quota_gpus": proposed, "current_quota_gpus": current},
-            evidence=ev,
-            reason=(f"{direction} {row.team} GPU quota from {current} to {proposed}: p95 busy "
-                    f"{ev['p95_busy_gpus']:.1f} GPUs, {ev['pending_gpus']:.0f} pending, "
-                    f"{ev['idle_allocated_gpu_hours']:.0f} GPU-h held idle"
-                    + (f"; all teams' demand exceeds the {capacity:.0f}-GPU cluster, so scaled by share of demand"
-                       if scaled_down else "")),
-        ))
-    return out
+        if last.kind != "quota" or key in evaluation.holds():
+            superseded.append(last.id)  # the condition is gone (job ended, demand now matches the guarantee)
+    if superseded:
+        store.set_recommendation_status(superseded, SUPERSEDED, by="gpuledger", at=now,
+                                        note="superseded: newer evidence at " + now.isoformat())
+    if new:
+        store.add_recommendations(pd.DataFrame([r.to_row() for r in new]))
+    store.set_meta(REFRESHED_AT, now.isoformat())
+    return stored(store, statuses=OPEN)
 
 
-def placement_recommendations(store: Store, config: Config, start: datetime, end: datetime) -> list[Recommendation]:
-    out: list[Recommendation] = []
-    latest = store.latest_ts(before=end)
-    runs = idle_runs(store, start, end, config.idle_minutes, config.idle_util_pct)
-    if latest is not None and not runs.empty:
-        step = pd.Timedelta(seconds=float(interval_at(store, latest) or 60))
-        ongoing = runs[runs["end_ts"] >= pd.Timestamp(latest) + step - pd.Timedelta(seconds=1)]
-        for job_id, group in ongoing.groupby("job_id", dropna=False):
-            team = str(group["team"].iloc[0])
-            rate = float(group["idle_cost_usd"].sum() / max(group["idle_gpu_hours"].sum(), 1e-9))
-            job = None if pd.isna(job_id) else str(job_id)
-            out.append(Recommendation(
-                kind="reclaim", team=team, job_id=job,
-                action={"reclaim_gpus": sorted(group["gpu_uuid"].tolist()), "node": str(group["node"].iloc[0])},
-                evidence={"idle_minutes": float(group["idle_minutes"].min()),
-                          "idle_gpu_hours": float(group["idle_gpu_hours"].sum()),
-                          "idle_cost_usd": float(group["idle_cost_usd"].sum()),
-                          "cost_per_hour_usd": rate * len(group),
-                          "mean_util_pct": float(group["mean_util_pct"].mean()),
-                          "idle_since": group["start_ts"].min()},
-                reason=(f"{job or 'unattributed workload'} has held {len(group)} GPU(s) on "
-                        f"{group['node'].iloc[0]} idle for {group['idle_minutes'].min():.0f} min"),
-            ))
-    reclaimed = {r.job_id for r in out}
-    over = oversized_jobs(store, start, end, config.oversized_mem_fraction)
-    if latest is not None and not over.empty:
-        for row in over.itertuples(index=False):
-            if row.fits is None or pd.Timestamp(row.last_ts) < pd.Timestamp(latest):
-                continue  # finished jobs are reported as waste; only running ones can be moved
-            if row.job_id in reclaimed:
-                continue  # an idle job should give its GPU back, not move to a smaller one
-            saving = row.cost_usd * (1.0 - row.fits["gpu_fraction"]) if row.fits["kind"] == "mig" else None
-            out.append(Recommendation(
-                kind="resize", team=str(row.team), job_id=str(row.job_id),
-                action={"move_to": row.fits["target"], "target_kind": row.fits["kind"], "from": row.gpu_model,
-                        "gpus": int(row.gpus)},
-                evidence={"peak_mem_mib": float(row.peak_mem_mib), "mem_total_mib": float(row.mem_total_mib),
-                          "peak_mem_fraction": float(row.peak_mem_mib / row.mem_total_mib),
-                          "mean_util_pct": float(row.mean_util_pct), "p95_util_pct": float(row.p95_util_pct),
-                          "gpu_hours": float(row.gpu_hours), "cost_usd": float(row.cost_usd),
-                          "estimated_saving_usd": saving},
-                reason=(f"{row.job_id} peaked at {row.peak_mem_mib / 1024:.1f} GiB of "
-                        f"{row.mem_total_mib / 1024:.0f} GiB on {row.gpu_model}; fits {row.fits['target']}"),
-            ))
-    return out
+def decide(store: Store, rec_id: str, decision: str, by: str, note: str | None = None,
+           now: datetime | None = None) -> Recommendation:
+    """Record a decision on a stored recommendation: accept, reject, or applied (the scheduler now runs it)."""
+    if decision not in DECISIONS:
+        raise InputError(f"decision must be one of {', '.join(DECISIONS)}, got {decision!r}")
+    found = stored(store, ids=[rec_id])
+    if not found:
+        raise UnknownRecommendation(f"no recommendation {rec_id!r}")
+    rec, status = found[0], DECISIONS[decision]
+    if status not in NEXT_STATUSES.get(rec.status, set()):
+        raise DecisionError(f"recommendation {rec_id} is {rec.status}; it cannot become {status}")
+    store.set_recommendation_status([rec_id], status, by=by, at=as_utc(now) if now else utc_now(), note=note)
+    return stored(store, ids=[rec_id])[0]
 
 
-def recommend(store: Store, config: Config, start: datetime, end: datetime) -> list[Recommendation]:
-    return quota_recommendations(store, config, start, end) + placement_recommendations(store, config, start, end)
+class RecommendationService:
+    """What the API serves: the open recommendations, re-evaluated at most every `refresh_minutes`, and previews."""
+
+    def __init__(self, store: Store, config: Config) -> None:
+        self.store = store
+        self.config = config
+        self._lock = threading.Lock()
+        self._evaluation: Evaluation | None = None  # the last refresh's, for its insufficient-data notes
+
+    def due(self, now: datetime) -> bool:
+        last = self.store.meta(REFRESHED_AT)
+        return last is None or now - datetime.fromisoformat(last) >= timedelta(minutes=self.config.refresh_minutes)
+
+    def current(self) -> tuple[Evaluation, list[Recommendation]]:
+        """The open recommendations and the insufficient-data notes as of the last refresh (made now if due)."""
+        with self._lock:
+            now = utc_now()
+            if self._evaluation is None or self.due(now):
+                self._evaluation = evaluate(self.store, self.config, now)
+                open_recs = refresh(self.store, self.config, now, self._evaluation)
+            else:
+                open_recs = stored(self.store, statuses=OPEN)
+            return self._evaluation, open_recs + self._evaluation.insufficient()
+
+    def preview(self, at: datetime) -> tuple[Evaluation, list[Recommendation]]:
+        """What the policy says at `at`, not stored (to look back, or at a window with no data)."""
+        evaluation = evaluate(self.store, self.config, at)
+        return evaluation, evaluation.proposals() + evaluation.insufficient()

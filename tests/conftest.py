@@ -39,6 +39,7 @@ def fill_store(store: Store, simulator: ClusterSimulator, days: float, step_s: f
     """Rates, teams, `days` of samples up to SIM_END and the job table, as a server would hold them."""
     store.set_rates(Config().rates)
     store.upsert_teams(simulator.team_frame())
+    store.set_team_quotas(simulator.quota_frame())
     for batch in simulator.history(SIM_END - timedelta(days=days), SIM_END, step_s=step_s):
         store.append_samples(batch)
     store.upsert_jobs(simulator.jobs_frame(SIM_END))

@@ -12,7 +12,6 @@ from gpuledger.analytics.usage import cluster_utilization, team_usage, team_usag
 from gpuledger.analytics.waste import idle_runs, oversized_jobs, smallest_fit, waste_by_team
 from gpuledger.analytics.windows import iso_week
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
-from gpuledger.policies.fairshare import fairshare_factors, fairshare_history
 from tests.helpers import T0, gpu_rows, table
 
 END = T0 + timedelta(days=1)
@@ -105,29 +104,6 @@ def test_smallest_fit_edges():
     assert smallest_fit("H100", 2000, 90) is None  # too busy for a slice or a smaller card
     assert smallest_fit("L40S", 2000, 25)["target"] == "T4"
     assert smallest_fit("T4", 15000, 20) is None
-
-
-def test_fairshare_factor_is_two_to_the_minus_usage_over_share():
-    hours = pd.date_range(T0, periods=2, freq="h")
-    usage = pd.DataFrame({"hour": hours, "team": ["a", "b"], "gpu_hours": [1.0, 1.0]})
-    got = fairshare_factors(usage, {"a": 1.0, "b": 1.0, "idle": 0.0}, half_life_hours=1.0)
-    last = got[got["hour"] == hours[1]].set_index("team")
-    # at hour 1: a decayed to 0.5, b = 1 -> normalised usage 1/3 and 2/3, shares 1/2 each
-    assert last.loc["a", "fairshare"] == pytest.approx(2 ** (-(1 / 3) / 0.5))
-    assert last.loc["b", "fairshare"] == pytest.approx(2 ** (-(2 / 3) / 0.5))
-    first = got[got["hour"] == hours[0]].set_index("team")
-    assert first.loc["a", "fairshare"] == pytest.approx(0.25) and first.loc["b", "fairshare"] == 1.0
-    assert set(got["team"]) == {"a", "b"}
-
-
-def test_fairshare_history_from_the_store(store):
-    store.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [3.0, 1.0], "quota_gpus": [3, 1]}))
-    store.append_samples(table(gpu_rows("n", 0, "H100", 180, util=90.0, job="a/1", team="a"),
-                               gpu_rows("n", 1, "H100", 180, util=90.0, job="b/1", team="b")))
-    got = fairshare_history(store, T0, END, half_life_days=7)
-    last = got.sort_values("hour").groupby("team").tail(1).set_index("team")
-    assert last.loc["a", "norm_usage"] == pytest.approx(0.5) and last.loc["a", "norm_share"] == pytest.approx(0.75)
-    assert last.loc["a", "fairshare"] > 0.5 > last.loc["b", "fairshare"]  # b used more than its share
 
 
 def test_iso_weeks():

@@ -47,9 +47,32 @@ def test_report_and_recommend_on_a_database(tmp_path, simulator):
     assert out.returncode == 0, out.stderr
     html = Path(re.search(r"report \S+: (\S+)", out.stdout).group(1))
     assert html.exists() and "team-nlp.csv" in out.stdout
-    rec = run("recommend", "--db", str(db), "--days", "2")
+    rec = run("recommend", "--db", str(db))
     assert rec.returncode == 0, rec.stderr
-    assert {r["kind"] for r in json.loads(rec.stdout)["recommendations"]} <= {"quota", "reclaim", "resize"}
+    quota = [r for r in json.loads(rec.stdout)["recommendations"] if r["kind"] == "quota"]
+    # two days of samples for a 14-day policy window: no quota numbers, a reason per team and model instead
+    assert quota and all(r["status"] == "insufficient_data" and r["action"] == {} for r in quota)
+    assert "cover 14%" in quota[0]["reason"]
+    assert run("report", "--week", "2030-W01", "--db", str(db)).stderr.endswith(
+        "no samples in week 2030-W01 (2029-12-31 to 2030-01-07): nothing to report\n")
+
+
+def test_recommend_stores_advice_and_decide_records_a_decision(tmp_path, simulator):
+    db = small_db(tmp_path, simulator)
+    cfg = tmp_path / "policy.toml"
+    cfg.write_text("[quota]\nwindow_days = 1\n")
+    first = json.loads(run("recommend", "--db", str(db), "--config", str(cfg)).stdout)["recommendations"]
+    proposed = [r for r in first if r["status"] == "proposed"]
+    assert proposed and all(r["created"] for r in proposed)
+    again = json.loads(run("recommend", "--db", str(db), "--config", str(cfg)).stdout)["recommendations"]
+    assert {r["id"] for r in again if r["status"] == "proposed"} == {r["id"] for r in proposed}  # stable
+    decided = run("decide", proposed[0]["id"], "reject", "--by", "alice", "--note", "not now", "--db", str(db))
+    assert decided.returncode == 0 and f"{proposed[0]['id']}: rejected by alice" in decided.stdout
+    twice = run("decide", proposed[0]["id"], "accept", "--by", "bob", "--db", str(db))
+    assert twice.returncode == 2 and "is rejected; it cannot become accepted" in twice.stderr
+    preview = json.loads(run("recommend", "--db", str(db), "--config", str(cfg), "--at",
+                             "2030-01-01T00:00:00Z").stdout)["recommendations"]
+    assert preview and {r["status"] for r in preview} == {"insufficient_data"}
 
 
 def test_errors_are_one_clear_line_and_exit_2(tmp_path):

@@ -1,4 +1,5 @@
-"""Quota and placement recommendations on a small cluster whose right answers are known."""
+"""Quota and placement advice on a small cluster whose right answers can be worked out by hand, and the
+ledger that keeps advice stable: stored, cooled down, bounded, decided."""
 from __future__ import annotations
 
 import json
@@ -8,14 +9,18 @@ import pandas as pd
 import pytest
 
 from gpuledger.analytics.config import Config
-from gpuledger.policies.recommender import placement_recommendations, quota_recommendations, recommend
+from gpuledger.policies.recommendation import ACCEPTED, APPLIED, INSUFFICIENT_DATA, PROPOSED, SUPERSEDED
+from gpuledger.policies.recommender import DecisionError, decide, evaluate, refresh, stored
 from tests.helpers import T0, gpu_rows, table
 
 END = T0 + timedelta(hours=3)
+WINDOW = Config(policy_window_days=3 / 24)  # the policy window is exactly the 3 hours of samples
 
 
 @pytest.fixture
 def cluster(store):
+    """8 H100s over 3 hours. a: 4 GPUs at 90% and one at 20% (5 busy). b: one GPU at 90%, a notebook idle
+    for the last 2 hours, an old job idle in the first hour. Shares equal."""
     store.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [1.0, 1.0], "quota_gpus": [1, 8]}))
     rows = [gpu_rows("n", g, "H100", 180, util=90.0, job=f"a/{g}", team="a") for g in range(4)]
     rows.append(gpu_rows("n", 4, "H100", 180, util=90.0, job="b/1", team="b"))
@@ -28,47 +33,146 @@ def cluster(store):
     return store
 
 
-def test_quota_follows_busy_demand_with_headroom(cluster):
-    recs = {r.team: r for r in quota_recommendations(cluster, Config(), T0, END)}
-    a, b = recs["a"], recs["b"]
-    # a: 4 busy GPUs + the 20%-busy one (not idle) = 5 -> 5.5 with 10% headroom -> 6
-    assert a.action == {"quota_gpus": 6, "current_quota_gpus": 1}
-    assert a.evidence["p95_busy_gpus"] == pytest.approx(5.0) and a.evidence["cluster_gpus"] == 8
-    # b: 1 busy GPU; its idle notebook does not count as demand -> 1.1 -> 2
-    assert b.action == {"quota_gpus": 2, "current_quota_gpus": 8}
-    assert b.evidence["idle_allocated_gpu_hours"] == pytest.approx(3.0)
-    assert "lower b GPU quota from 8 to 2" in b.reason
+def quotas(store, config=WINDOW, at=END):
+    return {(a.team, a.gpu_model): a for a in evaluate(store, config, at).quota}
 
 
-def test_pending_jobs_raise_demand_and_total_is_capped_by_the_cluster(cluster):
-    cluster.upsert_jobs(pd.DataFrame([{"job_id": "a/queued", "team": "a", "gpus": 8, "state": "pending",
-                                       "submit_ts": END}]))
-    recs = {r.team: r for r in quota_recommendations(cluster, Config(), T0, END)}
-    assert recs["a"].evidence["pending_gpus"] == 8
-    proposed = {t: r.action["quota_gpus"] for t, r in recs.items()}
-    assert sum(proposed.values()) <= 8 and proposed["a"] > proposed["b"]
-    assert "scaled" in recs["a"].reason
+def state(cluster, a: float, b: float):
+    cluster.set_team_quotas(pd.DataFrame({"team": ["a", "b"], "gpu_model": ["H100", "H100"],
+                                          "guarantee_gpus": [a, b], "limit_gpus": [8.0, 8.0]}))
 
 
-def test_small_changes_are_not_emitted(cluster):
-    cluster.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [1.0, 1.0], "quota_gpus": [6, 2]}))
-    assert quota_recommendations(cluster, Config(), T0, END) == []
+def test_without_stated_guarantees_each_team_gets_busy_demand_bounded_by_its_fair_part(cluster):
+    got = quotas(cluster)
+    a, b = got[("a", "H100")], got[("b", "H100")]
+    # a: 5 busy -> 5.5 with headroom, but a used 5/7 of the GPU-hours at an equal share: over-served, so held to
+    # its fair part, 8 x 1/2 = 4. b: 1 busy GPU (its idle notebook is not demand) -> 1.1 -> 1.
+    assert (a.status, a.guarantee, a.limit) == ("change", 4, 8.0)
+    assert a.evidence["p95_busy_gpus"] == pytest.approx(5.0) and a.evidence["over_served"]
+    assert a.evidence["fairshare_factor"] < 0.5 and "over-served" in a.reason
+    assert (b.guarantee, b.evidence["idle_allocated_gpu_hours"]) == (1, pytest.approx(3.0))
+    assert a.evidence["effect_gpu_hours_per_week"] == 4 * 168
+    assert a.evidence["effect_usd_per_week"] == pytest.approx(4 * 168 * 6.88)
 
 
-def test_reclaim_only_gpus_idle_now_and_resize_running_oversized_jobs(cluster):
-    recs = placement_recommendations(cluster, Config(idle_minutes=30), T0, END)
+def test_changes_are_step_bounded_and_guarantees_fit_the_model(cluster):
+    state(cluster, a=1, b=8)
+    got = quotas(cluster)
+    a, b = got[("a", "H100")], got[("b", "H100")]
+    assert (a.current, a.guarantee) == (1, 2)  # wants 4, but one change moves at most max(1, 25% of 1)
+    assert (b.current, b.guarantee) == (8, 6)  # wants 1, lowered by at most 25% of 8
+    assert any("step bounded" in why for why in a.evidence["bounded_by"])
+    assert "lower b's H100 guarantee from 8 to 6" in b.reason and "336 GPU-h/week freed" in b.reason
+    assert a.guarantee + b.guarantee <= 8
+
+
+def test_queued_jobs_raise_demand_but_never_past_the_model(cluster):
+    cluster.upsert_jobs(pd.DataFrame([{"job_id": "b/queued", "team": "b", "gpus": 8, "state": "pending",
+                                       "submit_ts": END - timedelta(hours=1)}]))
+    got = quotas(cluster)
+    b = got[("b", "H100")]
+    assert b.evidence["queued_gpus"] == 8 and b.evidence["longest_wait_minutes"] == pytest.approx(60)
+    assert b.guarantee == 4 and got[("a", "H100")].guarantee == 4  # both at their fair part: 8 in all
+
+
+def test_a_window_without_samples_gives_no_numbers(cluster):
+    state(cluster, a=1, b=8)
+    later = evaluate(cluster, Config(), END + timedelta(days=300))
+    assert later.proposals() == []
+    notes = later.insufficient()
+    assert {(n.team, n.gpu_model, n.status) for n in notes} == {("a", "H100", INSUFFICIENT_DATA),
+                                                              ("b", "H100", INSUFFICIENT_DATA)}
+    assert all(n.action == {} and "cover 0%" in n.reason for n in notes)
+
+
+def test_too_little_history_for_the_policy_window_gives_no_numbers(cluster):
+    short = evaluate(cluster, Config(policy_window_days=1), END)  # 3 hours of 24: 12% coverage
+    assert not [a for a in short.quota if a.status != INSUFFICIENT_DATA]
+    assert "cover 12%" in short.insufficient()[0].reason
+
+
+def test_an_over_served_team_with_idle_gpus_is_not_raised(store):
+    """a holds 4 GPUs, 2 of them idle, and used far more than its share: no raise, whatever its demand."""
+    store.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [1.0, 3.0], "quota_gpus": [2, 2]}))
+    rows = [gpu_rows("n", g, "H100", 180, util=95.0, job=f"a/{g}", team="a") for g in range(2)]
+    rows += [gpu_rows("n", g, "H100", 180, util=0.0, job=f"a/{g}", team="a") for g in (2, 3)]
+    rows += [gpu_rows("n", 4, "H100", 180, util=95.0, job="b/1", team="b"), gpu_rows("n", 5, "H100", 180)]
+    store.append_samples(table(*rows))
+    store.set_team_quotas(pd.DataFrame({"team": ["a", "b"], "gpu_model": ["H100", "H100"],
+                                        "guarantee_gpus": [1.0, 1.0], "limit_gpus": [6.0, 6.0]}))
+    a = quotas(store)[("a", "H100")]
+    assert a.evidence["over_served"] and a.guarantee <= a.current + 0  # fair part 6 x 1/4 = 1.5 -> no real raise
+    assert a.evidence["idle_allocated_gpu_hours"] == pytest.approx(6.0)
+
+
+def test_idle_jobs_get_reclaim_and_running_oversized_jobs_get_resize_per_gpu_and_in_total(cluster):
+    recs = evaluate(cluster, Config(policy_window_days=3 / 24, idle_minutes=30), END).placement
     reclaim = [r for r in recs if r.kind == "reclaim"]
     assert [(r.job_id, r.action["reclaim_gpus"]) for r in reclaim] == [("b/notebook", ["GPU-n-5"])]
     assert reclaim[0].evidence["idle_minutes"] == pytest.approx(120)
-    assert reclaim[0].evidence["cost_per_hour_usd"] == pytest.approx(6.88)
+    assert reclaim[0].evidence["effect_usd_per_week"] == pytest.approx(6.88 * 168)
     resize = [r for r in recs if r.kind == "resize"]
     assert [(r.job_id, r.action["move_to"]) for r in resize] == [("a/small", "H100 MIG 2g.20gb")]
-    assert resize[0].evidence["peak_mem_mib"] == 6000
+    assert resize[0].action["per_gpu"] and resize[0].action["gpus"] == 1
+    assert resize[0].action["gpus_freed"] == pytest.approx(5 / 7)
+    assert resize[0].evidence["effect_usd_per_week"] == pytest.approx(5 / 7 * 6.88 * 168)
+    assert "each of its 1 GPU(s) fits H100 MIG 2g.20gb" in resize[0].reason
 
 
-def test_recommendations_are_json_with_stable_ids(cluster):
-    first = [r.to_dict() for r in recommend(cluster, Config(), T0, END)]
-    second = [r.to_dict() for r in recommend(cluster, Config(), T0, END)]
+def test_an_idle_memory_light_job_is_never_told_to_move_to_a_slice(store):
+    store.upsert_teams(pd.DataFrame({"team": ["a"], "share": [1.0], "quota_gpus": [8]}))
+    store.append_samples(table(*[gpu_rows("n", g, "H100", 180, util=0.0, job="a/idle8", team="a", mem_used=2000)
+                                 for g in range(8)]))
+    recs = evaluate(store, Config(policy_window_days=3 / 24), END).placement
+    assert {r.kind for r in recs} == {"reclaim"} and recs[0].action["gpus"] == 8
+
+
+def test_previews_are_json_with_stable_ids(cluster):
+    first = [r.to_dict() for r in evaluate(cluster, WINDOW, END).proposals()]
+    second = [r.to_dict() for r in evaluate(cluster, WINDOW, END).proposals()]
     assert json.loads(json.dumps(first)) == first
     assert [r["id"] for r in first] == [r["id"] for r in second] and len({r["id"] for r in first}) == len(first)
-    assert {"id", "kind", "team", "job_id", "action", "evidence", "reason"} <= set(first[0])
+    assert {"id", "kind", "team", "gpu_model", "job_id", "status", "action", "evidence", "reason"} <= set(first[0])
+
+
+LEDGER = Config(policy_window_days=0.25, min_coverage=0.3)  # 6-hour window: the 3 hours of samples are 50% of it
+
+
+def test_advice_is_stored_once_and_not_repeated_while_it_stands(cluster):
+    state(cluster, a=1, b=8)
+    made = refresh(cluster, LEDGER, END)
+    quota = {r.team: r for r in made if r.kind == "quota"}
+    assert set(quota) == {"a", "b"} and all(r.status == PROPOSED and r.created for r in made)
+    again = refresh(cluster, LEDGER, END + timedelta(hours=1))
+    assert {r.id for r in again} == {r.id for r in made}  # same evidence, same advice: nothing new
+    assert len(stored(cluster)) == len(made)
+
+
+def test_cool_down_and_decisions(cluster):
+    state(cluster, a=1, b=8)
+    first = {r.team: r for r in refresh(cluster, LEDGER, END) if r.kind == "quota"}
+    assert first["a"].action["guarantee_gpus"] == 2
+    decide(cluster, first["a"].id, "accept", by="alice", note="looks right", now=END)
+    applied = decide(cluster, first["a"].id, "applied", by="alice", now=END + timedelta(minutes=5))
+    assert (applied.status, applied.decided_by) == (APPLIED, "alice") and applied.note == "looks right"
+    with pytest.raises(DecisionError):
+        decide(cluster, first["a"].id, "reject", by="bob")  # applied is final
+    # the applied guarantee (2) is current now; the evidence still wants a raise, but the last advice for a is
+    # under an hour old: nothing new within the cool-down
+    assert quotas(cluster, LEDGER)[("a", "H100")].current == 2
+    assert "a" not in {r.team for r in refresh(cluster, LEDGER, END + timedelta(minutes=30)) if r.kind == "quota"}
+    later = {r.team: r for r in refresh(cluster, Config(policy_window_days=0.25, min_coverage=0.3, cooldown_hours=0.5),
+                                        END + timedelta(hours=1)) if r.kind == "quota"}
+    assert later["a"].action == {"guarantee_gpus": 3, "limit_gpus": 8.0, "current_guarantee_gpus": 2.0}
+    history = stored(cluster, team="a")
+    assert [r.status for r in history if r.kind == "quota"] == [PROPOSED, APPLIED]
+
+
+def test_advice_no_longer_needed_is_superseded(cluster):
+    state(cluster, a=4, b=8)
+    b = next(r for r in refresh(cluster, LEDGER, END) if r.team == "b" and r.kind == "quota")
+    decide(cluster, b.id, "accept", by="alice")
+    assert stored(cluster, ids=[b.id])[0].status == ACCEPTED
+    state(cluster, a=4, b=1)  # the site changed b's guarantee by hand to what the evidence wants
+    refresh(cluster, LEDGER, END + timedelta(hours=1))
+    assert stored(cluster, ids=[b.id])[0].status == SUPERSEDED

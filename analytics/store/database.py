@@ -226,7 +226,37 @@ class Store:
         return self._insert("jobs", jobs, replace=True)
 
     def upsert_teams(self, teams: pd.DataFrame) -> int:
-        return self._insert("teams", teams[["team", "share", "quota_gpus"]], replace=True)
+        """Teams with share, quota_gpus and (optionally) parent; a team already stored is replaced."""
+        columns = [c for c in ("team", "share", "quota_gpus", "parent") if c in teams]
+        return self._insert("teams", teams[columns], replace=True)
+
+    def set_team_quotas(self, quotas: pd.DataFrame) -> int:
+        """Replace the stated guarantee and limit per GPU model of the teams in `quotas`
+        (columns team, gpu_model, guarantee_gpus, limit_gpus)."""
+        with self.transaction() as cur:
+            cur.execute("DELETE FROM team_quotas WHERE team IN (SELECT unnest($teams))",
+                        {"teams": sorted(set(quotas["team"]))})
+            if len(quotas):
+                cur.register("incoming_quotas", quotas[["team", "gpu_model", "guarantee_gpus", "limit_gpus"]])
+                cur.execute("INSERT INTO team_quotas BY NAME SELECT * FROM incoming_quotas")
+                cur.unregister("incoming_quotas")
+        return len(quotas)
+
+    def add_recommendations(self, rows: pd.DataFrame) -> int:
+        """Store new recommendations (columns of the recommendations table; action and evidence as JSON text)."""
+        return self._insert("recommendations", rows)
+
+    def set_recommendation_status(self, ids: Sequence[str], status: str, by: str | None = None,
+                                  at: datetime | None = None, note: str | None = None) -> int:
+        """Record a status change (a decision, or superseded) for the given recommendations; returns rows changed."""
+        if not ids:
+            return 0
+        with self.transaction() as cur:
+            cur.execute("""UPDATE recommendations SET status = $status, decided_by = $by, decided_at = $at,
+                               note = coalesce($note, note)
+                           WHERE id IN (SELECT unnest($ids))""",
+                        {"status": status, "by": by, "at": at, "note": note, "ids": list(ids)})
+            return int(cur.fetchone()[0])
 
     def set_rates(self, rates: Mapping[str, float]) -> int:
         frame = pd.DataFrame({"gpu_model": list(rates), "usd_per_gpu_hour": [float(v) for v in rates.values()]})
@@ -252,8 +282,10 @@ class Store:
         finally:
             cur.close()
 
-    def sample_count(self) -> int:
-        return int(self.scalar("SELECT count(*) FROM samples"))
+    def sample_count(self, start: datetime | None = None, end: datetime | None = None) -> int:
+        """Samples stored (within [start, end) when given)."""
+        return int(self.scalar("SELECT count(*) FROM samples WHERE ($start IS NULL OR ts >= $start) "
+                               "AND ($end IS NULL OR ts < $end)", {"start": start, "end": end}))
 
     def latest_ts(self, before: datetime | None = None) -> datetime | None:
         """The newest sample instant (before `before`, when given); None for an empty store."""
@@ -261,13 +293,28 @@ class Store:
 
     def team_table(self) -> pd.DataFrame:
         """The configured teams: share and current quota (GPUs), as the site config set them."""
-        return self.query("SELECT team, share, quota_gpus FROM teams ORDER BY team")
+        return self.query("SELECT team, share, quota_gpus, parent FROM teams ORDER BY team")
 
     def teams(self) -> list[str]:
         """Every team that has a share or has used a GPU, 'unattributed' included when it appears."""
         frame = self.query(
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM samples WHERE team IS NOT NULL ORDER BY 1")
         return frame["team"].tolist()
+
+    def team_quotas(self) -> pd.DataFrame:
+        """The stated guarantee and limit per team and GPU model."""
+        return self.query("SELECT team, gpu_model, guarantee_gpus, limit_gpus FROM team_quotas ORDER BY team, gpu_model")
+
+    def recommendations(self, statuses: Sequence[str] | None = None, team: str | None = None,
+                        ids: Sequence[str] | None = None, limit: int | None = None) -> pd.DataFrame:
+        """Stored recommendations, newest first, optionally narrowed by status, team or id."""
+        return self.query(
+            """SELECT * FROM recommendations
+               WHERE ($statuses IS NULL OR list_contains($statuses, status)) AND ($team IS NULL OR team = $team)
+                 AND ($ids IS NULL OR list_contains($ids, id))
+               ORDER BY created DESC, id LIMIT coalesce($limit, 1000000)""",
+            {"statuses": list(statuses) if statuses is not None else None, "team": team,
+             "ids": list(ids) if ids is not None else None, "limit": limit})
 
     def rate_card(self) -> pd.DataFrame:
         return self.query("SELECT gpu_model, usd_per_gpu_hour FROM rate_card ORDER BY gpu_model")

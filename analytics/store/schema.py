@@ -40,6 +40,17 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS nodes (
     node VARCHAR PRIMARY KEY, last_seen TIMESTAMPTZ NOT NULL, interval_s DOUBLE NOT NULL,
     batches BIGINT NOT NULL, rows BIGINT NOT NULL)""",
+    # the department above a team (hierarchical fairshare, parent queues); schema 4
+    "ALTER TABLE teams ADD COLUMN IF NOT EXISTS parent VARCHAR",
+    # a team's current guarantee and limit per GPU model, as the site config states them
+    """CREATE TABLE IF NOT EXISTS team_quotas (
+    team VARCHAR NOT NULL, gpu_model VARCHAR NOT NULL, guarantee_gpus DOUBLE, limit_gpus DOUBLE)""",
+    # every recommendation made, and what was decided about it: the audit trail. No primary key: DuckDB
+    # updates a row under an index by delete and insert, and a status change must never fail on that.
+    """CREATE TABLE IF NOT EXISTS recommendations (
+    id VARCHAR NOT NULL, created TIMESTAMPTZ NOT NULL, kind VARCHAR NOT NULL, team VARCHAR NOT NULL,
+    gpu_model VARCHAR, job_id VARCHAR, action JSON NOT NULL, evidence JSON NOT NULL, reason VARCHAR NOT NULL,
+    status VARCHAR NOT NULL, decided_by VARCHAR, decided_at TIMESTAMPTZ, note VARCHAR)""",
 ]
 
 
@@ -65,7 +76,7 @@ def table_migrations(existing: set[str]) -> list[str]:
     return statements
 
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 
 # The query layer: GPU-hours, used GPU-hours, cost and the owner bucket, each written once for every

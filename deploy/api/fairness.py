@@ -16,7 +16,10 @@ router = APIRouter(tags=["fairness"])
 @router.get("/v1/fairshare", response_model=Fairshare)
 def fairshare(store: StoreDep, config: ConfigDep, days: float = Query(14.0, gt=0, le=366),
               end: datetime | None = End) -> dict:
-    """Slurm's classic factor F = 2^(-U/S) per team and hour, usage decayed with the configured half-life."""
+    """The configured fairshare algorithm's factor per team and hour over the window viewed.
+
+    Each hour's value comes from the usage before it (the algorithm's whole memory), so it does not depend
+    on `days`: a longer view shows more hours of the same history."""
     start, stop, _ = window(days, end)
-    return {"half_life_days": config.half_life_days,
-            "history": records(fairshare_history(store, start, stop, config.half_life_days))}
+    return {"algorithm": config.fairshare_algorithm, "half_life_days": config.half_life_days,
+            "history": records(fairshare_history(store, config, start, stop))}

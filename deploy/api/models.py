@@ -36,6 +36,7 @@ class Team(BaseModel):
     team: str = Field(description="a configured team, or a team or bucket seen in samples ('unattributed')")
     share: float | None = Field(description="fairshare share from the site config; null if not configured")
     quota_gpus: int | None = Field(description="current quota in GPUs from the site config; null if none")
+    parent: str | None = Field(None, description="the department above the team, if configured")
 
 
 class UsageTotals(BaseModel):
@@ -157,31 +158,59 @@ class FairshareRow(BaseModel):
     hour: datetime
     team: str
     gpu_hours: float = Field(description="allocated GPU-hours in this hour")
-    decayed_usage: float = Field(description="GPU-hours decayed with the half-life")
-    norm_usage: float = Field(description="U: decayed usage over all teams' decayed usage")
-    norm_share: float = Field(description="S: share over all shares")
-    fairshare: float = Field(description="F = 2^(-U/S): 1 unused, 0.5 at its share, lower over-served")
+    fairshare: float = Field(description="the algorithm's factor, 0..1, higher = more deserving: slurm_classic "
+                                         "F = 2^(-U/S) (0.5 = at its share); slurm_fair_tree the mean rank-based "
+                                         "FairShare of the team's users; kai_time_based its part of over-quota GPUs")
+    over_served: bool = Field(description="used more than its share (F < 0.5; LevelFS < 1; usage above weight)")
+    decayed_usage: float | None = Field(None, description="Slurm: GPU-hours decayed with the half-life")
+    norm_usage: float | None = Field(None, description="slurm_classic: decayed usage over all teams' decayed usage")
+    effective_usage: float | None = Field(None, description="Slurm: usage as the algorithm weighs it (EffectvUsage)")
+    norm_share: float | None = Field(None, description="Slurm: share over the siblings' (Fair Tree) or the "
+                                                       "machine's (classic) shares")
+    level_fs: float | None = Field(None, description="slurm_fair_tree: LevelFS = S / U; null when infinite (no usage)")
+    usage: float | None = Field(None, description="kai_time_based: windowed GPU-hours over the cluster's")
+    weight: float | None = Field(None, description="kai_time_based: normalised overQuotaWeight (share)")
+    over_quota_weight: float | None = Field(None, description="kai_time_based: P = max(0, W + k (W - U))")
 
 
 class Fairshare(BaseModel):
+    algorithm: str = Field(description="slurm_classic | slurm_fair_tree | kai_time_based ([fairshare] algorithm)")
     half_life_days: float
     history: list[FairshareRow]
 
 
 class Recommendation(BaseModel):
-    id: str = Field(description="stable hash of kind, team, job and action")
+    id: str = Field(description="stored: unique; preview: a stable hash of kind, team, model, job and action")
     kind: Literal["quota", "reclaim", "resize"]
     team: str
+    gpu_model: str | None = Field(description="the GPU model a quota or a job's GPUs are for")
     job_id: str | None
-    action: dict[str, Any] = Field(description="what to change")
-    evidence: dict[str, Any] = Field(description="the measurements behind it")
+    status: Literal["proposed", "accepted", "rejected", "applied", "superseded", "insufficient_data", "preview"] = \
+        Field(description="proposed, then accepted / rejected / applied by a decision, or superseded by newer "
+                          "evidence; insufficient_data: no number, see reason; preview: evaluated at `end`, not stored")
+    created: datetime | None = Field(description="when it was stored; null for previews and insufficient_data")
+    action: dict[str, Any] = Field(description="what to change; quota: guarantee_gpus (GPUs promised), limit_gpus "
+                                               "(most it may hold, borrowing), current_guarantee_gpus")
+    evidence: dict[str, Any] = Field(description="the measurements behind it, and its expected effect per week")
     reason: str
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    note: str | None = None
 
 
 class Recommendations(BaseModel):
     generated_at: datetime
-    window: Window
+    as_of: datetime = Field(description="the instant the policy was evaluated at")
+    policy_window: Window = Field(description="the history the advice comes from ([quota] window_days)")
     recommendations: list[Recommendation]
+
+
+class Decision(BaseModel):
+    decision: Literal["accept", "reject", "applied"] = Field(
+        description="accept: agreed, to be applied; reject: not to be applied; applied: the scheduler now runs it "
+                    "(a quota's guarantee becomes the current one)")
+    by: str = Field(min_length=1, max_length=200, description="who decided")
+    note: str | None = Field(None, max_length=4000, description="why")
 
 
 class BatchAnswer(BaseModel):

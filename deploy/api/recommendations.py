@@ -1,24 +1,50 @@
-"""Recommendations for schedulers: quota, reclaim and resize advice with its evidence."""
+"""Recommendations for schedulers: quota, reclaim and resize advice with its evidence, decisions, and exports."""
 from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, HTTPException, Query, Request
 
 from gpuledger.analytics.windows import utc_now
-from gpuledger.deploy.api.deps import ConfigDep, Days, End, StoreDep, window
-from gpuledger.deploy.api.models import Recommendations
-from gpuledger.policies.recommender import recommend
+from gpuledger.deploy.api.deps import End, StoreDep, check_token
+from gpuledger.deploy.api.models import Decision, Recommendation, Recommendations
+from gpuledger.policies.recommender import DecisionError, UnknownRecommendation, decide, stored
 
 router = APIRouter(tags=["recommendations"])
 
 
 @router.get("/v1/recommendations", response_model=Recommendations)
-def recommendations(store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
+def recommendations(request: Request, end: datetime | None = End,
                     kind: str | None = Query(None, pattern="^(quota|reclaim|resize)$"),
                     team: str | None = None) -> dict:
-    """Quota changes, GPUs to reclaim and jobs to resize, each with the measurements behind it."""
-    start, stop, span = window(days, end)
-    recs = [r.to_dict() for r in recommend(store, config, start, stop)
-            if (kind is None or r.kind == kind) and (team is None or r.team == team)]
-    return {"generated_at": utc_now(), "window": span, "recommendations": recs}
+    """The open recommendations (proposed or accepted) and, per team and GPU model without enough data, an
+    `insufficient_data` note with the reason instead of a number.
+
+    Advice comes from the policy window before the instant evaluated (`[quota] window_days`), never from a
+    window the caller views, and is re-evaluated at most every `[quota] refresh_minutes`. With `end`, the policy
+    is evaluated at that instant instead and nothing is stored (status `preview`)."""
+    service = request.app.state.recommender
+    evaluation, recs = service.preview(end) if end else service.current()
+    recs = [r.to_dict() for r in recs if (kind is None or r.kind == kind) and (team is None or r.team == team)]
+    return {"generated_at": utc_now(), "as_of": evaluation.at,
+            "policy_window": {"start": evaluation.start, "end": evaluation.at}, "recommendations": recs}
+
+
+@router.get("/v1/recommendations/history", response_model=list[Recommendation])
+def history(store: StoreDep, team: str | None = None, status: str | None = Query(
+        None, pattern="^(proposed|accepted|rejected|applied|superseded)$"),
+            limit: int = Query(200, ge=1, le=10000)) -> list[dict]:
+    """Every stored recommendation, newest first, with what was decided, by whom, when and why."""
+    return [r.to_dict() for r in stored(store, statuses=(status,) if status else None, team=team, limit=limit)]
+
+
+@router.post("/v1/recommendations/{rec_id}/decision", response_model=Recommendation)
+def decision(rec_id: str, body: Decision, request: Request, store: StoreDep, authorization: str | None = Header(None)) -> dict:
+    """Record a decision on a recommendation: accept, reject, or applied. Needs the server's (admin) token."""
+    check_token(request.app.state.token, authorization)
+    try:
+        return decide(store, rec_id, body.decision, body.by, body.note).to_dict()
+    except UnknownRecommendation as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from exc
+    except DecisionError as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from exc

@@ -1,0 +1,87 @@
+"""Placement advice for running jobs: give back GPUs held idle, or move to a smaller shape.
+
+Reclaim: a job whose GPUs have been idle (under `idle_util_pct`) for at least `idle_minutes` up to the
+instant evaluated should give them back. Resize: a running job whose peak memory (with 20% headroom) and p95
+compute fit a MIG slice of its card, or a smaller card, should move there. A job that is idle gets reclaim
+advice, never resize: moving an idle job to a slice still wastes the slice.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pandas as pd
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import interval_at
+from gpuledger.analytics.waste import idle_runs, oversized_jobs
+from gpuledger.policies.quota import HOURS_PER_WEEK
+from gpuledger.policies.recommendation import Recommendation
+
+
+def reclaim_advice(store: Store, config: Config, start: datetime, at: datetime,
+                   latest: datetime) -> list[Recommendation]:
+    runs = idle_runs(store, start, at, config.idle_minutes, config.idle_util_pct)
+    if runs.empty:
+        return []
+    step = pd.Timedelta(seconds=float(interval_at(store, latest) or 60))
+    ongoing = runs[runs["end_ts"] >= pd.Timestamp(latest) + step - pd.Timedelta(seconds=1)]
+    out = []
+    for job_id, group in ongoing.groupby("job_id", dropna=False):
+        job = None if pd.isna(job_id) else str(job_id)
+        node = str(group["node"].iloc[0])
+        per_hour = float(group["idle_cost_usd"].sum() / max(group["idle_gpu_hours"].sum(), 1e-9)) * len(group)
+        out.append(Recommendation(
+            kind="reclaim", team=str(group["team"].iloc[0]), gpu_model=str(group["gpu_model"].iloc[0]), job_id=job,
+            action={"reclaim_gpus": sorted(group["gpu_uuid"].tolist()), "node": node, "gpus": len(group)},
+            evidence={"idle_minutes": float(group["idle_minutes"].min()),
+                      "idle_gpu_hours": float(group["idle_gpu_hours"].sum()),
+                      "idle_cost_usd": float(group["idle_cost_usd"].sum()), "cost_per_hour_usd": per_hour,
+                      "effect_usd_per_week": per_hour * HOURS_PER_WEEK,
+                      "mean_util_pct": float(group["mean_util_pct"].mean()), "idle_since": group["start_ts"].min(),
+                      "idle_util_pct": config.idle_util_pct},
+            reason=(f"{job or 'unattributed workload'} has held {len(group)} GPU(s) on {node} idle for "
+                    f"{group['idle_minutes'].min():.0f} min; giving them back frees ${per_hour:,.2f}/h "
+                    f"(${per_hour * HOURS_PER_WEEK:,.0f}/week)")))
+    return out
+
+
+def resize_advice(store: Store, config: Config, start: datetime, at: datetime, latest: datetime,
+                  skip_jobs: set[str | None]) -> list[Recommendation]:
+    over = oversized_jobs(store, start, at, config.oversized_mem_fraction)
+    out = []
+    for row in over.itertuples(index=False):
+        if row.fits is None or pd.Timestamp(row.last_ts) < pd.Timestamp(latest):
+            continue  # finished jobs are reported as waste; only running ones can be moved
+        if row.job_id in skip_jobs or row.p95_util_pct < config.idle_util_pct:
+            continue  # an idle job should give its GPUs back, not move to a smaller shape
+        fraction = float(row.fits["gpu_fraction"])
+        gpus = int(row.gpus)
+        rate = float(row.usd_per_gpu_hour) if row.usd_per_gpu_hour == row.usd_per_gpu_hour and \
+            row.usd_per_gpu_hour is not None else None
+        freed = gpus * (1.0 - fraction) if row.fits["kind"] == "mig" else None
+        saving = freed * rate * HOURS_PER_WEEK if freed is not None and rate is not None else None
+        target = row.fits["target"]
+        out.append(Recommendation(
+            kind="resize", team=str(row.team), gpu_model=str(row.gpu_model), job_id=str(row.job_id),
+            action={"move_to": target, "target_kind": row.fits["kind"], "from": row.gpu_model, "gpus": gpus,
+                    "per_gpu": True, "target_gpu_fraction": fraction, "gpus_freed": freed},
+            evidence={"peak_mem_mib": float(row.peak_mem_mib), "mem_total_mib": float(row.mem_total_mib),
+                      "peak_mem_fraction": float(row.peak_mem_mib / row.mem_total_mib),
+                      "mean_util_pct": float(row.mean_util_pct), "p95_util_pct": float(row.p95_util_pct),
+                      "gpu_hours": float(row.gpu_hours), "cost_usd": float(row.cost_usd),
+                      "effect_usd_per_week": saving},
+            reason=(f"{row.job_id} peaked at {row.peak_mem_mib / 1024:.1f} GiB of {row.mem_total_mib / 1024:.0f} GiB "
+                    f"per {row.gpu_model} at p95 {row.p95_util_pct:.0f}% busy; each of its {gpus} GPU(s) fits "
+                    f"{target}" + (f": {freed:.2f} GPUs freed in total, ${saving:,.0f}/week" if saving else ""))))
+    return out
+
+
+def placement_advice(store: Store, config: Config, at: datetime) -> list[Recommendation]:
+    """Reclaim and resize advice for what runs at `at`, from the policy window before it."""
+    latest = store.latest_ts(before=at)
+    if latest is None:
+        return []
+    start = at - timedelta(days=config.policy_window_days)
+    reclaim = reclaim_advice(store, config, start, at, latest)
+    return reclaim + resize_advice(store, config, start, at, latest, {r.job_id for r in reclaim})

@@ -1,0 +1,244 @@
+"""Quota advice per team and GPU model: a guarantee and a limit, bound by evidence, shares and capacity.
+
+What the numbers mean (the same in every scheduler gpuledger emits for):
+- **guarantee**: GPUs of this model the team is promised. The scheduler gives them back to the team when it
+  asks, reclaiming them from others if needed (KAI `quota`, Kueue `nominalQuota`, Volcano `deserved`).
+  Guarantees of one model never add up to more than the GPUs of that model present.
+- **limit**: the most GPUs of this model the team may hold, borrowing what others leave idle (KAI `limit`,
+  Kueue nominal + `borrowingLimit`, Volcano `capability`, Slurm `GrpTRES=gres/gpu:<model>`). gpuledger sets
+  it to the model's capacity: idle GPUs should be borrowable, and borrowed GPUs are reclaimable.
+
+How a guarantee is chosen, from the policy window (`[quota] window_days`, default 14) ending at the instant
+evaluated, never from a window a caller happens to view:
+1. Evidence first: a model whose samples cover under `min_coverage` of the window's hours gets no number,
+   only `insufficient_data` and the reason.
+2. Demand: the 95th percentile of the team's hourly busy GPUs (allocated and not idle), hours weighted by
+   age with the fairshare half-life, plus the GPUs of its jobs queued for at least `pending_min_wait_minutes`;
+   then `headroom` on top.
+3. Shares bound it: every team first gets its demand up to its fair part of the model (capacity x share
+   over all shares). What is left is shared out to teams wanting more, in proportion to what they want,
+   except teams the fairshare algorithm finds over-served: they get no more than their fair part.
+4. Idle-held GPUs count against a raise: a raise is cut by the GPUs the team held idle on average.
+5. Steps are bounded: one change moves a guarantee by at most `max_change` of its current value (at least
+   one GPU), and changes under `min_change_gpus` and `min_change_fraction` are not advised.
+6. Capacity is a hard bound, above the step bound: guarantees are trimmed, largest excess over the fair part
+   first, until they fit.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import capacity_by_model, covered_hours, hourly_demand, pending_jobs
+from gpuledger.policies.fairshare import fairshare_at
+
+HOURS_PER_WEEK = 168.0
+
+
+@dataclass
+class QuotaAdvice:
+    team: str
+    gpu_model: str
+    status: str  # "change" | "hold" | "insufficient_data"
+    current: float | None  # the guarantee in force (last applied decision, else the site config)
+    guarantee: int | None = None
+    limit: float | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The value below which a share `q` of the total weight lies (0 for no values)."""
+    if len(values) == 0 or weights.sum() <= 0:
+        return 0.0
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, q * cumulative[-1])])
+
+
+def current_quotas(store: Store) -> dict[tuple[str, str], tuple[float | None, float | None, str]]:
+    """(team, model) -> (guarantee, limit, where it comes from): the last applied decision, else the config."""
+    out: dict[tuple[str, str], tuple[float | None, float | None, str]] = {}
+    for row in store.team_quotas().itertuples(index=False):
+        out[(row.team, row.gpu_model)] = (_number(row.guarantee_gpus), _number(row.limit_gpus), "config")
+    applied = store.recommendations(statuses=["applied"])
+    applied = applied[applied["kind"] == "quota"].sort_values("decided_at")
+    for row in applied.itertuples(index=False):
+        action = json.loads(row.action)
+        out[(row.team, row.gpu_model)] = (action.get("guarantee_gpus"), action.get("limit_gpus"),
+                                          f"decision {row.id}")
+    return out
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+class _ModelEvidence:
+    """The window's evidence for one GPU model: covered hours, and per team the hourly busy and idle GPUs."""
+
+    def __init__(self, demand: pd.DataFrame, hours: list, at: datetime, half_life_hours: float) -> None:
+        self.hours = pd.DatetimeIndex(pd.to_datetime(hours, utc=True)) if len(hours) else pd.DatetimeIndex([])
+        age_h = (pd.Timestamp(at) - self.hours).total_seconds().to_numpy() / 3600.0
+        self.weights = np.power(2.0, -age_h / half_life_hours) if len(age_h) else np.zeros(0)
+        self.by_team = {team: frame.set_index("hour").reindex(self.hours).fillna(0.0)
+                        for team, frame in demand.groupby("team")}
+
+    def team(self, team: str) -> dict[str, float]:
+        frame = self.by_team.get(team)
+        if frame is None or not len(self.hours):
+            return {"p95_busy_gpus": 0.0, "mean_busy_gpus": 0.0, "mean_allocated_gpus": 0.0,
+                    "idle_allocated_gpu_hours": 0.0, "mean_idle_gpus": 0.0}
+        busy = (frame["allocated_gpus"] - frame["idle_gpus"]).clip(lower=0).to_numpy()
+        return {"p95_busy_gpus": weighted_quantile(busy, self.weights, 0.95),
+                "mean_busy_gpus": float(busy.mean()),
+                "mean_allocated_gpus": float(frame["allocated_gpus"].mean()),
+                "idle_allocated_gpu_hours": float(frame["idle_gpus"].sum()),
+                "mean_idle_gpus": float(frame["idle_gpus"].mean())}
+
+
+def _queued(pending: pd.DataFrame, team: str, model: str, home_model: str | None) -> tuple[float, int, float]:
+    """GPUs, jobs and the longest wait (minutes) of the team's queued jobs for `model`; a job that names no
+    model counts for the team's home model (where it is busiest)."""
+    mine = pending[(pending["team"] == team)
+                   & ((pending["gpu_model"] == model) | (pending["gpu_model"].isna() & (home_model == model)))]
+    return float(mine["gpus"].sum()), len(mine), float(mine["waited_minutes"].max()) if len(mine) else 0.0
+
+
+def _share_out(targets: dict[str, float], fair: dict[str, float], capacity: float,
+               over_served: dict[str, bool]) -> dict[str, float]:
+    """Step 3: demand up to the fair part for all, then the rest to those wanting more and not over-served."""
+    base = {t: min(targets[t], fair[t]) for t in targets}
+    spare = max(0.0, capacity - sum(base.values()))
+    wants = {t: targets[t] - base[t] for t in targets if not over_served.get(t, False)}
+    total = sum(wants.values())
+    return {t: base[t] + (min(wants[t], spare * wants[t] / total) if t in wants and total > 0 else 0.0)
+            for t in targets}
+
+
+def _fit_capacity(guarantees: dict[str, int], fair: dict[str, float], capacity: float) -> list[str]:
+    """Step 6: trim, largest excess over the fair part first, until the guarantees fit; the teams trimmed."""
+    trimmed = []
+    while sum(guarantees.values()) > math.floor(capacity + 1e-9):
+        team = max((t for t in guarantees if guarantees[t] > 0), key=lambda t: (guarantees[t] - fair[t], t))
+        guarantees[team] -= 1
+        trimmed.append(team)
+    return trimmed
+
+
+def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdvice]:
+    """Quota advice for every team with a share and every GPU model it holds, is promised or waits for."""
+    start = at - timedelta(days=config.policy_window_days)
+    teams = store.team_table()
+    teams = teams[teams["share"] > 0]
+    if teams.empty:
+        return []
+    shares = dict(zip(teams["team"], teams["share"].astype(float)))
+    total_share = sum(shares.values())
+    capacity = dict(zip(*[capacity_by_model(store, at)[c] for c in ("gpu_model", "gpus")]))
+    coverage = dict(zip(*[covered_hours(store, start, at)[c] for c in ("gpu_model", "hours")]))
+    demand = hourly_demand(store, start, at, config.idle_util_pct)
+    demand = demand[demand["team"].isin(shares)]
+    pending = pending_jobs(store, at, config.pending_min_wait_minutes)
+    fair_state = fairshare_at(store, config, at)
+    current = current_quotas(store)
+    window_hours = config.policy_window_days * 24.0
+    rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
+    busiest = (demand.groupby(["team", "gpu_model"])["allocated_gpus"].sum().reset_index()
+               .sort_values("allocated_gpus").groupby("team").tail(1).set_index("team")["gpu_model"].to_dict())
+    models = sorted(set(capacity) | {m for (t, m) in current if t in shares} | set(demand["gpu_model"].dropna()))
+    advice: list[QuotaAdvice] = []
+    for model in models:
+        involved = sorted({t for (t, m) in current if m == model and t in shares}
+                          | set(demand.loc[demand["gpu_model"] == model, "team"])
+                          | {t for t in shares if _queued(pending, t, model, busiest.get(t))[1]})
+        if not involved:
+            continue
+        gpus = float(capacity.get(model, 0.0))
+        hours = list(coverage.get(model, []))
+        covered = len(hours) / window_hours
+        window = {"policy_window_start": start, "policy_window_end": at, "covered_hours": len(hours),
+                  "window_hours": window_hours, "coverage": covered, "min_coverage": config.min_coverage,
+                  "capacity_gpus": gpus}
+        if covered < config.min_coverage or gpus <= 0:
+            why = (f"no {model} GPU is present at {at:%Y-%m-%d %H:%M} UTC" if gpus <= 0 else
+                   f"samples of {model} cover {covered:.0%} of the {config.policy_window_days:g}-day policy window's "
+                   f"hours, under the {config.min_coverage:.0%} needed")
+            advice += [QuotaAdvice(t, model, "insufficient_data", current.get((t, model), (None,))[0], evidence=window,
+                                   reason=f"not enough data to advise {t}'s {model} guarantee: {why}")
+                       for t in involved]
+            continue
+        evidence = _ModelEvidence(demand[demand["gpu_model"] == model], hours, at, config.half_life_days * 24.0)
+        facts: dict[str, dict[str, Any]] = {}
+        targets, fair, over = {}, {}, {}
+        for team in involved:
+            seen = evidence.team(team)
+            queued, jobs, waited = _queued(pending, team, model, busiest.get(team))
+            state = fair_state.loc[team] if team in fair_state.index else None
+            fair[team] = gpus * shares[team] / total_share
+            over[team] = bool(state["over_served"]) if state is not None else False
+            targets[team] = (seen["p95_busy_gpus"] + queued) * (1.0 + config.quota_headroom)
+            facts[team] = {**window, **seen, "queued_gpus": queued, "queued_jobs": jobs, "longest_wait_minutes": waited,
+                           "demand_gpus": seen["p95_busy_gpus"] + queued, "headroom": config.quota_headroom,
+                           "target_gpus": targets[team], "share": shares[team], "norm_share": shares[team] / total_share,
+                           "fair_share_gpus": fair[team], "fairshare_algorithm": config.fairshare_algorithm,
+                           "fairshare_factor": float(state["fairshare"]) if state is not None else None,
+                           "over_served": over[team]}
+        shared = _share_out(targets, fair, gpus, over)
+        guarantees: dict[str, int] = {}
+        for team in involved:
+            wanted, bounds = shared[team], []
+            now = current.get((team, model), (None, None, None))[0]
+            if wanted < targets[team] - 1e-9:
+                bounds.append("over-served: held to its fair part" if over[team] else "share of what was left")
+            if now is not None and wanted > now and facts[team]["mean_idle_gpus"] >= 0.05:
+                cut = min(wanted - now, facts[team]["mean_idle_gpus"])
+                wanted -= cut
+                bounds.append(f"raise cut by {cut:.1f} GPUs held idle on average")
+            if now is not None:
+                step = max(1.0, config.max_change * now)
+                if abs(wanted - now) > step:
+                    wanted = now + math.copysign(step, wanted - now)
+                    bounds.append(f"step bounded to {step:g} GPUs ({config.max_change:.0%} of {now:g})")
+            guarantees[team] = max(0, int(math.floor(wanted + 0.5)))
+            facts[team]["bounded_by"] = bounds
+        for team in _fit_capacity(guarantees, fair, gpus):
+            facts[team]["bounded_by"].append(f"trimmed so guarantees fit the {gpus:g} {model} GPUs")
+        for team in involved:
+            advice.append(_advice(team, model, guarantees[team], gpus, current.get((team, model)), facts[team],
+                                  rates.get(model), config))
+    return advice
+
+
+def _advice(team: str, model: str, guarantee: int, limit: float, current: tuple | None, facts: dict[str, Any],
+            rate: float | None, config: Config) -> QuotaAdvice:
+    now, now_limit, source = current if current else (None, None, None)
+    delta = guarantee - (now or 0.0)
+    facts.update({"current_guarantee_gpus": now, "current_limit_gpus": now_limit, "current_from": source,
+                  "guarantee_gpus": guarantee, "limit_gpus": limit,
+                  "effect_gpu_hours_per_week": delta * HOURS_PER_WEEK,
+                  "effect_usd_per_week": delta * HOURS_PER_WEEK * rate if rate is not None else None})
+    threshold = max(config.min_change_gpus, config.min_change_fraction * (now or 0.0))
+    changes = (now is None and guarantee > 0) or (now is not None and abs(delta) >= threshold) \
+        or (now_limit is not None and now_limit != limit)
+    verb = "set" if now is None else ("raise" if delta > 0 else "lower" if delta < 0 else "keep")
+    target = "to" if now is None else (f"from {now:g} to" if delta else "at")
+    money = f", ${abs(facts['effect_usd_per_week']):,.0f}/week" if facts["effect_usd_per_week"] is not None else ""
+    effect = "granted" if delta > 0 else "freed"
+    reason = (f"{verb} {team}'s {model} guarantee {target} {guarantee} "
+              f"(limit {limit:g}): p95 busy {facts['p95_busy_gpus']:.1f} GPUs, {facts['queued_gpus']:g} queued, "
+              f"fair part {facts['fair_share_gpus']:.1f} of {limit:g}, "
+              f"{facts['idle_allocated_gpu_hours']:.0f} GPU-h held idle")
+    if delta:
+        reason += f"; {abs(delta) * HOURS_PER_WEEK:,.0f} GPU-h/week {effect}{money}"
+    if facts["bounded_by"]:
+        reason += "; " + "; ".join(facts["bounded_by"])
+    return QuotaAdvice(team, model, "change" if changes else "hold", now, guarantee, limit, facts, reason)

@@ -1,0 +1,79 @@
+"""A recommendation: what to change, for whom, why (the evidence), and what became of it.
+
+Kinds: `quota` (a team's guarantee and limit for one GPU model), `reclaim` (GPUs a job holds idle),
+`resize` (a running job whose memory fits a MIG slice or a smaller card). Status: `proposed` when
+made, then `accepted`, `rejected` or `applied` by a decision, or `superseded` by a newer one for the
+same team, model and job; `insufficient_data` is never stored (it carries no number, only the reason);
+`preview` is an evaluation at a chosen instant, not stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuledger.analytics.records import json_safe
+
+KINDS = ("quota", "reclaim", "resize")
+PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED = "proposed", "accepted", "rejected", "applied", "superseded"
+INSUFFICIENT_DATA, PREVIEW = "insufficient_data", "preview"
+OPEN = (PROPOSED, ACCEPTED)  # what a scheduler should consider now
+DECISIONS = {"accept": ACCEPTED, "reject": REJECTED, "applied": APPLIED}
+
+
+@dataclass
+class Recommendation:
+    kind: str
+    team: str
+    action: dict[str, Any]
+    evidence: dict[str, Any]
+    reason: str
+    gpu_model: str | None = None
+    job_id: str | None = None
+    status: str = PREVIEW
+    created: datetime | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    note: str | None = None
+    id: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            key = [self.kind, self.team, self.gpu_model, self.job_id, self.action,
+                   self.created.isoformat() if self.created else None]
+            self.id = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    @property
+    def key(self) -> tuple[str, str, str | None, str | None]:
+        """What a newer recommendation replaces: the same kind, team, GPU model and job."""
+        return self.kind, self.team, self.gpu_model, self.job_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(asdict(self))
+
+    def to_row(self) -> dict[str, Any]:
+        """The row stored in the `recommendations` table."""
+        row = asdict(self)
+        row["action"] = json.dumps(json_safe(self.action))
+        row["evidence"] = json.dumps(json_safe(self.evidence))
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Recommendation":
+        values = {k: (None if _missing(v) else v) for k, v in row.items()}
+        values["action"] = json.loads(values["action"])
+        values["evidence"] = json.loads(values["evidence"])
+        for column in ("created", "decided_at"):
+            if values.get(column) is not None:
+                values[column] = values[column].to_pydatetime() if hasattr(values[column], "to_pydatetime") \
+                    else values[column]
+        return cls(**values)
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or value != value  # NaN / NaT
+    except (TypeError, ValueError):
+        return False
