@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
-
 import tomllib
 
 from gpuledger.collector.attribution import Attributor

@@ -69,10 +69,19 @@ def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str |
     return files
 
 
+def scheduled_weekly_report(store: Store, config: Config, out_dir: str | Path) -> ReportFiles | None:
+    """The Monday job: the last complete week's report, or a warning when that week has no samples."""
+    try:
+        return weekly_report(store, config, out_dir)
+    except StoreError as exc:
+        log.warning("weekly report not written: %s", exc)
+        return None
+
+
 def start_report_scheduler(store: Store, config: Config, out_dir: str | Path) -> BackgroundScheduler:
     """Every Monday 01:00 UTC, report the ISO week that just ended."""
     scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.add_job(weekly_report, CronTrigger(day_of_week="mon", hour=1, minute=0, timezone="UTC"),
+    scheduler.add_job(scheduled_weekly_report, CronTrigger(day_of_week="mon", hour=1, minute=0, timezone="UTC"),
                       args=[store, config, out_dir], id=WEEKLY_REPORT_JOB, name="weekly cost report",
                       misfire_grace_time=6 * 3600, coalesce=True)
     scheduler.start()

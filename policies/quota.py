@@ -89,7 +89,8 @@ class _ModelEvidence:
         self.hours = pd.DatetimeIndex(pd.to_datetime(hours, utc=True)) if len(hours) else pd.DatetimeIndex([])
         age_h = (pd.Timestamp(at) - self.hours).total_seconds().to_numpy() / 3600.0
         self.weights = np.power(2.0, -age_h / half_life_hours) if len(age_h) else np.zeros(0)
-        self.by_team = {team: frame.set_index("hour").reindex(self.hours).fillna(0.0)
+        columns = ["allocated_gpus", "idle_gpus"]
+        self.by_team = {team: frame.set_index("hour")[columns].reindex(self.hours).fillna(0.0)
                         for team, frame in demand.groupby("team")}
 
     def team(self, team: str) -> dict[str, float]:

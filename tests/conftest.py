@@ -54,9 +54,13 @@ def sim_store(tmp_path_factory, simulator):
     s.close()
 
 
+# The simulated site's config: a policy window of two days, since the simulated store holds three.
+SITE = Config(policy_window_days=2)
+
+
 @pytest.fixture(scope="session")
 def api_url(sim_store):
-    server = ApiServer(sim_store, Config(), port=0)
+    server = ApiServer(sim_store, SITE, port=0)
     url = server.start()
     yield url
     server.stop()

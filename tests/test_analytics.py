@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-import pandas as pd
 import pytest
 
 from gpuledger.analytics.config import DEFAULT_RATES

@@ -5,7 +5,9 @@ import pytest
 import requests
 
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
-from tests.conftest import SIM_END
+from gpuledger.deploy.server import ApiServer
+from tests.conftest import SIM_END, SITE
+from tests.procs import TOKEN
 
 
 def get(url: str, path: str, **params):
@@ -65,13 +67,64 @@ def test_bad_input_gets_clear_4xx(api_url):
 
 
 def test_recommendations_for_schedulers(api_url):
-    body = get(api_url, "/v1/recommendations", days=3, end=SIM_END.isoformat()).json()
+    body = get(api_url, "/v1/recommendations").json()
     recs = body["recommendations"]
     assert recs and {r["kind"] for r in recs} <= {"quota", "reclaim", "resize"}
+    assert {r["status"] for r in recs} <= {"proposed", "accepted", "insufficient_data"}
     for rec in recs:
         assert rec["id"] and rec["reason"] and isinstance(rec["evidence"], dict)
-    quota = get(api_url, "/v1/recommendations", days=3, end=SIM_END.isoformat(), kind="quota").json()
-    assert all(r["kind"] == "quota" for r in quota["recommendations"])
+    quota = [r for r in recs if r["kind"] == "quota" and r["status"] == "proposed"]
+    assert quota and all({"guarantee_gpus", "limit_gpus"} <= set(r["action"]) and r["gpu_model"] for r in quota)
+    assert all("effect_gpu_hours_per_week" in r["evidence"] for r in quota)
+    # guarantees of one model never add up to more than the GPUs of that model
+    for model in {r["gpu_model"] for r in quota}:
+        mine = [r for r in quota if r["gpu_model"] == model]
+        assert sum(r["action"]["guarantee_gpus"] for r in mine) <= mine[0]["evidence"]["capacity_gpus"]
+    again = get(api_url, "/v1/recommendations", kind="quota").json()["recommendations"]
+    assert {r["id"] for r in again if r["status"] == "proposed"} == {r["id"] for r in quota}  # stored, stable
+    history = get(api_url, "/v1/recommendations/history", limit=1000).json()
+    assert {r["id"] for r in quota} <= {r["id"] for r in history}
+
+
+def test_a_window_without_samples_gets_reasons_not_cuts(api_url):
+    body = get(api_url, "/v1/recommendations", end="2030-01-01T00:00:00Z").json()
+    recs = body["recommendations"]
+    assert recs and {r["status"] for r in recs} == {"insufficient_data"}
+    assert all(r["action"] == {} and "not enough data" in r["reason"] for r in recs)
+
+
+def test_the_view_window_does_not_change_the_advice(api_url):
+    views = [get(api_url, "/v1/recommendations", days=days, end=SIM_END.isoformat()).json()["recommendations"]
+             for days in (1, 7, 14)]
+    assert views[0] and views[0] == views[1] == views[2]
+    fair = [get(api_url, "/v1/fairshare", days=days, end=SIM_END.isoformat()).json()["history"] for days in (1, 3)]
+    short = {(r["hour"], r["team"]): r["fairshare"] for r in fair[0]}
+    long = {(r["hour"], r["team"]): r["fairshare"] for r in fair[1]}
+    assert short and set(short) < set(long) and all(short[k] == pytest.approx(long[k]) for k in short)
+
+
+def test_decisions_need_the_admin_token_and_are_kept(sim_store, tmp_path):
+    server = ApiServer(sim_store, SITE, port=0, token=TOKEN)
+    url = server.start()
+    try:
+        rec = next(r for r in get(url, "/v1/recommendations").json()["recommendations"] if r["status"] == "proposed")
+        path = f"{url}/v1/recommendations/{rec['id']}/decision"
+        body = {"decision": "accept", "by": "alice", "note": "reviewed with the team"}
+        assert requests.post(path, json=body, timeout=30).status_code == 401
+        assert requests.post(path, json={"decision": "maybe", "by": "alice"}, timeout=30,
+                             headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 422
+        done = requests.post(path, json=body, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert done.status_code == 200 and done.json()["status"] == "accepted" and done.json()["decided_by"] == "alice"
+        again = requests.post(path, json={"decision": "accept", "by": "bob"}, timeout=30,
+                              headers={"Authorization": f"Bearer {TOKEN}"})
+        assert again.status_code == 409 and "cannot become accepted" in again.json()["detail"]
+        missing = requests.post(f"{url}/v1/recommendations/nope/decision", json=body, timeout=30,
+                                headers={"Authorization": f"Bearer {TOKEN}"})
+        assert missing.status_code == 404
+        kept = get(url, "/v1/recommendations/history", status="accepted").json()
+        assert any(r["id"] == rec["id"] and r["note"] == "reviewed with the team" for r in kept)
+    finally:
+        server.stop()
 
 
 def test_waste_fairshare_and_utilization(api_url):

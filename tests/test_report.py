@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import StoreError
 from gpuledger.analytics.windows import iso_week
 from gpuledger.collector.samples import IDLE_CAPACITY
 from gpuledger.deploy.server import WEEKLY_REPORT_JOB, start_report_scheduler, weekly_report
@@ -32,14 +33,23 @@ def test_weekly_report_html_and_csv_per_team_add_up(sim_store, tmp_path):
     assert set(files.team_csvs) == {r["team"] for r in summary} - {IDLE_CAPACITY}
 
 
-def test_scheduler_runs_the_report_every_monday(sim_store, tmp_path):
+def test_scheduler_runs_the_report_every_monday(sim_store, tmp_path, caplog):
     scheduler = start_report_scheduler(sim_store, Config(), tmp_path)
     try:
         job = scheduler.get_job(WEEKLY_REPORT_JOB)
         fire = job.next_run_time
         assert fire.weekday() == 0 and (fire.hour, fire.minute) == (1, 0) and fire.utcoffset() == timedelta(0)
         job.func(*job.args)  # what the scheduler will call
-        label = iso_week()[2]
-        assert (tmp_path / label / f"gpuledger-{label}.html").exists()
+        start, end, label = iso_week()
+        written = (tmp_path / label / f"gpuledger-{label}.html").exists()
+        assert written == (sim_store.sample_count(start, end) > 0)  # the 3 simulated days may not reach last week
+        if not written:
+            assert f"weekly report not written: no samples in week {label}" in caplog.text
     finally:
         scheduler.shutdown(wait=False)
+
+
+def test_a_week_without_samples_is_refused(sim_store, tmp_path):
+    with pytest.raises(StoreError, match="no samples in week 2030-W01"):
+        weekly_report(sim_store, Config(), tmp_path, "2030-W01")
+    assert not list(tmp_path.iterdir())

@@ -53,7 +53,7 @@ def test_upserts_replace_by_key(store):
     store.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [1.0, 2.0], "quota_gpus": [1, 2]}))
     store.upsert_teams(pd.DataFrame({"team": ["a"], "share": [5.0], "quota_gpus": [3]}))
     got = store.query("SELECT * FROM teams ORDER BY team")
-    assert got.values.tolist() == [["a", 5.0, 3], ["b", 2.0, 2]]
+    assert got.values.tolist() == [["a", 5.0, 3, None], ["b", 2.0, 2, None]]
     store.set_rates({"H100": 9.99})
     assert store.scalar("SELECT usd_per_gpu_hour FROM rate_card WHERE gpu_model = 'H100'") == 9.99
 
