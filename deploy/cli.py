@@ -17,6 +17,7 @@ from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.source import Source
 from gpuledger.deploy.lifecycle import wait_for_stop
+from gpuledger.policies.emitters import TARGETS
 
 DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
 DEFAULT_REPORTS = Path("gpuledger-data/reports")
@@ -122,6 +123,24 @@ def build_parser() -> argparse.ArgumentParser:
                      help="applied: the scheduler now runs it; a quota's guarantee becomes the current one")
     dec.add_argument("--by", required=True, help="who decided")
     dec.add_argument("--note", help="why")
+
+    emit = sub.add_parser("emit", help="write the quota plan as KAI, Kueue, Volcano or Slurm objects",
+                          description="The teams' shares and guarantees and limits per GPU model, as the open "
+                                      "recommendations would set them, in the target scheduler's objects. With "
+                                      "--current, only what changes, every field gpuledger does not own kept.")
+    _add_common(emit)
+    emit.add_argument("--target", required=True, choices=TARGETS, help="the scheduler to write for")
+    emit.add_argument("--out", type=Path, help="folder to write <target>.yaml (slurm: slurm.sh and slurm.json) into; "
+                                               "default: stdout")
+    emit.add_argument("--current", type=Path, metavar="FILE",
+                      help="the objects that exist now: a YAML dump (kubectl get ... -o yaml) for Kubernetes "
+                           "targets, `sacctmgr -nP show assoc format=Account,User,ParentName,Fairshare,GrpTRES` "
+                           "output for slurm")
+    emit.add_argument("--status", choices=["accepted", "open"], default="open",
+                      help="which recommendations to include: accepted only, or open (proposed and accepted; the "
+                           "default); numbers in force are used for the rest")
+    emit.add_argument("--format", choices=["native", "json"], default="native",
+                      help="native: YAML for Kubernetes, a shell script for slurm; json: the objects as JSON")
 
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
@@ -249,6 +268,27 @@ def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_emit(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.policies.exporting import export
+    current = None
+    if args.current is not None:
+        try:
+            current = args.current.read_text()
+        except OSError as exc:
+            raise InputError(f"cannot read --current {args.current}: {exc}") from exc
+    with _open_existing(args.db) as store:
+        _require_data(store, args.db)
+        files = export(store, config, args.target, args.status, current)
+    if args.out is None:
+        sys.stdout.write(files[args.format])
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.named().items():
+        (args.out / name).write_text(text)
+        print(f"{args.target}: {args.out / name}")
+    return 0
+
+
 def cmd_decide(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.recommender import decide
     with _open_existing(args.db) as store:
@@ -324,7 +364,7 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
-    "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide,
+    "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
 }
 
 

@@ -96,10 +96,11 @@ class _ModelEvidence:
     def team(self, team: str) -> dict[str, float]:
         frame = self.by_team.get(team)
         if frame is None or not len(self.hours):
-            return {"p95_busy_gpus": 0.0, "mean_busy_gpus": 0.0, "mean_allocated_gpus": 0.0,
+            return {"p95_busy_gpus": 0.0, "always_busy_gpus": 0.0, "mean_busy_gpus": 0.0, "mean_allocated_gpus": 0.0,
                     "idle_allocated_gpu_hours": 0.0, "mean_idle_gpus": 0.0}
         busy = (frame["allocated_gpus"] - frame["idle_gpus"]).clip(lower=0).to_numpy()
         return {"p95_busy_gpus": weighted_quantile(busy, self.weights, 0.95),
+                "always_busy_gpus": weighted_quantile(busy, self.weights, 0.05),
                 "mean_busy_gpus": float(busy.mean()),
                 "mean_allocated_gpus": float(frame["allocated_gpus"].mean()),
                 "idle_allocated_gpu_hours": float(frame["idle_gpus"].sum()),

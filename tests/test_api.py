@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import requests
+import yaml
 
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from gpuledger.deploy.server import ApiServer
@@ -137,3 +138,13 @@ def test_waste_fairshare_and_utilization(api_url):
     util = get(api_url, "/v1/cluster/utilization", days=1, end=SIM_END.isoformat(), bucket_minutes=60).json()
     assert len(util) == 24 and all(row["total_gpus"] == pytest.approx(48) for row in util)
     assert all(0 <= row["used_gpus"] <= row["allocated_gpus"] <= 48 for row in util)
+
+
+def test_exports_for_each_scheduler(api_url):
+    kai = get(api_url, "/v1/recommendations/export", target="kai")
+    assert kai.status_code == 200 and kai.headers["content-type"].startswith("application/yaml")
+    queues = [o for o in yaml.safe_load_all(kai.text) if o]
+    assert {q["kind"] for q in queues} == {"Queue"} and any("parentQueue" in q["spec"] for q in queues)
+    slurm = get(api_url, "/v1/recommendations/export", target="slurm", format="json").json()
+    assert {r["account"] for r in slurm} >= {"vision", "nlp"} and all(r["fairshare"] >= 1 for r in slurm)
+    assert get(api_url, "/v1/recommendations/export", target="yarn").status_code == 422

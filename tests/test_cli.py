@@ -167,3 +167,20 @@ def test_every_command_has_a_function():
     from gpuledger.deploy import cli
     parser_commands = set(cli.build_parser()._subparsers._group_actions[0].choices)
     assert parser_commands == set(cli.COMMANDS) | {"dashboard"}
+
+
+def test_emit_writes_files_and_only_changes_against_current(tmp_path, simulator):
+    db = small_db(tmp_path, simulator)
+    out = run("emit", "--target", "kueue", "--db", str(db), "--out", str(tmp_path / "plan"))
+    assert out.returncode == 0, out.stderr
+    written = (tmp_path / "plan" / "kueue.yaml").read_text()
+    assert "kind: ClusterQueue" in written and "nominalQuota" in written
+    same = tmp_path / "now.yaml"
+    same.write_text(written)
+    unchanged = run("emit", "--target", "kueue", "--db", str(db), "--current", str(same))
+    assert unchanged.returncode == 0 and unchanged.stdout == ""  # what exists is already the plan
+    slurm = run("emit", "--target", "slurm", "--db", str(db), "--out", str(tmp_path / "plan"))
+    assert slurm.returncode == 0 and (tmp_path / "plan" / "slurm.sh").read_text().startswith("#!/bin/sh")
+    assert json.loads((tmp_path / "plan" / "slurm.json").read_text())
+    bad = run("emit", "--target", "kai", "--db", str(db), "--current", str(tmp_path / "missing.yaml"))
+    assert bad.returncode == 2 and "cannot read --current" in bad.stderr

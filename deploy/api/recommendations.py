@@ -4,10 +4,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi.responses import PlainTextResponse
 
 from gpuledger.analytics.windows import utc_now
-from gpuledger.deploy.api.deps import End, StoreDep, check_token
+from gpuledger.deploy.api.deps import ConfigDep, End, StoreDep, check_token
 from gpuledger.deploy.api.models import Decision, Recommendation, Recommendations
+from gpuledger.policies.exporting import export
 from gpuledger.policies.recommender import DecisionError, UnknownRecommendation, decide, stored
 
 router = APIRouter(tags=["recommendations"])
@@ -36,6 +38,21 @@ def history(store: StoreDep, team: str | None = None, status: str | None = Query
             limit: int = Query(200, ge=1, le=10000)) -> list[dict]:
     """Every stored recommendation, newest first, with what was decided, by whom, when and why."""
     return [r.to_dict() for r in stored(store, statuses=(status,) if status else None, team=team, limit=limit)]
+
+
+@router.get("/v1/recommendations/export", response_class=PlainTextResponse, responses={200: {
+    "content": {"application/yaml": {}, "text/x-shellscript": {}},
+    "description": "KAI / Kueue / Volcano objects as YAML, a sacctmgr script for Slurm, or JSON"}})
+def export_plan(store: StoreDep, config: ConfigDep, target: str = Query(..., pattern="^(kai|kueue|volcano|slurm)$"),
+                status: str = Query("open", pattern="^(open|accepted)$",
+                                    description="open: proposed and accepted recommendations; accepted: only those"),
+                format: str = Query("native", pattern="^(native|json)$")) -> PlainTextResponse:
+    """The quota plan as the target scheduler's objects: each team's share, and its guarantee and limit per GPU
+    model as the recommendations chosen by `status` would set them (the numbers in force elsewhere). The same as
+    `gpuledger emit --target T`; to get only changes against the objects that exist, use `emit --current`."""
+    exported = export(store, config, target, status)
+    return PlainTextResponse(exported[format], media_type="application/json" if format == "json"
+                             else exported.media_type)
 
 
 @router.post("/v1/recommendations/{rec_id}/decision", response_model=Recommendation)

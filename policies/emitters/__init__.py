@@ -1,0 +1,141 @@
+"""Emitters: the quota plan as objects a scheduler applies, one scheduler per file behind `Emitter`.
+
+`kai` (KAI-Scheduler Queues), `kueue` (ClusterQueues, Cohorts, ResourceFlavors), `volcano` (Queues) and
+`slurm` (a `sacctmgr -i` script, or the same as JSON). Given the objects that exist now (`current`: for
+Kubernetes a YAML dump such as `kubectl get queues -o yaml`, for Slurm `sacctmgr -P show assoc` output),
+an emitter outputs only the objects that change, each with every field gpuledger does not own kept as it is.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import yaml
+
+from gpuledger.collector.errors import InputError
+from gpuledger.policies.quota_plan import QuotaPlan
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuledger"}
+
+
+@dataclass
+class Emitted:
+    """What an emitter produced: the objects (Kubernetes dicts, or Slurm association records) and their text."""
+    objects: list[dict[str, Any]]
+    text: str
+    media_type: str
+
+
+class Emitter(Protocol):
+    target: str
+
+    def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
+        """The objects that make the scheduler run `plan`; with `current`, only those that change."""
+
+
+def emitter_for(target: str) -> Emitter:
+    from gpuledger.policies.emitters.kai import KaiEmitter
+    from gpuledger.policies.emitters.kueue import KueueEmitter
+    from gpuledger.policies.emitters.slurm import SlurmEmitter
+    from gpuledger.policies.emitters.volcano import VolcanoEmitter
+    emitters: dict[str, Emitter] = {e.target: e for e in (KaiEmitter(), KueueEmitter(), VolcanoEmitter(),
+                                                          SlurmEmitter())}
+    if target not in emitters:
+        raise InputError(f"target must be one of {', '.join(emitters)}, got {target!r}")
+    return emitters[target]
+
+
+TARGETS = ("kai", "kueue", "volcano", "slurm")
+
+
+# --- Kubernetes objects: shared by the kai, kueue and volcano emitters ---------------------------------------
+def k8s_object(api_version: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "labels": dict(MANAGED_BY)},
+            "spec": spec}
+
+
+def load_objects(text: str) -> list[dict[str, Any]]:
+    """Objects from a YAML (or JSON) dump: several documents, or a `kind: List` with `items`."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as exc:
+        raise InputError(f"the current objects are not YAML: {exc}") from exc
+    objects: list[dict[str, Any]] = []
+    for document in documents:
+        if not isinstance(document, dict):
+            raise InputError(f"expected Kubernetes objects, got {type(document).__name__}")
+        objects += document.get("items", []) if document.get("kind", "").endswith("List") else [document]
+    return objects
+
+
+def deep_merge(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """`current` with `desired`'s leaves laid over it: fields gpuledger does not set are kept."""
+    merged = copy.deepcopy(current)
+    for key, value in desired.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    return obj.get("apiVersion", "").split("/")[0], obj.get("kind", ""), obj.get("metadata", {}).get("name", "")
+
+
+def changes(desired: list[dict[str, Any]], current_text: str | None,
+            owned: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+            merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = deep_merge) -> list[dict[str, Any]]:
+    """Of the desired objects, those that change what exists now.
+
+    An object that does not exist is output whole. One that exists gets only the fields gpuledger owns
+    (`owned` narrows a desired object to them) merged into it, everything else kept, and is output only if that
+    changes it. Server-side fields of a dump (status, resourceVersion, uid, managedFields) are dropped."""
+    if current_text is None:
+        return desired
+    current = {_key(o): o for o in load_objects(current_text)}
+    out = []
+    for obj in desired:
+        existing = current.get(_key(obj))
+        if existing is None:
+            out.append(obj)
+            continue
+        merged = _clean(merge(existing, _name_only(owned(obj) if owned else obj)))
+        if merged != _clean(existing):
+            out.append(merged)
+    return out
+
+
+def _name_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object to lay over an existing one: its metadata narrowed to the name and gpuledger's own annotations
+    (an existing object's labels are its owner's)."""
+    metadata = {"name": obj["metadata"]["name"]}
+    mine = {k: v for k, v in obj["metadata"].get("annotations", {}).items() if k.startswith("gpuledger.io/")}
+    if mine:
+        metadata["annotations"] = mine
+    return {**obj, "metadata": metadata}
+
+
+def _clean(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    obj.pop("status", None)
+    metadata = obj.get("metadata", {})
+    for field in ("resourceVersion", "uid", "generation", "creationTimestamp", "managedFields"):
+        metadata.pop(field, None)
+    return obj
+
+
+def render_yaml(objects: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(objects, sort_keys=False) if objects else ""
+
+
+def count(value: float) -> int | float:
+    """A GPU count as a number field: an integer when it is one."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def quantity(value: float) -> int | str:
+    """A Kubernetes quantity for a GPU count: an integer, or a decimal string for a fraction."""
+    return int(value) if float(value).is_integer() else f"{value:g}"

@@ -1,0 +1,106 @@
+"""Slurm: a `sacctmgr -i` script (and the same as JSON records) for accounts, shares and GPU limits.
+
+An account per department and per team (`parent=` its department): `fairshare=` the team's share (an integer,
+at least 1) and `GrpTRES=gres/gpu:<model>=N` its limit per GPU model, a hard cap on the GPUs its jobs hold at
+once. Slurm has no guarantee: fairshare and priority decide who gets idle GPUs first. GPU types are the
+models in lower case (`h100`, `a100-80gb`): they must match `Type=` in gres.conf, and AccountingStorageTRES
+must list each `gres/gpu:<type>`. Setting one TRES leaves a limit's other TRES (cpu, mem) as they are.
+
+With `current`, the output of `sacctmgr -nP show assoc format=Account,User,ParentName,Fairshare,GrpTRES`,
+only accounts that are missing or whose share or GPU limits differ are in the script.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpuledger.collector.errors import InputError
+from gpuledger.policies.emitters import Emitted
+from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
+
+CURRENT_FORMAT = "Account,User,ParentName,Fairshare,GrpTRES"
+
+
+def gres_type(model: str) -> str:
+    return model.lower().replace(" ", "-")
+
+
+def fairshare(share: float) -> int:
+    return max(1, round(share))
+
+
+def parse_current(text: str) -> dict[str, dict[str, Any]]:
+    """Account associations (rows with no user) from `sacctmgr -nP show assoc format=<CURRENT_FORMAT>`."""
+    accounts: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("Account|"):
+            continue
+        fields = line.split("|")
+        if len(fields) < 5:
+            raise InputError(f"current associations, line {number}: expected {CURRENT_FORMAT} separated by '|', "
+                             f"got {line!r}")
+        account, user, parent, share, grp = (f.strip() for f in fields[:5])
+        if user:
+            continue
+        tres = dict(item.split("=", 1) for item in grp.split(",") if "=" in item)
+        accounts[account] = {"parent": parent or None, "fairshare": share, "grp_tres": tres}
+    return accounts
+
+
+def _records(plan: QuotaPlan) -> list[dict[str, Any]]:
+    records = []
+    for department, teams in sorted(plan.departments().items()):
+        records.append({"account": department, "parent": None, "fairshare": fairshare(sum(t.share for t in teams)),
+                        "grp_tres": {}})
+    for team in plan.teams:
+        records.append({"account": team.team, "parent": team.parent, "fairshare": fairshare(team.share),
+                        "grp_tres": _gpu_limits(team, plan)})
+    return records
+
+
+def _gpu_limits(team: TeamPlan, plan: QuotaPlan) -> dict[str, int]:
+    models = sorted(set(team.guarantee) | set(team.limit))
+    return {f"gres/gpu:{gres_type(m)}": int(team.limit.get(m, plan.capacity.get(m, 0.0))) for m in models}
+
+
+def _line(record: dict[str, Any]) -> list[str]:
+    lines = []
+    if record["action"] == "add":
+        parent = f" parent={record['parent']}" if record["parent"] else ""
+        lines.append(f"sacctmgr -i add account name={record['account']}{parent} fairshare={record['fairshare']}")
+    settings = [f"fairshare={record['fairshare']}"] if record["action"] == "modify" else []
+    if record["grp_tres"]:
+        settings.append("GrpTRES=" + ",".join(f"{k}={v}" for k, v in sorted(record["grp_tres"].items())))
+    if settings:
+        lines.append(f"sacctmgr -i modify account name={record['account']} set {' '.join(settings)}")
+    return lines
+
+
+class SlurmEmitter:
+    target = "slurm"
+
+    def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
+        existing = parse_current(current) if current is not None else None
+        out = []
+        for record in _records(plan):
+            if existing is None:
+                out.append({**record, "action": "add"})
+                continue
+            now = existing.get(record["account"])
+            if now is None:
+                out.append({**record, "action": "add"})
+                continue
+            changed = {k: v for k, v in record["grp_tres"].items() if now["grp_tres"].get(k) != str(v)}
+            if changed or now["fairshare"] != str(record["fairshare"]):
+                out.append({**record, "grp_tres": changed, "action": "modify"})
+        lines = ["#!/bin/sh", f"# gpuledger quota plan for Slurm, made {plan.made:%Y-%m-%d %H:%M} UTC.",
+                 "# fairshare = the team's share; GrpTRES = its GPU limit per type (gres.conf Type=)."]
+        if existing is None:
+            lines.append("# 'add' creates an account that is missing; for one that exists sacctmgr adds nothing.")
+        for record in out:
+            lines += _line(record)
+        return Emitted(out, "\n".join(lines) + "\n", "text/x-shellscript")
+
+
+def records_json(emitted: Emitted) -> str:
+    return json.dumps(emitted.objects, indent=2)
