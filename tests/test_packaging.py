@@ -1,6 +1,7 @@
 """An install puts one import root, `gpuledger`, into site-packages and nothing with a generic name."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,8 +12,14 @@ ROOMS = {"collector", "analytics", "policies", "deploy", "dashboard"}
 
 
 def test_the_wheel_holds_only_the_gpuledger_namespace(tmp_path):
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-                           capture_output=True, text=True, timeout=600)
+    source = tmp_path / "src"  # a copy: building in the checkout would leave build/ and egg-info behind
+    for name in ("pyproject.toml", "README.md"):
+        source.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, source / name)
+    for room in ROOMS:
+        shutil.copytree(ROOT / room, source / room, ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
+                            str(source)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = tmp_path.glob("gpuledger-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -59,17 +59,22 @@ def _set_levels(node: Node) -> None:
 
 
 def _rank(children: list[Node], rank: list[int], users: int) -> None:
-    """Depth-first in descending LevelFS; `rank` is a one-element counter counting down from the number of users."""
-    ordered = sorted(children, key=lambda c: (-c.level_fs, not c.is_user))
+    """Depth-first in descending LevelFS; `rank` is a one-element counter counting down from the number of users.
+
+    Siblings with equal LevelFS are one group: its accounts' children are ranked together, and its users get
+    the rank the group started at, which is that of the accounts' highest user (as Slurm's fair_tree.c does)."""
+    ordered = sorted(children, key=lambda c: -c.level_fs)
     i = 0
     while i < len(ordered):
-        tied = [c for c in ordered[i:] if c.level_fs == ordered[i].level_fs and c.is_user == ordered[i].is_user]
-        if ordered[i].is_user:
-            for user in tied:  # tied users share the rank
-                user.fairshare = rank[0] / users
-            rank[0] -= len(tied)
-        else:  # tied accounts: their children are ranked together
-            _rank([grandchild for account in tied for grandchild in account.children], rank, users)
+        tied = [c for c in ordered[i:] if c.level_fs == ordered[i].level_fs]
+        top = rank[0]
+        accounts = [c for c in tied if not c.is_user]
+        if accounts:
+            _rank([grandchild for account in accounts for grandchild in account.children], rank, users)
+        tied_users = [c for c in tied if c.is_user]
+        for user in tied_users:
+            user.fairshare = top / users
+        rank[0] -= len(tied_users)
         i += len(tied)
 
 
@@ -97,6 +102,30 @@ def build_tree(teams: pd.DataFrame, user_usage: dict[tuple[str, str], float]) ->
     root.usage = sum(c.usage for c in root.children)
     _set_levels(root)
     users = sum(1 for team in _walk(root) if team.is_user)
+    _rank(root.children, [users], max(users, 1))
+    return root
+
+
+def tree_from_associations(rows: list[dict]) -> Node:
+    """A tree from associations as `sshare -lP -a` lists them, in its order (`account`, `user` or None,
+    `raw_shares`, `usage`, `depth`: the leading spaces of the Account column), with LevelFS and FairShare
+    computed by gpuledger: to check it against a real Slurm on the same usage."""
+    root = Node("root", "root", None, 1.0)
+    stack = [(-1, root)]
+    for row in rows:
+        node = Node(row["user"] or row["account"], row["account"], row["user"], float(row["raw_shares"]),
+                    float(row["usage"]))
+        while stack[-1][0] >= row["depth"]:
+            stack.pop()
+        stack[-1][1].children.append(node)
+        if node.user is None:
+            stack.append((row["depth"], node))
+    for node in reversed(list(_walk(root))):  # an account's usage is its children's
+        if node.children:
+            node.usage = sum(c.usage for c in node.children)
+    root.usage = sum(c.usage for c in root.children)
+    _set_levels(root)
+    users = sum(1 for n in _walk(root) if n.is_user)
     _rank(root.children, [users], max(users, 1))
     return root
 

@@ -1,0 +1,167 @@
+"""A real one-host Slurm with accounting, for tests: munge, MariaDB, slurmdbd, slurmctld and slurmd, Debian's
+packages, every port on 127.0.0.1, every file in a temporary folder, all stopped again at the end.
+
+Two GPU types are configured (2 x `h100`, 1 x `l4`) on character devices that exist everywhere, so
+GrpTRES limits on `gres/gpu:<type>` can be set and jobs can ask for GPUs without a GPU. Slurm's clients take
+munge's default socket (they ignore AuthInfo for the accounting connection), so a munged already answering
+there is used as it is; otherwise one is started on it with a key of its own and stopped afterwards.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from tests.procs import free_port, wait_until
+
+PROGRAMS = ("munged", "munge", "unmunge", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
+            "sacctmgr", "sshare", "sbatch", "sinfo", "scontrol")
+MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+GPU_DEVICES = {"h100": "/dev/null,/dev/zero", "l4": "/dev/full"}
+
+
+def missing_programs() -> list[str]:
+    return [p for p in PROGRAMS if shutil.which(p) is None]
+
+
+def _munge_works() -> bool:
+    if not MUNGE_SOCKET.exists():
+        return False
+    encoded = subprocess.run(["munge", "-n"], capture_output=True, timeout=10)
+    return encoded.returncode == 0 and subprocess.run(["unmunge"], input=encoded.stdout, capture_output=True,
+                                                      timeout=10).returncode == 0
+
+
+class SlurmCluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.host = socket.gethostname()
+        self.ports = {name: free_port() for name in ("mysql", "dbd", "ctld", "slurmd")}
+        self.conf = root / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.pids: list[Path] = []  # pid files of what this cluster started, stopped in reverse order
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        done = subprocess.run(list(args), capture_output=True, text=True, env=self.env, timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
+        return done
+
+    def start(self) -> "SlurmCluster":
+        for folder in ("db", "state", "spool", "log"):
+            (self.root / folder).mkdir(parents=True, exist_ok=True)
+        self._munge()
+        self._mariadb()
+        self._write_configs()
+        self.run("slurmdbd")
+        self.pids.append(self.root / "slurmdbd.pid")
+        wait_until(lambda: self.run("sacctmgr", "-nP", "show", "cluster", check=False).returncode == 0, 60,
+                   "slurmdbd answering")
+        self.run("sacctmgr", "-i", "add", "cluster", "gpuledger")
+        self.run("slurmctld", "-f", str(self.conf))
+        self.pids.append(self.root / "slurmctld.pid")
+        self.run("slurmd", "-f", str(self.conf))
+        self.pids.append(self.root / "slurmd.pid")
+        wait_until(lambda: "idle" in self.run("sinfo", "-h", "-o", "%T", check=False).stdout, 60, "node idle")
+        return self
+
+    def _munge(self) -> None:
+        if _munge_works():
+            return
+        MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
+        key = self.root / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        subprocess.run(["munged", "--force", f"--socket={MUNGE_SOCKET}", f"--key-file={key}",
+                        f"--pid-file={self.root / 'munged.pid'}", f"--log-file={self.root / 'log' / 'munged.log'}",
+                        f"--seed-file={self.root / 'munge.seed'}"], check=True, timeout=30)
+        self.pids.append(self.root / "munged.pid")
+        wait_until(_munge_works, 30, "munged answering")
+
+    def _mariadb(self) -> None:
+        subprocess.run(["mariadb-install-db", f"--datadir={self.root / 'db'}", "--user=root",
+                        "--auth-root-authentication-method=normal"], check=True, capture_output=True, timeout=120)
+        log = self.root / "log" / "mysql.err"
+        subprocess.Popen(["mariadbd", f"--datadir={self.root / 'db'}", f"--socket={self.root / 'mysql.sock'}",
+                          f"--port={self.ports['mysql']}", "--bind-address=127.0.0.1", "--user=root",
+                          "--skip-grant-tables", "--skip-name-resolve", f"--pid-file={self.root / 'mysql.pid'}",
+                          f"--log-error={log}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.pids.append(self.root / "mysql.pid")
+        wait_until(lambda: log.exists() and "ready for connections" in log.read_text(), 60, "MariaDB ready")
+
+    def _write_configs(self) -> None:
+        root, ports = self.root, self.ports
+        dbd = root / "slurmdbd.conf"  # found beside slurm.conf
+        dbd.write_text(f"""AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={ports['dbd']}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={ports['mysql']}
+StorageUser=root
+StorageLoc=slurm_acct_db
+LogFile={root / 'log' / 'slurmdbd.log'}
+PidFile={root / 'slurmdbd.pid'}
+""")
+        dbd.chmod(0o600)
+        self.conf.write_text(f"""ClusterName=gpuledger
+SlurmctldHost={self.host}(127.0.0.1)
+SlurmctldPort={ports['ctld']}
+SlurmdPort={ports['slurmd']}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={root / 'state'}
+SlurmdSpoolDir={root / 'spool'}
+SlurmctldPidFile={root / 'slurmctld.pid'}
+SlurmdPidFile={root / 'slurmd.pid'}
+SlurmctldLogFile={root / 'log' / 'slurmctld.log'}
+SlurmdLogFile={root / 'log' / 'slurmd.log'}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort={ports['dbd']}
+AccountingStorageTRES=gres/gpu,{','.join(f'gres/gpu:{t}' for t in GPU_DEVICES)}
+AccountingStorageEnforce=associations,limits
+PriorityType=priority/multifactor
+PriorityDecayHalfLife=7-0
+PriorityCalcPeriod=1
+PriorityWeightFairshare=10000
+GresTypes=gpu
+ReturnToService=2
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs=2 Gres={','.join(f'gpu:{t}:{len(d.split(","))}' for t, d in GPU_DEVICES.items())} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+        (root / "gres.conf").write_text("".join(f"NodeName={self.host} Name=gpu Type={t} File={d}\n"
+                                                for t, d in GPU_DEVICES.items()))
+
+    def stop(self) -> None:
+        for pid_file in reversed(self.pids):
+            try:
+                pid = int(pid_file.read_text().split()[0])
+                os.kill(pid, signal.SIGTERM)
+            except (OSError, ValueError, IndexError):
+                continue
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except OSError:
+                    break
+                time.sleep(0.1)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        if (self.root / "munged.pid") in self.pids:
+            MUNGE_SOCKET.unlink(missing_ok=True)
