@@ -38,7 +38,10 @@ try:
     waste = fetch(BASE, "/v1/waste", days=days, limit=100)
     fairness = fetch(BASE, "/v1/fairshare", days=days)
     fair = frame(fairness["history"], ("hour",))
-    recs = fetch(BASE, "/v1/recommendations", days=days)["recommendations"]
+    advice = fetch(BASE, "/v1/recommendations")
+    recs = [r for r in advice["recommendations"] if r["status"] != "insufficient_data"]
+    no_data = [r for r in advice["recommendations"] if r["status"] == "insufficient_data"]
+    decided = fetch(BASE, "/v1/recommendations/history", limit=200)
     nodes = frame(fetch(BASE, "/v1/nodes"), ("last_seen",))
 except ApiUnavailable as exc:
     st.error(str(exc))
@@ -104,15 +107,32 @@ with tab_fair:
 
 with tab_recs:
     st.subheader("Recommendations")
+    window = advice["policy_window"]
+    st.caption(f"From the policy window {window['start'][:16]} to {window['end'][:16]} UTC, whatever window the "
+               "sidebar shows. A quota is per team and GPU model: the guarantee is promised (reclaimed from others "
+               "when the team asks), the limit is the most it may hold, borrowing idle GPUs. Decide with "
+               "`gpuledger decide ID accept|reject|applied --by NAME` or POST /v1/recommendations/ID/decision.")
     if not recs:
         st.success("Nothing to change: quotas match demand and no GPU is held idle.")
     else:
-        table = pd.DataFrame([{"kind": r["kind"], "team": r["team"], "job": r.get("job_id"), "reason": r["reason"]}
+        table = pd.DataFrame([{"id": r["id"], "status": r["status"], "kind": r["kind"], "team": r["team"],
+                               "GPU model": r.get("gpu_model"), "job": r.get("job_id"), "reason": r["reason"]}
                               for r in recs])
         st.dataframe(table, hide_index=True, width="stretch")
         for r in recs[:20]:
             with st.expander(f"{r['kind']}: {r['reason']}"):
                 st.json({"action": r["action"], "evidence": r["evidence"]})
+    if no_data:
+        st.warning(f"{len(no_data)} team and GPU model pair(s) get no quota advice for lack of data: "
+                   + no_data[0]["reason"] + ("; ..." if len(no_data) > 1 else ""))
+    st.subheader("Decision history")
+    if not decided:
+        st.info("No recommendation has been stored yet.")
+    else:
+        st.dataframe(pd.DataFrame([{"created": r["created"], "status": r["status"], "kind": r["kind"],
+                                    "team": r["team"], "GPU model": r.get("gpu_model"), "decided by": r["decided_by"],
+                                    "decided at": r["decided_at"], "note": r["note"], "id": r["id"]}
+                                   for r in decided]), hide_index=True, width="stretch")
 
 with tab_nodes:
     st.subheader("Agents pushing to this server")

@@ -33,7 +33,8 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
     assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "Nodes"]
     subheaders = [s.value for s in at.subheader]
-    for heading in ("Cluster utilization over time", "Cost per team", "Waste per team", "Recommendations"):
+    for heading in ("Cluster utilization over time", "Cost per team", "Waste per team", "Recommendations",
+                    "Decision history"):
         assert heading in subheaders
     cost_table = at.dataframe[0].value
     assert "idle capacity" in set(cost_table["team"]) and "nlp" in set(cost_table["team"])

@@ -32,7 +32,8 @@ def _queue(name: str, parent: str | None, deserved: float, capability: float, we
     if parent:
         spec["parent"] = parent
     queue = k8s_object(API_VERSION, "Queue", name, spec)
-    queue["metadata"]["annotations"] = {PER_MODEL: json.dumps(per_model, sort_keys=True)}
+    if per_model:
+        queue["metadata"]["annotations"] = {PER_MODEL: json.dumps(per_model, sort_keys=True)}
     return queue
 
 
