@@ -100,12 +100,6 @@ def capacity_by_model(store: Store, before: datetime) -> pd.DataFrame:
     return store.query(sql, {"end": before})
 
 
-def capacity_gpus(store: Store, before: datetime) -> float:
-    """GPUs present at the newest instant before `before` (MIG instances as their fractions)."""
-    frame = capacity_by_model(store, before)
-    return float(frame["gpus"].sum()) if not frame.empty else 0.0
-
-
 def interval_at(store: Store, ts: datetime) -> float | None:
     """The longest sampling interval at instant `ts`: how long a sample taken then stands for."""
     return store.scalar("SELECT max(interval_s) FROM samples WHERE ts = $ts", {"ts": ts})

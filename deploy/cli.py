@@ -253,14 +253,14 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
-    from gpuledger.policies.recommender import OPEN, evaluate, refresh
+    from gpuledger.policies.recommender import evaluate, refresh
     with _open_existing(args.db) as store:
         _require_data(store, args.db)
         evaluation = evaluate(store, config, args.at)
         if args.at:
             recs = evaluation.proposals()
         else:
-            recs = [r for r in refresh(store, config, evaluation.at, evaluation) if r.status in OPEN]
+            recs = refresh(store, config, evaluation.at, evaluation)
         recs += evaluation.insufficient()
     json.dump({"as_of": evaluation.at.isoformat(), "policy_window_start": evaluation.start.isoformat(),
                "recommendations": [r.to_dict() for r in recs]}, sys.stdout, indent=2)

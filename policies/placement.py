@@ -57,8 +57,7 @@ def resize_advice(store: Store, config: Config, start: datetime, at: datetime, l
             continue  # an idle job should give its GPUs back, not move to a smaller shape
         fraction = float(row.fits["gpu_fraction"])
         gpus = int(row.gpus)
-        rate = float(row.usd_per_gpu_hour) if row.usd_per_gpu_hour == row.usd_per_gpu_hour and \
-            row.usd_per_gpu_hour is not None else None
+        rate = float(row.usd_per_gpu_hour) if pd.notna(row.usd_per_gpu_hour) else None
         freed = gpus * (1.0 - fraction) if row.fits["kind"] == "mig" else None
         saving = freed * rate * HOURS_PER_WEEK if freed is not None and rate is not None else None
         target = row.fits["target"]

@@ -37,12 +37,24 @@ class TeamPlan:
     def total_guarantee(self) -> float:
         return sum(self.guarantee.values())
 
+    def models(self) -> list[str]:
+        """The GPU models the team has a guarantee or a limit for."""
+        return sorted(set(self.guarantee) | set(self.limit))
+
 
 @dataclass
 class QuotaPlan:
     teams: list[TeamPlan]
     capacity: dict[str, float]  # GPU model -> GPUs present
     made: datetime
+
+    def limit_of(self, team: TeamPlan, model: str) -> float:
+        """The team's limit for a model: as planned, else the model's capacity (borrow any idle GPU)."""
+        return team.limit.get(model, self.capacity.get(model, 0.0))
+
+    def total_limit(self, teams: list[TeamPlan]) -> float:
+        """The teams' limits summed over their models, capped at the cluster's GPUs."""
+        return min(sum(self.capacity.values()), sum(self.limit_of(t, m) for t in teams for m in t.models()))
 
     def departments(self) -> dict[str, list[TeamPlan]]:
         out: dict[str, list[TeamPlan]] = {}

@@ -11,7 +11,7 @@ trail: every recommendation with its evidence, and who decided what, when, and w
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import pandas as pd
@@ -121,8 +121,7 @@ def refresh(store: Store, config: Config, now: datetime | None = None,
                 continue  # too soon after the last one: a scheduler must not flap
             if last.status in OPEN:
                 superseded.append(last.id)
-        rec = Recommendation(**{**rec.__dict__, "status": PROPOSED, "created": now, "id": ""})
-        new.append(rec)
+        new.append(replace(rec, status=PROPOSED, created=now, id=""))  # a stored one's id includes its time
     live = {r.key for r in evaluation.proposals()}
     for key, last in latest.items():
         if last.status not in OPEN or key in live or last.id in superseded:

@@ -9,7 +9,7 @@ and limit are its children's sums (its limit capped at the cluster). New queues 
 from __future__ import annotations
 
 from gpuledger.policies.emitters import Emitted, changes, count, k8s_object, render_yaml
-from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, k8s_name
+from gpuledger.policies.quota_plan import QuotaPlan, k8s_name
 
 API_VERSION = "scheduling.run.ai/v2"
 UNLIMITED = -1
@@ -38,25 +38,17 @@ class KaiEmitter:
     target = "kai"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
-        total = sum(plan.capacity.values())
         objects = []
         for department, teams in sorted(plan.departments().items()):
             objects.append(_queue(k8s_name(department), None, sum(t.total_guarantee() for t in teams),
-                                  min(total, sum(self._limit(t, plan) for t in teams)),
-                                  sum(t.share for t in teams), department))
+                                  plan.total_limit(teams), sum(t.share for t in teams), department))
         for team in plan.teams:
             parent = k8s_name(team.parent) if team.parent else None
-            objects.append(_queue(k8s_name(team.team), parent, team.total_guarantee(),
-                                  self._limit(team, plan), team.share, team.team))
-            for model in sorted(set(team.guarantee) | set(team.limit)):
+            objects.append(_queue(k8s_name(team.team), parent, team.total_guarantee(), plan.total_limit([team]),
+                                  team.share, team.team))
+            for model in team.models():
                 objects.append(_queue(f"{k8s_name(team.team)}-{k8s_name(model)}", k8s_name(team.team),
-                                      team.guarantee.get(model, 0.0), team.limit.get(model, plan.capacity.get(model, 0)),
-                                      team.share, f"{team.team} {model}"))
+                                      team.guarantee.get(model, 0.0), plan.limit_of(team, model), team.share,
+                                      f"{team.team} {model}"))
         objects = changes(objects, current, owned=_owned_only)
         return Emitted(objects, render_yaml(objects), "application/yaml")
-
-    @staticmethod
-    def _limit(team: TeamPlan, plan: QuotaPlan) -> float:
-        models = set(team.guarantee) | set(team.limit)
-        return min(sum(plan.capacity.values()),
-                   sum(team.limit.get(m, plan.capacity.get(m, 0.0)) for m in models))

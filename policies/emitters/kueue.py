@@ -68,7 +68,7 @@ class KueueEmitter:
     target = "kueue"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
-        models = sorted(set(plan.capacity) | {m for t in plan.teams for m in set(t.guarantee) | set(t.limit)})
+        models = sorted(set(plan.capacity) | {m for t in plan.teams for m in t.models()})
         objects = [_flavor(model) for model in models]
         objects.append(k8s_object(API_VERSION, "Cohort", ROOT_GROUP, {}))
         for department, teams in sorted(plan.departments().items()):
@@ -76,8 +76,7 @@ class KueueEmitter:
                 "parentName": ROOT_GROUP, "fairSharing": {"weight": quantity(sum(t.share for t in teams))}}))
         for team in plan.teams:
             flavors = [{"name": k8s_name(model), "resources": [_gpu_resource(
-                team.guarantee.get(model, 0.0), team.limit.get(model, plan.capacity.get(model, 0.0)))]}
-                for model in sorted(set(team.guarantee) | set(team.limit))]
+                team.guarantee.get(model, 0.0), plan.limit_of(team, model))]} for model in team.models()]
             spec = {"cohortName": k8s_name(team.parent) if team.parent else ROOT_GROUP,
                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": k8s_name(team.team)}},
                     "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": flavors}],

@@ -11,7 +11,6 @@ only accounts that are missing or whose share or GPU limits differ are in the sc
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gpuledger.collector.errors import InputError
@@ -59,8 +58,7 @@ def _records(plan: QuotaPlan) -> list[dict[str, Any]]:
 
 
 def _gpu_limits(team: TeamPlan, plan: QuotaPlan) -> dict[str, int]:
-    models = sorted(set(team.guarantee) | set(team.limit))
-    return {f"gres/gpu:{gres_type(m)}": int(team.limit.get(m, plan.capacity.get(m, 0.0))) for m in models}
+    return {f"gres/gpu:{gres_type(m)}": int(plan.limit_of(team, m)) for m in team.models()}
 
 
 def _line(record: dict[str, Any]) -> list[str]:
@@ -101,6 +99,3 @@ class SlurmEmitter:
             lines += _line(record)
         return Emitted(out, "\n".join(lines) + "\n", "text/x-shellscript")
 
-
-def records_json(emitted: Emitted) -> str:
-    return json.dumps(emitted.objects, indent=2)

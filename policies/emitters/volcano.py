@@ -41,23 +41,17 @@ class VolcanoEmitter:
     target = "volcano"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
-        total = sum(plan.capacity.values())
         objects = []
         for department, teams in sorted(plan.departments().items()):
             objects.append(_queue(k8s_name(department), None, sum(t.total_guarantee() for t in teams),
-                                  min(total, sum(self._capability(t, plan) for t in teams)),
-                                  sum(t.share for t in teams), sum(self._reserved(t) for t in teams), {}))
+                                  plan.total_limit(teams), sum(t.share for t in teams),
+                                  sum(self._reserved(t) for t in teams), {}))
         for team in plan.teams:
             objects.append(_queue(k8s_name(team.team), k8s_name(team.parent) if team.parent else None,
-                                  team.total_guarantee(), self._capability(team, plan), team.share,
+                                  team.total_guarantee(), plan.total_limit([team]), team.share,
                                   self._reserved(team), team.guarantee))
         objects = changes(objects, current)
         return Emitted(objects, render_yaml(objects), "application/yaml")
-
-    @staticmethod
-    def _capability(team: TeamPlan, plan: QuotaPlan) -> float:
-        models = set(team.guarantee) | set(team.limit)
-        return min(sum(plan.capacity.values()), sum(team.limit.get(m, plan.capacity.get(m, 0.0)) for m in models))
 
     @staticmethod
     def _reserved(team: TeamPlan) -> float:
