@@ -81,15 +81,19 @@ def smallest_fit(model: str, peak_mem_mib: float, p95_util_pct: float) -> dict |
 
 
 def oversized_jobs(store: Store, start: datetime, end: datetime, mem_fraction: float,
-                   min_gpu_hours: float = 0.5) -> pd.DataFrame:
-    """Jobs whose peak memory stayed under `mem_fraction` of the card, with the smallest shape that fits."""
+                   min_gpu_hours: float = 0.5, idle_util_pct: float = 0.0) -> pd.DataFrame:
+    """Jobs whose peak memory stayed under `mem_fraction` of the card, with the smallest shape that fits.
+
+    A job whose p95 utilisation stayed under `idle_util_pct` is `idle`: it is listed, but no shape is suggested,
+    since a slice held idle wastes the slice (its GPUs should be given back)."""
     jobs = job_profiles(store, start, end)
     if jobs.empty:
-        return jobs.assign(fits=pd.Series(dtype=object))
+        return jobs.assign(idle=pd.Series(dtype=bool), fits=pd.Series(dtype=object))
     over = jobs[(jobs["peak_mem_mib"] < mem_fraction * jobs["mem_total_mib"]) & (jobs["gpu_hours"] >= min_gpu_hours)]
     over = over.copy()
-    over["fits"] = [smallest_fit(m, p, u) for m, p, u in
-                    zip(over["gpu_model"], over["peak_mem_mib"], over["p95_util_pct"])]
+    over["idle"] = over["p95_util_pct"] < idle_util_pct
+    over["fits"] = [None if idle else smallest_fit(m, p, u) for m, p, u, idle in
+                    zip(over["gpu_model"], over["peak_mem_mib"], over["p95_util_pct"], over["idle"])]
     return over.sort_values("cost_usd", ascending=False).reset_index(drop=True)
 
 
@@ -100,7 +104,7 @@ def waste_by_team(store: Store, start: datetime, end: datetime, idle_minutes: fl
     idle = runs.groupby("team", as_index=False).agg(
         idle_gpu_hours=("idle_gpu_hours", "sum"), idle_cost_usd=("idle_cost_usd", "sum"),
         idle_stretches=("idle_gpu_hours", "size"))
-    over = oversized_jobs(store, start, end, mem_fraction)
+    over = oversized_jobs(store, start, end, mem_fraction, idle_util_pct=idle_util_pct)
     sized = (over.groupby("team", as_index=False).agg(oversized_jobs=("job_id", "size"),
                                                        oversized_gpu_hours=("gpu_hours", "sum"))
              if not over.empty else pd.DataFrame(columns=["team", "oversized_jobs", "oversized_gpu_hours"]))

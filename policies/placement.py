@@ -48,13 +48,13 @@ def reclaim_advice(store: Store, config: Config, start: datetime, at: datetime,
 
 def resize_advice(store: Store, config: Config, start: datetime, at: datetime, latest: datetime,
                   skip_jobs: set[str | None]) -> list[Recommendation]:
-    over = oversized_jobs(store, start, at, config.oversized_mem_fraction)
+    over = oversized_jobs(store, start, at, config.oversized_mem_fraction, idle_util_pct=config.idle_util_pct)
     out = []
     for row in over.itertuples(index=False):
         if row.fits is None or pd.Timestamp(row.last_ts) < pd.Timestamp(latest):
             continue  # finished jobs are reported as waste; only running ones can be moved
-        if row.job_id in skip_jobs or row.p95_util_pct < config.idle_util_pct:
-            continue  # an idle job should give its GPUs back, not move to a smaller shape
+        if row.job_id in skip_jobs:
+            continue  # reclaimed: an idle job should give its GPUs back, not move to a smaller shape
         fraction = float(row.fits["gpu_fraction"])
         gpus = int(row.gpus)
         rate = float(row.usd_per_gpu_hour) if pd.notna(row.usd_per_gpu_hour) else None

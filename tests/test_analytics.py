@@ -96,6 +96,14 @@ def test_oversized_jobs_get_the_smallest_shape_that_fits(store):
     assert over.loc["b/small", "fits"] == {"kind": "gpu", "target": "T4", "gpu_fraction": 1.0}
 
 
+def test_an_idle_oversized_job_is_listed_without_a_shape(store):
+    store.append_samples(table(*[gpu_rows("n", g, "H100", 90, util=0.0, job="a/idle8", team="a", mem_used=2000)
+                                 for g in range(8)]))
+    over = oversized_jobs(store, T0, END, mem_fraction=0.25, idle_util_pct=5.0).set_index("job_id")
+    assert bool(over.loc["a/idle8", "idle"]) and over.loc["a/idle8", "fits"] is None
+    assert oversized_jobs(store, T0, END, mem_fraction=0.25).loc[0, "fits"]["target"] == "H100 MIG 1g.10gb"
+
+
 def test_smallest_fit_edges():
     assert smallest_fit("H100", 70000, 10) is None  # needs 82 GB: nothing smaller holds it
     assert smallest_fit("H100", 2000, 10)["target"] == "H100 MIG 1g.10gb"

@@ -28,7 +28,7 @@ def waste(store: StoreDep, config: ConfigDep, days: float = Days, end: datetime 
           limit: int = Query(50, ge=1, le=1000, description="rows of idle runs and oversized jobs")) -> dict:
     """Idle allocated GPU-hours per team, the longest idle stretches, and jobs that fit a smaller shape."""
     start, stop, span = window(days, end)
-    over = oversized_jobs(store, start, stop, config.oversized_mem_fraction)
+    over = oversized_jobs(store, start, stop, config.oversized_mem_fraction, idle_util_pct=config.idle_util_pct)
     return {
         "window": span,
         "thresholds": {"idle_minutes": config.idle_minutes, "idle_util_pct": config.idle_util_pct,

@@ -143,7 +143,8 @@ class OversizedJob(BaseModel):
     gpu_hours: float
     cost_usd: float
     usd_per_gpu_hour: float | None
-    fits: Fit | None = Field(description="the smallest shape that holds the job; null if none does")
+    idle: bool = Field(description="p95 utilisation under the idle threshold: give the GPUs back, no shape advised")
+    fits: Fit | None = Field(description="the smallest shape that holds the job; null if none does or it is idle")
 
 
 class Waste(BaseModel):
