@@ -211,6 +211,8 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
                     wanted = now + math.copysign(step, wanted - now)
                     bounds.append(f"step bounded to {step:g} GPUs ({config.max_change:.0%} of {now:g})")
             guarantees[team] = max(0, int(math.floor(wanted + 0.5)))
+            if over[team] and guarantees[team] > max(fair[team], now or 0.0):  # rounding must not lift it
+                guarantees[team] = max(int(math.floor(fair[team] + 1e-9)), int(now or 0))
             facts[team]["bounded_by"] = bounds
         for team in _fit_capacity(guarantees, fair, gpus):
             facts[team]["bounded_by"].append(f"trimmed so guarantees fit the {gpus:g} {model} GPUs")

@@ -176,3 +176,14 @@ def test_advice_no_longer_needed_is_superseded(cluster):
     state(cluster, a=4, b=1)  # the site changed b's guarantee by hand to what the evidence wants
     refresh(cluster, LEDGER, END + timedelta(hours=1))
     assert stored(cluster, ids=[b.id])[0].status == SUPERSEDED
+
+
+def test_rounding_never_lifts_an_over_served_team_past_its_fair_part(store):
+    """a's fair part of 8 GPUs at a share of 1 in 10 is 0.8; it used far more, so it is not handed a whole GPU."""
+    store.upsert_teams(pd.DataFrame({"team": ["a", "b"], "share": [1.0, 9.0], "quota_gpus": [0, 0]}))
+    store.append_samples(table(*[gpu_rows("n", g, "H100", 180, util=90.0, job=f"a/{g}", team="a") for g in range(3)],
+                               gpu_rows("n", 3, "H100", 180, util=90.0, job="b/1", team="b"),
+                               *[gpu_rows("n", g, "H100", 180) for g in range(4, 8)]))
+    a = quotas(store)[("a", "H100")]
+    assert a.evidence["over_served"] and a.evidence["fair_share_gpus"] == pytest.approx(0.8)
+    assert (a.status, a.guarantee) == ("hold", 0)
