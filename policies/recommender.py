@@ -112,7 +112,8 @@ def refresh(store: Store, config: Config, now: datetime | None = None,
     latest = _latest_by_key(store)
     cooldown = timedelta(hours=config.cooldown_hours)
     new, superseded = [], []
-    for rec in evaluation.proposals():
+    proposals = evaluation.proposals()
+    for rec in proposals:
         last = latest.get(rec.key)
         if last is not None:
             if not _differs(rec, last, config) and last.status in OPEN + (APPLIED, REJECTED):
@@ -122,7 +123,7 @@ def refresh(store: Store, config: Config, now: datetime | None = None,
             if last.status in OPEN:
                 superseded.append(last.id)
         new.append(replace(rec, status=PROPOSED, created=now, id=""))  # a stored one's id includes its time
-    live = {r.key for r in evaluation.proposals()}
+    live = {r.key for r in proposals}
     for key, last in latest.items():
         if last.status not in OPEN or key in live or last.id in superseded:
             continue
