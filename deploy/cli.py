@@ -20,12 +20,37 @@ from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.policies.emitters import TARGETS
 
 DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
+DEMO_DB = Path("gpuledger-data/demo.duckdb")
 DEFAULT_REPORTS = Path("gpuledger-data/reports")
 
 
-def _add_common(p: argparse.ArgumentParser, db: Path = DEFAULT_DB) -> None:
-    p.add_argument("--db", type=Path, default=db, help=f"DuckDB file (default: {db})")
+def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
+    """--db and --config. Without --db, commands that only read a database take the server's default file, or
+    the demo's when only that one exists (so `gpuledger report` works right after `gpuledger demo`)."""
+    shown = db or DEFAULT_DB
+    p.add_argument("--db", type=Path, default=db, help=f"DuckDB file (default: {shown})")
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
+
+
+READERS = ("report", "recommend", "decide", "emit")  # commands that only use a database that exists
+
+
+def _database(args: argparse.Namespace) -> Path:
+    if args.db is not None:
+        return args.db
+    if args.command in READERS and not DEFAULT_DB.exists() and DEMO_DB.exists():
+        return DEMO_DB
+    return DEFAULT_DB
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from exc
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free port), got {port}")
+    return port
 
 
 def _instant(text: str) -> datetime:
@@ -55,12 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="simulated cluster -> DuckDB -> API + dashboard on localhost",
                           description="Backfill a simulated 48-GPU cluster, keep collecting live, and serve the "
                                       "API and dashboard on localhost until Ctrl-C.")
-    _add_common(demo, Path("gpuledger-data/demo.duckdb"))
+    _add_common(demo, DEMO_DB)
     demo.add_argument("--days", type=_positive, default=14.0, help="days of history to simulate (default 14)")
     demo.add_argument("--seed", type=int, default=7, help="simulator seed (default 7)")
     demo.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
-    demo.add_argument("--api-port", type=int, default=8080, help="API port (default 8080; 0 = any free port)")
-    demo.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port (default 8501)")
+    demo.add_argument("--api-port", type=_port, default=8080, help="API port (default 8080; 0 = any free port)")
+    demo.add_argument("--dashboard-port", type=_port, default=8501, help="dashboard port (default 8501)")
     demo.add_argument("--interval", type=_positive, default=15.0, help="live sampling interval, s (default 15)")
     demo.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
     demo.add_argument("--no-dashboard", action="store_true", help="do not start the Streamlit dashboard")
@@ -70,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(serve)
     _add_source(serve, receive_only=True)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=_port, default=8080)
     serve.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
     serve.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
                        help="bearer token agents must send to push batches (default $GPULEDGER_TOKEN; "
@@ -89,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--node", default=socket.gethostname(), help="node name (default: hostname)")
     agent.add_argument("--spool", type=Path, default=Path("/var/lib/gpuledger/spool"), help="spool directory")
     agent.add_argument("--spool-max-mb", type=_positive, default=256.0, help="spool bound in MiB (default 256)")
-    agent.add_argument("--metrics-port", type=int, default=9401,
+    agent.add_argument("--metrics-port", type=_port, default=9401,
                        help="port for the agent's own /metrics on 127.0.0.1 (default 9401; 0 = off)")
     agent.add_argument("--sim-replay-start", type=float,
                        help="simulator only: sample step k at this epoch + k*interval instead of the clock")
@@ -145,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
     dash.add_argument("--host", default="127.0.0.1")
-    dash.add_argument("--port", type=int, default=8501)
+    dash.add_argument("--port", type=_port, default=8501)
     return parser
 
 
@@ -209,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Errors a user can fix (GpuledgerError) are one line and exit code 2; anything else
     is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
+    if hasattr(args, "db"):
+        args.db = _database(args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
@@ -219,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     except GpuledgerError as exc:
         print(f"gpuledger {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `gpuledger recommend | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -244,7 +274,10 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.server import weekly_report
     with _open_existing(args.db) as store:
         _require_data(store, args.db)
-        files = weekly_report(store, config, args.out, args.week)
+        try:
+            files = weekly_report(store, config, args.out, args.week)
+        except OSError as exc:
+            raise InputError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from exc
     print(f"report {files.label}: {files.html}")
     print(f"summary: {files.summary_csv}")
     for team, path in sorted(files.team_csvs.items()):
@@ -282,10 +315,13 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
     if args.out is None:
         sys.stdout.write(files[args.format])
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.named().items():
-        (args.out / name).write_text(text)
-        print(f"{args.target}: {args.out / name}")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.named().items():
+            (args.out / name).write_text(text)
+            print(f"{args.target}: {args.out / name}")
+    except OSError as exc:
+        raise InputError(f"cannot write into {args.out}: {exc.strerror or exc}") from exc
     return 0
 
 
@@ -300,10 +336,11 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
 def cmd_collect(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.collect_loop import CollectLoop
     source = _make_source(args, config)
+    first = source.collect()  # before the database is created: an unreachable exporter leaves no empty file
     with _open_store(args, config) as store:
         loop = CollectLoop(source, store, args.interval)
         for i in range(args.count):
-            rows = loop.collect_once()
+            rows = loop.collect_once(first if i == 0 else None)
             print(f"read {i + 1}/{args.count}: {rows} sample(s) from {source.name} -> {args.db}")
             if i + 1 < args.count:
                 loop.stop_event.wait(args.interval)
@@ -323,6 +360,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     scheduler = start_report_scheduler(store, config, args.reports)
     loop = CollectLoop(source, store, args.interval) if source else None
     if loop:
+        api.app.state.collection = loop  # /healthz reports degraded while it keeps failing
         loop.start()
     what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
     pushes = "accepting agent pushes" if args.token else "no --token: refusing agent pushes"

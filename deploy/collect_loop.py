@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
+
+import pyarrow as pa
 
 from gpuledger.analytics.store import Store
 from gpuledger.collector.source import Source, SourceError
@@ -24,30 +27,47 @@ class CollectLoop(threading.Thread):
         self.interval_s = interval_s
         self.after_batch = after_batch
         self.stop_event = threading.Event()
+        self.started_at = time.monotonic()
         self.batches = 0
         self.failures = 0
+        self.last_success: float | None = None  # monotonic time of the last stored batch
+        self.last_error: str | None = None  # why the last read failed, while reads keep failing
 
-    def collect_once(self) -> int:
-        table = self.source.collect()
+    def health(self) -> tuple[bool, str | None]:
+        """Healthy unless reads have failed for 3 intervals or more, with the reason."""
+        if self.last_error is None:
+            return True, None
+        silent = time.monotonic() - (self.last_success or self.started_at)
+        if silent < 3 * self.interval_s:
+            return True, None
+        return False, f"no batch from {self.source.name} for {silent:.0f}s: {self.last_error}"
+
+    def collect_once(self, table: pa.Table | None = None) -> int:
+        """Read the source (or store `table`, already read) and append it."""
+        table = self.source.collect() if table is None else table
         rows = self.store.append_samples(table)
         processes = getattr(self.source, "processes", None)
         if processes is not None and processes.num_rows:
             self.store.append_processes(processes)
         self.batches += 1
+        self.last_success, self.last_error = time.monotonic(), None
         self.store.checkpoint_if_due()  # between batches, never inside an append
         if self.after_batch:
             self.after_batch()
         return rows
 
     def run(self) -> None:
+        self.started_at = time.monotonic()
         while not self.stop_event.is_set():
             try:
                 self.collect_once()
             except SourceError as exc:
                 self.failures += 1
+                self.last_error = str(exc)
                 log.warning("%s", exc)
-            except Exception:  # keep collecting; the traceback is in the log
+            except Exception as exc:  # keep collecting; the traceback is in the log
                 self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("collection from %s failed", self.source.name)
             self.stop_event.wait(self.interval_s)
 

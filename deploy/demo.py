@@ -77,6 +77,7 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     scheduler = start_report_scheduler(store, config, reports)
     source = SimulatorSource(sim, interval_s=interval_s)
     loop = CollectLoop(source, store, interval_s, after_batch=lambda: store.upsert_jobs(sim.jobs_frame(utc_now())))
+    api.app.state.collection = loop  # /healthz reports degraded while it keeps failing
     loop.start()
     proc = None
     if dashboard:
@@ -89,6 +90,8 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
         echo(f"  dashboard:      {dash_url}")
     echo(f"  weekly report:  {files.html}")
     echo(f"  database:       {db} ({store.sample_count():,} samples; live every {interval_s:g}s)")
+    echo(f"  then:           gpuledger report --db {db}   (after Ctrl-C: DuckDB lets one process hold the file)")
+    echo(f"                  gpuledger recommend --db {db}; gpuledger emit --target kueue --db {db}")
     echo("Press Ctrl-C to stop." if duration_s is None else f"Stopping after {duration_s:g}s.")
     wait_for_stop(duration_s)
     echo("stopping…")

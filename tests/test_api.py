@@ -148,3 +148,11 @@ def test_exports_for_each_scheduler(api_url):
     slurm = get(api_url, "/v1/recommendations/export", target="slurm", format="json").json()
     assert {r["account"] for r in slurm} >= {"vision", "nlp"} and all(r["fairshare"] >= 1 for r in slurm)
     assert get(api_url, "/v1/recommendations/export", target="yarn").status_code == 422
+
+
+def test_docs_work_offline_and_the_root_leads_there(api_url):
+    page = get(api_url, "/docs")
+    assert page.status_code == 200 and "cdn.jsdelivr" not in page.text and "/static/swagger-ui/" in page.text
+    assert get(api_url, "/static/swagger-ui/swagger-ui-bundle.js").status_code == 200
+    root = requests.get(api_url + "/", timeout=10, allow_redirects=False)
+    assert root.status_code in (302, 307) and root.headers["location"] == "/docs"

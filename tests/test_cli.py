@@ -184,3 +184,41 @@ def test_emit_writes_files_and_only_changes_against_current(tmp_path, simulator)
     assert json.loads((tmp_path / "plan" / "slurm.json").read_text())
     bad = run("emit", "--target", "kai", "--db", str(db), "--current", str(tmp_path / "missing.yaml"))
     assert bad.returncode == 2 and "cannot read --current" in bad.stderr
+
+
+def test_every_user_error_is_one_line_with_exit_2(tmp_path, simulator):
+    db = small_db(tmp_path, simulator)
+    port = run("serve", "--port", "99999", "--source", "none", "--db", str(tmp_path / "s.duckdb"))
+    assert port.returncode == 2 and "a port is 0 to 65535" in port.stderr
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")  # a folder cannot be made under a file, not even by root
+    out = run("report", "--week", (SIM_END - timedelta(days=1)).strftime("%G-W%V"), "--db", str(db),
+              "--out", str(a_file / "reports"))
+    assert out.returncode == 2 and "cannot write the report into" in out.stderr and "Traceback" not in out.stderr
+    emitted = run("emit", "--target", "kai", "--db", str(db), "--out", str(a_file / "plan"))
+    assert emitted.returncode == 2 and "cannot write into" in emitted.stderr
+    not_db = tmp_path / "notes.duckdb"
+    not_db.write_text("not a database")
+    bad = run("recommend", "--db", str(not_db))
+    assert bad.returncode == 2 and "not a valid DuckDB database file" in bad.stderr and "lock" not in bad.stderr
+    unreachable = tmp_path / "never.duckdb"
+    failed = run("collect", "--source", "dcgm", "--dcgm-url", "http://127.0.0.1:9/metrics", "--db", str(unreachable))
+    assert failed.returncode == 2 and "cannot scrape dcgm-exporter" in failed.stderr
+    assert not unreachable.exists()  # nothing read, no empty database left behind
+
+
+def test_recommend_into_a_closed_pipe_is_quiet(tmp_path, simulator):
+    db = small_db(tmp_path, simulator)
+    piped = subprocess.run(f"'{GPULEDGER}' recommend --db '{db}' | head -c 10", shell=True, capture_output=True,
+                           text=True, timeout=120)
+    assert piped.returncode == 0 and len(piped.stdout) == 10 and "Traceback" not in piped.stderr
+    assert "BrokenPipe" not in piped.stderr
+
+
+def test_readers_find_the_demo_database_when_it_is_the_only_one(tmp_path, simulator):
+    data = tmp_path / "gpuledger-data"
+    data.mkdir()
+    small_db(tmp_path, simulator).rename(data / "demo.duckdb")
+    found = run("recommend", cwd=tmp_path)
+    assert found.returncode == 0 and json.loads(found.stdout)["recommendations"]
+    assert not (data / "gpuledger.duckdb").exists()

@@ -106,3 +106,22 @@ def test_dashboard_in_headless_chromium(api_url, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (CI installs it)")
+def test_api_docs_render_offline_in_headless_chromium(api_url):
+    """This machine reaches no CDN, so /docs rendering proves its assets are served by gpuledger itself."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.goto(api_url + "/")  # redirects to /docs
+        page.locator(".swagger-ui .info .title").wait_for(timeout=30_000)
+        assert "gpuledger" in page.locator(".swagger-ui .info .title").inner_text()
+        page.get_by_text("/v1/recommendations", exact=True).first.wait_for(timeout=30_000)
+        browser.close()
+    assert errors == []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gpuledger.collector.dcgm_render import render_page
 from gpuledger.collector.dcgm_source import DcgmExporterSource, DcgmPageConverter
 from gpuledger.collector.metrics import REGISTRY, sample_value
 from gpuledger.collector.samples import UNATTRIBUTED
+from gpuledger.collector.simulator import cluster_of
 from gpuledger.collector.source import SourceError
 from gpuledger.deploy.collect_loop import CollectLoop
 
@@ -117,3 +119,26 @@ def test_collect_loop_survives_a_failed_scrape_and_loses_no_batch(page_server, s
         assert store.sample_count() == loop.batches * simulator.gpu_count
         per_batch = store.query("SELECT ts, count(*) AS n FROM samples GROUP BY ts")
         assert set(per_batch["n"]) == {simulator.gpu_count}
+
+
+def test_health_turns_degraded_while_collection_keeps_failing(tmp_path, page_server):
+    page_server.status = 500
+    with Store(tmp_path / "h.duckdb") as store:
+        loop = CollectLoop(DcgmExporterSource(page_server.url, interval_s=0.05), store, 0.05)
+        assert loop.health() == (True, None)
+        loop.start()
+        try:
+            deadline = time.monotonic() + 10
+            while loop.health()[0] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            healthy, reason = loop.health()
+            assert not healthy and "cannot scrape dcgm-exporter" in reason
+            page_server.status = 200
+            page_server.body = render_page(cluster_of(1).frame([time.time()], 0.05))
+            deadline = time.monotonic() + 10
+            while not loop.health()[0] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert loop.health() == (True, None)
+        finally:
+            loop.stop()
+            loop.join(timeout=5)

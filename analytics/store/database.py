@@ -91,7 +91,9 @@ class Store:
                 settings["threads"] = threads
             self._con = duckdb.connect(self.path, read_only=read_only, config=settings)
         except duckdb.IOException as exc:
-            raise StoreError(f"cannot open {self.path}: {exc} (is another gpuledger server writing to it?)") from exc
+            held = "lock" in str(exc).lower()
+            raise StoreError(f"cannot open {self.path}: {exc}"
+                             + (" (is another gpuledger server writing to it?)" if held else "")) from exc
         self._write_lock = threading.Lock()
         self._latest: dict[str, datetime] | None = None  # newest sample per node, loaded on first use
         self._compacted_at = time.monotonic()

@@ -6,8 +6,12 @@ other reader go through these endpoints rather than opening the file.
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
 
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from gpuledger.analytics.config import Config
@@ -18,6 +22,8 @@ from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
 from gpuledger.collector.metrics import exported
 from gpuledger.deploy.api import cost, fairness, ingest, ops, recommendations, usage
 from gpuledger.policies.recommender import RecommendationService
+
+ASSETS = "/static/swagger-ui"
 
 
 def _version() -> str:
@@ -34,7 +40,9 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
         title="gpuledger",
         version=_version(),
         description="GPU usage, cost, waste and fairshare, and quota/placement recommendations for schedulers.",
+        docs_url=None, redoc_url=None,  # served below from the Swagger UI files shipped with the package
     )
+    _offline_docs(app)
     app.state.store = store
     app.state.config = config
     app.state.ingest = ingest_writer
@@ -44,6 +52,24 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     for area in (ops, ingest, usage, cost, fairness, recommendations):
         app.include_router(area.router)
     return app
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """/docs from the Swagger UI 5 assets the fastapi-offline package ships, so it works with no network
+    (FastAPI's default loads them from a CDN; Swagger UI 4 cannot read the OpenAPI 3.1 FastAPI writes), and `/`
+    leading there."""
+    app.mount(ASSETS, StaticFiles(directory=str(files("fastapi_offline") / "static")), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="gpuledger API",
+                                   swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{ASSETS}/favicon.png")
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/docs")
 
 
 __all__ = ["create_app"]

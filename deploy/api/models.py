@@ -17,7 +17,8 @@ class Window(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(description="degraded: the server's collection keeps failing")
+    reason: str | None = Field(None, description="why it is degraded")
     samples: int = Field(description="samples stored")
     latest_sample: datetime | None = Field(description="newest sample instant; null for an empty store")
 

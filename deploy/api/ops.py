@@ -15,9 +15,13 @@ STALE_AFTER_INTERVALS = 3
 
 
 @router.get("/healthz", response_model=Health)
-def healthz(store: StoreDep) -> dict:
-    """Whether the server answers, how many samples it holds and the newest one's instant."""
-    return {"status": "ok", "samples": store.sample_count(), "latest_sample": json_safe(store.latest_ts())}
+def healthz(request: Request, store: StoreDep) -> dict:
+    """Whether the server answers, how many samples it holds and the newest one's instant; `degraded`, with the
+    reason, while the server's own collection has failed for 3 intervals or more."""
+    loop = getattr(request.app.state, "collection", None)
+    healthy, reason = loop.health() if loop is not None else (True, None)
+    return {"status": "ok" if healthy else "degraded", "reason": reason, "samples": store.sample_count(),
+            "latest_sample": json_safe(store.latest_ts())}
 
 
 @router.get("/metrics", response_class=Response,
