@@ -12,7 +12,7 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
-from gpuledger.collector.samples import UNATTRIBUTED
+from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
 
 def team_usage(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
@@ -131,3 +131,32 @@ def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFram
     sql = """SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, sum(gpu_hours(interval_s, gpu_fraction)) AS gpu_hours
              FROM samples WHERE ts >= $start AND ts < $end GROUP BY 1 ORDER BY 1"""
     return store.query(sql, {"start": start, "end": end})
+
+
+def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
+    """Per bill line (teams, unattributed, idle capacity), averaged over [start, end): GPUs held, GPUs busy
+    (at or over `idle_util_pct`), GPUs held idle, and cost per hour at the rate card."""
+    sql = """
+        SELECT bill_line(allocated, team, $unattributed, $idle) AS team,
+               sum(gpu_hours) / $hours AS allocated_gpus,
+               coalesce(sum(gpu_hours) FILTER (WHERE allocated AND coalesce(util_pct, 0) >= $idle_pct), 0) / $hours
+                   AS busy_gpus,
+               sum(cost_usd) / $hours AS cost_usd_per_hour
+        FROM priced_samples WHERE ts >= $start AND ts < $end GROUP BY 1 ORDER BY 1"""
+    hours = (end - start).total_seconds() / 3600.0
+    frame = store.query(sql, {"start": start, "end": end, "hours": hours, "idle_pct": idle_util_pct,
+                              "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
+    frame["idle_gpus"] = (frame["allocated_gpus"] - frame["busy_gpus"]).where(frame["team"] != IDLE_CAPACITY, 0.0)
+    return frame
+
+
+def node_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
+    """Per node, averaged over [start, end): GPUs present, allocated, and busy (at or over `idle_util_pct`)."""
+    sql = """
+        SELECT node, sum(gpu_hours(interval_s, gpu_fraction)) / $hours AS gpus,
+               coalesce(sum(gpu_hours(interval_s, gpu_fraction)) FILTER (WHERE allocated), 0) / $hours AS allocated_gpus,
+               coalesce(sum(gpu_hours(interval_s, gpu_fraction))
+                        FILTER (WHERE allocated AND coalesce(util_pct, 0) >= $idle_pct), 0) / $hours AS busy_gpus
+        FROM samples WHERE ts >= $start AND ts < $end AND node IS NOT NULL GROUP BY 1 ORDER BY 1"""
+    hours = (end - start).total_seconds() / 3600.0
+    return store.query(sql, {"start": start, "end": end, "hours": hours, "idle_pct": idle_util_pct})

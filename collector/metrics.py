@@ -31,20 +31,20 @@ SCRAPE_SECONDS = Histogram(
 )
 
 
-def exported(*registries: CollectorRegistry) -> CollectorRegistry:
-    """One registry for a process's /metrics holding the given rooms' registries."""
-    combined = CollectorRegistry(auto_describe=True)
-    combined.register(_Rooms(registries))
+def exported(*parts: CollectorRegistry | Collector) -> CollectorRegistry:
+    """One registry for a process's /metrics holding the given rooms' registries (and any other collectors)."""
+    combined = CollectorRegistry(auto_describe=False)
+    combined.register(_Rooms(parts))
     return combined
 
 
 class _Rooms(Collector):
-    def __init__(self, registries: Iterable[CollectorRegistry]) -> None:
-        self.registries = tuple(registries)
+    def __init__(self, parts: Iterable[CollectorRegistry | Collector]) -> None:
+        self.parts = tuple(parts)
 
     def collect(self) -> Iterator:
-        for registry in self.registries:
-            yield from registry.collect()
+        for part in self.parts:
+            yield from part.collect()
 
 
 def sample_value(registry: CollectorRegistry, name: str, **labels: str) -> float:

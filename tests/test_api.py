@@ -1,6 +1,10 @@
 """The real API server (uvicorn on 127.0.0.1) over a real DuckDB file of simulated history."""
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import requests
 import yaml
@@ -156,3 +160,16 @@ def test_docs_work_offline_and_the_root_leads_there(api_url):
     assert get(api_url, "/static/swagger-ui/swagger-ui-bundle.js").status_code == 200
     root = requests.get(api_url + "/", timeout=10, allow_redirects=False)
     assert root.status_code in (302, 307) and root.headers["location"] == "/docs"
+
+
+def test_grafana_dashboard_queries_only_metrics_the_server_exports(api_url):
+    dashboard = json.loads((Path(__file__).resolve().parents[1] / "deploy" / "grafana-dashboard.json").read_text())
+    text = get(api_url, "/metrics").text
+    exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    declared = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"gpuledger_[a-z0-9_]+", target["expr"])}
+    # labelled families with no series yet (refused rows, agents' last batch) are declared all the same
+    assert queried and queried <= exported | declared and len(queried & exported) >= len(queried) - 2
+    team = [line for line in text.splitlines() if line.startswith("gpuledger_team_")]
+    assert any('team="__idle__"' in line for line in team) and any("gpuledger_team_fairshare{" in x for x in team)

@@ -79,3 +79,11 @@ def test_idle_checkpoints_leave_row_groups_alone_until_the_daily_compaction(tmp_
         assert s.checkpoint_if_due()
         assert row_groups() < fragmented
         assert s.sample_count() == 6 * 127 * 1024
+
+
+def test_rows_per_second_counts_the_servers_own_collection(tmp_path):
+    from gpuledger.analytics.store.metrics import REGISTRY
+    from gpuledger.collector.metrics import sample_value
+    with Store(tmp_path / "g.duckdb") as s:
+        s.append_samples(table(gpu_rows("n", 0, "H100", 10)))
+        assert sample_value(REGISTRY, "gpuledger_ingest_rows_per_second") > 0  # not only agents' pushes

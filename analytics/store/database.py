@@ -25,7 +25,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from gpuledger.analytics.store.metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROWS_WRITTEN
+from gpuledger.analytics.store.metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROW_RATE, ROWS_WRITTEN
 from gpuledger.analytics.store.schema import DDL, QUERY_LAYER, SCHEMA_VERSION, column_migrations, table_migrations
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
@@ -219,6 +219,7 @@ class Store:
         if rows:
             BATCHES_WRITTEN.inc()
             ROWS_WRITTEN.inc(rows)
+            ROW_RATE.add(rows)
         return rows
 
     def append_processes(self, table: pa.Table) -> int:

@@ -20,7 +20,6 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -46,10 +45,10 @@ from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
     INGEST_COMMIT_SECONDS,
     INGEST_DUPLICATE_BATCHES,
-    INGEST_ROWS_PER_SECOND,
     INGEST_ROWS_REJECTED,
     INGEST_VALUES_NULLED,
     NODE_LAST_SUCCESS,
+    ROW_RATE,
     ROWS_WRITTEN,
 )
 from gpuledger.collector.wire import DUPLICATE, STORED, batch_answer, multi_batch_answer
@@ -133,7 +132,6 @@ class IngestWriter:
             self.stored_batches = BatchRuns.load(cur)
         self._queue: queue.Queue[IngestRequest | None] = queue.Queue()
         self._carry: IngestRequest | None = None  # taken from the queue but left for the next group
-        self._recent: deque[tuple[float, int]] = deque()
         # screened groups waiting for the writer: one, so the next group is screened while DuckDB commits
         self._screened: queue.Queue[ScreenedGroup | None] = queue.Queue(maxsize=1)
         self._handed = self._written = 0  # groups handed to the writer, and groups it has finished
@@ -400,9 +398,4 @@ class IngestWriter:
         if stored:
             BATCHES_WRITTEN.inc(batches)
             ROWS_WRITTEN.inc(stored)
-        clock = time.monotonic()
-        self._recent.append((clock, stored))
-        while self._recent and self._recent[0][0] < clock - 60:
-            self._recent.popleft()
-        span = max(clock - self._recent[0][0], 1.0)
-        INGEST_ROWS_PER_SECOND.set(sum(r for _, r in self._recent) / span)
+        ROW_RATE.add(stored)

@@ -1,6 +1,10 @@
 """The store's own Prometheus metrics: what reached DuckDB, what central ingest refused, and checkpoint time."""
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -19,5 +23,27 @@ INGEST_COMMIT_SECONDS = Histogram("gpuledger_ingest_commit_seconds", "Time to co
                                   registry=REGISTRY)
 INGEST_ROWS_PER_SECOND = Gauge("gpuledger_ingest_rows_per_second",
                                "Rows stored per second over the last minute", registry=REGISTRY)
+
+
+class RowRate:
+    """Rows stored per second over the last minute, whoever stores them (agents' pushes or the server's own
+    collection), kept in INGEST_ROWS_PER_SECOND."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self._recent: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def add(self, rows: int) -> None:
+        with self._lock:
+            clock = time.monotonic()
+            self._recent.append((clock, rows))
+            while self._recent and self._recent[0][0] < clock - self.window_s:
+                self._recent.popleft()
+            span = max(clock - self._recent[0][0], 1.0)
+            INGEST_ROWS_PER_SECOND.set(sum(r for _, r in self._recent) / span)
+
+
+ROW_RATE = RowRate()
 NODE_LAST_SUCCESS = Gauge("gpuledger_node_last_success_timestamp_seconds",
                           "When a batch from this node was last stored", ["node"], registry=REGISTRY)

@@ -21,6 +21,7 @@ from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
 from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
 from gpuledger.collector.metrics import exported
 from gpuledger.deploy.api import cost, fairness, ingest, ops, recommendations, usage
+from gpuledger.deploy.api.live_metrics import StoreGauges
 from gpuledger.policies.recommender import RecommendationService
 
 ASSETS = "/static/swagger-ui"
@@ -47,7 +48,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.state.config = config
     app.state.ingest = ingest_writer
     app.state.token = token
-    app.state.metrics = metrics or exported(COLLECTOR_METRICS, STORE_METRICS)
+    app.state.metrics = metrics or exported(COLLECTOR_METRICS, STORE_METRICS, StoreGauges(store, config))
     app.state.recommender = RecommendationService(store, config)
     for area in (ops, ingest, usage, cost, fairness, recommendations):
         app.include_router(area.router)

@@ -1,0 +1,74 @@
+"""Per-team and per-node gauges on the server's /metrics, for Grafana: what the cluster does over the last hour.
+
+Computed from the store when Prometheus scrapes, at most once per `cache_s` (the fairshare factor reads the
+algorithm's whole memory), so a 15 s scrape interval costs one evaluation a minute. Series are labelled
+`team` (including `unattributed` and `__idle__`, the idle capacity) or `node`.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import node_gauges, team_gauges
+from gpuledger.analytics.windows import utc_now
+from gpuledger.policies.fairshare import fairshare_at
+
+WINDOW = timedelta(hours=1)
+TEAM_GAUGES = (
+    ("allocated_gpus", "gpuledger_team_allocated_gpus", "GPUs held by the team's jobs (idle capacity: free GPUs), "
+                                                        "average over the last hour"),
+    ("busy_gpus", "gpuledger_team_busy_gpus", "GPUs held and busy (at or over the idle threshold), last hour"),
+    ("idle_gpus", "gpuledger_team_idle_gpus", "GPUs held but idle, average over the last hour"),
+    ("cost_usd_per_hour", "gpuledger_team_cost_usd_per_hour", "Cost at the rate card, USD per hour, last hour"),
+)
+NODE_GAUGES = (
+    ("gpus", "gpuledger_node_gpus", "GPUs present (MIG instances as fractions), average over the last hour"),
+    ("allocated_gpus", "gpuledger_node_allocated_gpus", "GPUs held by jobs, average over the last hour"),
+    ("busy_gpus", "gpuledger_node_busy_gpus", "GPUs held and busy, average over the last hour"),
+)
+FAIRSHARE = "gpuledger_team_fairshare"
+
+
+class StoreGauges(Collector):
+    def __init__(self, store: Store, config: Config, cache_s: float = 60.0) -> None:
+        self.store = store
+        self.config = config
+        self.cache_s = cache_s
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[GaugeMetricFamily]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            if self._cached is None or time.monotonic() - self._cached[0] >= self.cache_s:
+                self._cached = (time.monotonic(), self._families())
+            families = self._cached[1]
+        yield from families
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        end = utc_now()
+        families = []
+        teams = team_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct)
+        for column, name, doc in TEAM_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["team"])
+            for team, value in zip(teams["team"], teams[column]):
+                family.add_metric([str(team)], float(value))
+            families.append(family)
+        nodes = node_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct)
+        for column, name, doc in NODE_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["node"])
+            for node, value in zip(nodes["node"], nodes[column]):
+                family.add_metric([str(node)], float(value))
+            families.append(family)
+        fair = GaugeMetricFamily(FAIRSHARE, f"Fairshare factor ({self.config.fairshare_algorithm}), 0..1, higher = "
+                                            "more deserving", labels=["team"])
+        for team, row in fairshare_at(self.store, self.config, end).iterrows():
+            fair.add_metric([str(team)], float(row["fairshare"]))
+        families.append(fair)
+        return families
