@@ -37,3 +37,12 @@ def cost_by_team_and_model(store: Store, start: datetime, end: datetime, team: s
         WHERE allocated AND ts >= $start AND ts < $end AND ($team IS NULL OR owner(team, $unattributed) = $team)
         GROUP BY 1, 2 ORDER BY 1, cost_usd DESC"""
     return store.query(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
+
+
+def daily_cost_by_team(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Cost per UTC day and bill line (teams, unattributed, idle capacity)."""
+    sql = """
+        SELECT time_bucket(INTERVAL 1 DAY, ts) AS day, bill_line(allocated, team, $unattributed, $idle) AS team,
+               sum(cost_usd) AS cost_usd
+        FROM priced_samples WHERE ts >= $start AND ts < $end GROUP BY ALL ORDER BY 1, 2"""
+    return store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
+from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.waste import idle_runs, waste_by_team
 from gpuledger.analytics.windows import utc_now
@@ -33,7 +33,8 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "_"
 
 
-def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, ...] = ()) -> str:
+def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, ...] = (),
+           percent: tuple[str, ...] = ()) -> str:
     if frame.empty:
         return "<p><em>No data in this window.</em></p>"
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
@@ -41,8 +42,12 @@ def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, .
     for row in frame.itertuples(index=False):
         cells = []
         for col, value in zip(frame.columns, row):
-            if col in money:
+            if pd.isna(value):
+                text = "–"
+            elif col in money:
                 text = f"${value:,.2f}"
+            elif col in percent:
+                text = f"{value:+.0%}" if col.endswith("change") else f"{value:.0%}"
             elif col in hours or isinstance(value, float):
                 text = f"{value:,.1f}"
             elif col == "team":
@@ -52,6 +57,51 @@ def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, .
             cells.append(f"<td>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
+    """Idle stretches per job (not per GPU): GPUs, idle GPU-hours and cost, the longest stretch."""
+    columns = ["team", "job_id", "node", "gpu_model", "gpus", "longest_idle_minutes", "idle_gpu_hours",
+               "idle_cost_usd"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = runs.fillna({"job_id": "(no job)"}).groupby(["team", "job_id", "node", "gpu_model"], as_index=False).agg(
+        gpus=("gpu_uuid", "nunique"), longest_idle_minutes=("idle_minutes", "max"),
+        idle_gpu_hours=("idle_gpu_hours", "sum"), idle_cost_usd=("idle_cost_usd", "sum"))
+    return grouped.sort_values("idle_cost_usd", ascending=False)[columns].reset_index(drop=True)
+
+
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
+
+
+def _cost_chart(daily: pd.DataFrame, width: int = 720, height: int = 260) -> str:
+    """Cost per day stacked by team, as inline SVG: the page needs no network and no script to show it."""
+    if daily.empty:
+        return "<p><em>No data in this window.</em></p>"
+    wide = daily.pivot_table(index="day", columns="team", values="cost_usd", aggfunc="sum").fillna(0.0)
+    teams = list(wide.columns)
+    top = float(wide.sum(axis=1).max()) or 1.0
+    left, bottom, plot_h = 60, 30, height - 50
+    bar_w = (width - left - 10) / len(wide)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 20 * len(teams) + 20}" '
+             f'role="img" aria-label="cost per day by team">',
+             f'<text x="5" y="15" font-size="11">${top:,.0f}</text>',
+             f'<line x1="{left}" y1="{10 + plot_h}" x2="{width - 10}" y2="{10 + plot_h}" stroke="#999"/>']
+    for i, (day, row) in enumerate(wide.iterrows()):
+        y = 10 + plot_h
+        for j, team in enumerate(teams):
+            h = row[team] / top * plot_h
+            y -= h
+            parts.append(f'<rect x="{left + i * bar_w + 2:.1f}" y="{y:.1f}" width="{bar_w - 4:.1f}" height="{h:.1f}" '
+                         f'fill="{PALETTE[j % len(PALETTE)]}"><title>{html.escape(owner_label(str(team)))} '
+                         f'{pd.Timestamp(day):%a %d}: ${row[team]:,.2f}</title></rect>')
+        parts.append(f'<text x="{left + i * bar_w + bar_w / 2:.1f}" y="{height - bottom + 28}" font-size="11" '
+                     f'text-anchor="middle">{pd.Timestamp(day):%a %d}</text>')
+    for j, team in enumerate(teams):
+        y = height + 10 + 20 * j
+        parts.append(f'<rect x="{left}" y="{y}" width="12" height="12" fill="{PALETTE[j % len(PALETTE)]}"/>'
+                     f'<text x="{left + 18}" y="{y + 11}" font-size="12">{html.escape(owner_label(str(team)))}</text>')
+    return "".join(parts) + "</svg>"
 
 
 def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start: datetime, end: datetime,
@@ -64,6 +114,10 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     summary = costs.merge(waste[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
         {"idle_gpu_hours": 0.0, "idle_cost_usd": 0.0})
     summary["efficiency"] = (summary["used_gpu_hours"] / summary["gpu_hours"]).fillna(0.0)
+    before = cost_by_team(store, start - (end - start), start)[["team", "cost_usd"]]
+    summary = summary.merge(before.rename(columns={"cost_usd": "cost_prev_week_usd"}), on="team", how="left")
+    summary["cost_change"] = (summary["cost_usd"] / summary["cost_prev_week_usd"] - 1.0).where(
+        summary["cost_prev_week_usd"] > 0)
     summary.insert(0, "week", label)
     files = ReportFiles(label=label, html=out / f"gpuledger-{label}.html", summary_csv=out / "summary.csv")
     summary.to_csv(files.summary_csv, index=False)
@@ -73,7 +127,8 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
         frame.insert(0, "week", label)
         frame.to_csv(path, index=False)
         files.team_csvs[str(team)] = path
-    top_idle = idle_runs(store, start, end, config.idle_minutes, config.idle_util_pct).head(15)
+    top_idle = _idle_by_job(idle_runs(store, start, end, config.idle_minutes, config.idle_util_pct)).head(15)
+    chart = _cost_chart(daily_cost_by_team(store, start, end))
     total = float(summary["cost_usd"].sum())
     idle_line = summary[summary["team"] == IDLE_CAPACITY]
     idle_cost = float(idle_line["cost_usd"].sum()) if not idle_line.empty else 0.0
@@ -81,7 +136,11 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     unfinished = (f" <strong>This week is not over</strong>: figures cover up to {now:%Y-%m-%d %H:%M} UTC."
                   if end > now else "")
     recs = pd.DataFrame(recommendations or [])
+    if not recs.empty and end <= now:  # placement advice is about what runs now: stale for a week that is over
+        recs = recs[recs["kind"] == "quota"]
     rec_html = _table(recs[["kind", "team", "reason"]]) if not recs.empty else "<p><em>None.</em></p>"
+    rec_note = ("Quota advice as the policy stood at the week's end." if end <= now
+                else "Open advice as of now.")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpuledger weekly cost report {html.escape(label)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2rem;color:#222}}table{{border-collapse:collapse;margin:1rem 0}}
@@ -90,13 +149,16 @@ td:first-child,th:first-child{{text-align:left}}</style></head><body>
 <h1>GPU cost report — week {html.escape(label)}</h1>
 <p>{html.escape(start.strftime('%Y-%m-%d'))} to {html.escape(end.strftime('%Y-%m-%d'))} (UTC).{unfinished}
 Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${idle_cost:,.2f}</strong>.</p>
+<h2>Cost per day</h2>
+{chart}
 <h2>Cost per team</h2>
-{_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "cost_usd", "idle_gpu_hours",
-                 "idle_cost_usd", "unpriced_gpu_hours"]], money=("cost_usd", "idle_cost_usd"))}
+{_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "cost_usd", "cost_prev_week_usd",
+                 "cost_change", "idle_gpu_hours", "idle_cost_usd", "unpriced_gpu_hours"]],
+        money=("cost_usd", "cost_prev_week_usd", "idle_cost_usd"), percent=("efficiency", "cost_change"))}
 <h2>Largest idle allocations</h2>
-{_table(top_idle[["team", "job_id", "node", "gpu_model", "idle_minutes", "idle_gpu_hours", "idle_cost_usd"]]
-        if not top_idle.empty else top_idle, money=("idle_cost_usd",))}
+{_table(top_idle, money=("idle_cost_usd",))}
 <h2>Recommendations</h2>
+<p>{rec_note}</p>
 {rec_html}
 <p>Per-team CSV files sit next to this page. Rates: USD per GPU-hour from the site rate card.</p>
 </body></html>"""

@@ -53,3 +53,22 @@ def test_a_week_without_samples_is_refused(sim_store, tmp_path):
     with pytest.raises(StoreError, match="no samples in week 2030-W01"):
         weekly_report(sim_store, Config(), tmp_path, "2030-W01")
     assert not list(tmp_path.iterdir())
+
+
+def test_report_has_a_chart_week_over_week_and_idle_rows_per_job(sim_store, tmp_path):
+    week = (SIM_END - timedelta(days=1)).strftime("%G-W%V")
+    files = weekly_report(sim_store, Config(), tmp_path, week)
+    page = files.html.read_text()
+    svg = page.split("<svg")[1].split("</svg>")[0]
+    assert page.count("<svg") == 1 and "cost per day by team" in svg and "<rect" in svg
+    assert "href" not in svg and "src=" not in page and "<script" not in page  # nothing to fetch, nothing to run
+    summary = list(csv.DictReader(files.summary_csv.open()))
+    assert {"cost_prev_week_usd", "cost_change"} <= set(summary[0])
+    efficiency = [float(r["efficiency"]) for r in summary if r["team"] == "nlp"][0]
+    assert f"{efficiency:.0%}" in page  # a percentage, not a one-decimal fraction
+    idle_section = page.split("Largest idle allocations")[1].split("Recommendations")[0]
+    rows = [row for row in idle_section.split("<tr>")[2:]]
+    jobs = [row.split("</td>")[1] for row in rows]
+    assert jobs and len(jobs) == len(set(jobs))  # one row per job, its GPUs counted, not a row per GPU
+    if iso_week(week)[1] <= SIM_END:  # a week that is over: no advice about what runs now
+        assert "reclaim" not in page.split("<h2>Recommendations</h2>")[1]
