@@ -1,0 +1,116 @@
+"""How long do the analytics take on a big store? Every dashboard endpoint, the recommender and the weekly report,
+next to one plain DuckDB aggregate scan of the same raw rows.
+
+Usage: python benchmarks/analytics.py [--gpus 1000] [--days 7] [--interval 10] [--calls 20]
+
+A store of --gpus simulated GPUs (8-GPU H100 nodes, the simulator's workload) × --days at --interval seconds is
+built with the store's bulk append (the rows ingest would store). A real API server runs on 127.0.0.1 over it,
+and each endpoint the dashboard calls is requested --calls times over HTTP (p50 and p95 reported); the
+recommender's evaluation and the weekly report run in process. The baseline, in the same run, is DuckDB's own
+`SELECT team, gpu_model, sum(interval_s * gpu_fraction) ... GROUP BY ALL` over every raw row.
+
+Goals (issue 10): the weekly report plus recommendations at most 2x the baseline scan, and every dashboard
+endpoint under 1 s (p95) at 1,000 GPUs. The server's peak RSS is printed too.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import requests
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.windows import iso_week, utc_now
+from gpuledger.collector.simulator import cluster_of
+from gpuledger.deploy.server import ApiServer, weekly_report
+from gpuledger.policies.recommender import evaluate
+
+# what the dashboard asks for on one redraw (dashboard/app.py), with its default 7-day window
+DASHBOARD = (
+    ("/healthz", {}),
+    ("/v1/cluster/utilization", {"days": 7, "bucket_minutes": 60}),
+    ("/v1/costs", {"days": 7}),
+    ("/v1/waste", {"days": 7, "limit": 100}),
+    ("/v1/fairshare", {"days": 7}),
+    ("/v1/recommendations", {}),
+    ("/v1/recommendations/history", {"limit": 200}),
+    ("/v1/nodes", {}),
+)
+
+
+def build(path: Path, gpus: int, days: float, interval_s: float) -> tuple[Store, int, float]:
+    now = utc_now().replace(minute=0, second=0, microsecond=0)
+    sim = cluster_of(max(1, gpus // 8), days=days, now=now)
+    store = Store(path)
+    store.set_rates(Config().rates)
+    store.upsert_teams(sim.team_frame())
+    store.set_team_quotas(sim.quota_frame())
+    rows, started = 0, time.perf_counter()
+    for table in sim.history(now - timedelta(days=days), now, step_s=interval_s, chunk_s=3600.0):
+        rows += store.append_samples(table)
+    store.upsert_jobs(sim.jobs_frame(now))
+    store.checkpoint_if_due(min_wal_bytes=0)
+    return store, rows, time.perf_counter() - started
+
+
+def timed(fn, repeat: int = 1) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def p95(values: list[float]) -> float:
+    return sorted(values)[max(0, round(0.95 * len(values)) - 1)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--calls", type=int, default=20, help="requests per dashboard endpoint")
+    args = parser.parse_args(argv)
+    config = Config(policy_window_days=min(14.0, args.days))
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"building {args.gpus} GPUs x {args.days:g} days at {args.interval:g} s...", flush=True)
+        store, rows, build_s = build(Path(tmp) / "bench.duckdb", args.gpus, args.days, args.interval)
+        print(f"  {rows:,} samples in {build_s:.0f} s ({rows / build_s:,.0f} rows/s)\n")
+        scan = min(timed(lambda: store.query(
+            "SELECT team, gpu_model, sum(interval_s * gpu_fraction) / 3600.0 AS gpu_hours, "
+            "sum(interval_s * gpu_fraction * coalesce(util_pct, 0)) AS used FROM samples GROUP BY ALL"), 3))
+        print(f"baseline: one DuckDB aggregate scan of all {rows:,} rows: {scan:.3f} s\n")
+        print(f"{'what':<40} {'p50 s':>8} {'p95 s':>8} {'x scan':>8}")
+        server = ApiServer(store, config, port=0)
+        url = server.start()
+        try:
+            for path, params in DASHBOARD:
+                times = timed(lambda: requests.get(url + path, params=params, timeout=600).raise_for_status(),
+                              args.calls)
+                print(f"{'GET ' + path:<40} {statistics.median(times):>8.3f} {p95(times):>8.3f} "
+                      f"{p95(times) / scan:>8.1f}", flush=True)
+        finally:
+            server.stop()
+        recommend = min(timed(lambda: evaluate(store, config), 2))
+        week = iso_week("current")[2]
+        report = min(timed(lambda: weekly_report(store, config, Path(tmp) / "reports", week), 2))
+        print(f"{'recommender (evaluate)':<40} {recommend:>8.3f} {'':>8} {recommend / scan:>8.1f}")
+        print(f"{'weekly report (' + week + ')':<40} {report:>8.3f} {'':>8} {report / scan:>8.1f}")
+        print(f"\nreport + recommendations: {(report + recommend) / scan:.1f}x the scan (goal <= 2x); "
+              f"peak RSS of this process (server included): "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
