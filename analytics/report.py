@@ -16,7 +16,7 @@ import pandas as pd
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.waste import idle_runs, waste_by_team
+from gpuledger.analytics.waste import waste
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 
@@ -109,9 +109,9 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     out = Path(out_dir) / label
     out.mkdir(parents=True, exist_ok=True)
     costs = cost_by_team(store, start, end)
-    waste = waste_by_team(store, start, end, config.idle_minutes, config.idle_util_pct,
-                          config.oversized_mem_fraction)
-    summary = costs.merge(waste[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
+    found = waste(store, start, end, config.idle_minutes, config.idle_util_pct, config.oversized_mem_fraction)
+    per_team = found.by_team
+    summary = costs.merge(per_team[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
         {"idle_gpu_hours": 0.0, "idle_cost_usd": 0.0})
     summary["efficiency"] = (summary["used_gpu_hours"] / summary["gpu_hours"]).fillna(0.0)
     before = cost_by_team(store, start - (end - start), start)[["team", "cost_usd"]]
@@ -127,7 +127,7 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
         frame.insert(0, "week", label)
         frame.to_csv(path, index=False)
         files.team_csvs[str(team)] = path
-    top_idle = _idle_by_job(idle_runs(store, start, end, config.idle_minutes, config.idle_util_pct)).head(15)
+    top_idle = _idle_by_job(found.runs).head(15)
     chart = _cost_chart(daily_cost_by_team(store, start, end))
     total = float(summary["cost_usd"].sum())
     idle_line = summary[summary["team"] == IDLE_CAPACITY]

@@ -6,6 +6,7 @@ its long idle stretches. Short pauses under `idle_minutes` are normal and ignore
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
@@ -97,14 +98,31 @@ def oversized_jobs(store: Store, start: datetime, end: datetime, mem_fraction: f
     return over.sort_values("cost_usd", ascending=False).reset_index(drop=True)
 
 
+@dataclass
+class Waste:
+    """The idle stretches, the memory-oversized jobs, and their sums per team, each query run once."""
+    runs: pd.DataFrame
+    oversized: pd.DataFrame
+    by_team: pd.DataFrame
+
+
+def waste(store: Store, start: datetime, end: datetime, idle_minutes: float, idle_util_pct: float,
+          mem_fraction: float) -> Waste:
+    runs = idle_runs(store, start, end, idle_minutes, idle_util_pct)
+    over = oversized_jobs(store, start, end, mem_fraction, idle_util_pct=idle_util_pct)
+    return Waste(runs, over, _per_team(runs, over))
+
+
 def waste_by_team(store: Store, start: datetime, end: datetime, idle_minutes: float, idle_util_pct: float,
                   mem_fraction: float) -> pd.DataFrame:
     """Per team: idle allocated GPU-hours and their cost, and how many jobs were memory-oversized."""
-    runs = idle_runs(store, start, end, idle_minutes, idle_util_pct)
+    return waste(store, start, end, idle_minutes, idle_util_pct, mem_fraction).by_team
+
+
+def _per_team(runs: pd.DataFrame, over: pd.DataFrame) -> pd.DataFrame:
     idle = runs.groupby("team", as_index=False).agg(
         idle_gpu_hours=("idle_gpu_hours", "sum"), idle_cost_usd=("idle_cost_usd", "sum"),
         idle_stretches=("idle_gpu_hours", "size"))
-    over = oversized_jobs(store, start, end, mem_fraction, idle_util_pct=idle_util_pct)
     sized = (over.groupby("team", as_index=False).agg(oversized_jobs=("job_id", "size"),
                                                        oversized_gpu_hours=("gpu_hours", "sum"))
              if not over.empty else pd.DataFrame(columns=["team", "oversized_jobs", "oversized_gpu_hours"]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import uvicorn
@@ -18,10 +19,11 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.report import ReportFiles, write_weekly_report
 from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.store.ingest_writer import IngestWriter
-from gpuledger.analytics.windows import iso_week
+from gpuledger.analytics.windows import iso_week, utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.deploy.api import create_app
-from gpuledger.policies.recommender import evaluate
+from gpuledger.policies.quota import evaluate_quotas
+from gpuledger.policies.recommender import Evaluation, evaluate
 
 log = logging.getLogger(__name__)
 WEEKLY_REPORT_JOB = "weekly-cost-report"
@@ -62,7 +64,10 @@ def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str |
     start, end, label = iso_week(week)
     if store.sample_count(start, end) == 0:
         raise StoreError(f"no samples in week {label} ({start:%Y-%m-%d} to {end:%Y-%m-%d}): nothing to report")
-    evaluation = evaluate(store, config, end)
+    if end <= utc_now():  # a week that is over: quota advice as of its end; placement advice would be stale
+        evaluation = Evaluation(end, end - timedelta(days=config.policy_window_days), evaluate_quotas(store, config, end))
+    else:
+        evaluation = evaluate(store, config, end)
     recs = [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
     files = write_weekly_report(store, config, out_dir, start, end, label, recs)
     log.info("weekly report %s written to %s", label, files.html)

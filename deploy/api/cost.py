@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 
 from gpuledger.analytics.cost import cost_by_team
 from gpuledger.analytics.records import records
-from gpuledger.analytics.waste import idle_runs, oversized_jobs, waste_by_team
+from gpuledger.analytics.waste import waste
 from gpuledger.deploy.api.deps import ConfigDep, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Costs, Waste
 
@@ -24,17 +24,16 @@ def costs(store: StoreDep, days: float = Days, end: datetime | None = End) -> di
 
 
 @router.get("/v1/waste", response_model=Waste)
-def waste(store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
+def waste_view(store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
           limit: int = Query(50, ge=1, le=1000, description="rows of idle runs and oversized jobs")) -> dict:
     """Idle allocated GPU-hours per team, the longest idle stretches, and jobs that fit a smaller shape."""
     start, stop, span = window(days, end)
-    over = oversized_jobs(store, start, stop, config.oversized_mem_fraction, idle_util_pct=config.idle_util_pct)
+    found = waste(store, start, stop, config.idle_minutes, config.idle_util_pct, config.oversized_mem_fraction)
     return {
         "window": span,
         "thresholds": {"idle_minutes": config.idle_minutes, "idle_util_pct": config.idle_util_pct,
                        "oversized_mem_fraction": config.oversized_mem_fraction},
-        "by_team": records(waste_by_team(store, start, stop, config.idle_minutes, config.idle_util_pct,
-                                         config.oversized_mem_fraction)),
-        "idle_runs": records(idle_runs(store, start, stop, config.idle_minutes, config.idle_util_pct).head(limit)),
-        "oversized_jobs": records(over.head(limit)),
+        "by_team": records(found.by_team),
+        "idle_runs": records(found.runs.head(limit)),
+        "oversized_jobs": records(found.oversized.head(limit)),
     }
