@@ -11,6 +11,7 @@ import time
 from datetime import timedelta
 from typing import Iterator
 
+import pandas as pd
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -53,22 +54,22 @@ class StoreGauges(Collector):
 
     def _families(self) -> list[GaugeMetricFamily]:
         end = utc_now()
-        families = []
-        teams = team_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct)
-        for column, name, doc in TEAM_GAUGES:
-            family = GaugeMetricFamily(name, doc, labels=["team"])
-            for team, value in zip(teams["team"], teams[column]):
-                family.add_metric([str(team)], float(value))
-            families.append(family)
-        nodes = node_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct)
-        for column, name, doc in NODE_GAUGES:
-            family = GaugeMetricFamily(name, doc, labels=["node"])
-            for node, value in zip(nodes["node"], nodes[column]):
-                family.add_metric([str(node)], float(value))
-            families.append(family)
+        families = _gauges(team_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "team", TEAM_GAUGES)
+        families += _gauges(node_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "node", NODE_GAUGES)
         fair = GaugeMetricFamily(FAIRSHARE, f"Fairshare factor ({self.config.fairshare_algorithm}), 0..1, higher = "
                                             "more deserving", labels=["team"])
         for team, row in fairshare_at(self.store, self.config, end).iterrows():
             fair.add_metric([str(team)], float(row["fairshare"]))
         families.append(fair)
         return families
+
+
+def _gauges(frame: pd.DataFrame, label: str, specs: tuple[tuple[str, str, str], ...]) -> list[GaugeMetricFamily]:
+    """One gauge family per (column, name, help), a series per row labelled by the frame's `label` column."""
+    families = []
+    for column, name, doc in specs:
+        family = GaugeMetricFamily(name, doc, labels=[label])
+        for key, value in zip(frame[label], frame[column]):
+            family.add_metric([str(key)], float(value))
+        families.append(family)
+    return families
