@@ -65,15 +65,6 @@ def cluster_utilization(store: Store, start: datetime, end: datetime, bucket_min
     return _bucketed(store, start, end, None, bucket_minutes)
 
 
-def hourly_team_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Allocated GPU-hours per clock hour and named team (the unattributed bucket has no team to owe)."""
-    sql = """
-        SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, team, sum(gpu_hours(interval_s, gpu_fraction)) AS gpu_hours
-        FROM samples WHERE allocated AND team IS NOT NULL AND ts >= $start AND ts < $end
-        GROUP BY 1, 2"""
-    return store.query(sql, {"start": start, "end": end})
-
-
 def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
     """Per owner, GPU model and clock hour: GPUs allocated and GPUs allocated but idle (under `idle_util_pct`),
     on average over the hour."""

@@ -16,7 +16,6 @@ from typing import Any
 
 from gpuledger.analytics.records import json_safe
 
-KINDS = ("quota", "reclaim", "resize")
 PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED = "proposed", "accepted", "rejected", "applied", "superseded"
 INSUFFICIENT_DATA, PREVIEW = "insufficient_data", "preview"
 OPEN = (PROPOSED, ACCEPTED)  # what a scheduler should consider now

@@ -22,7 +22,6 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import hourly_capacity, hourly_user_usage
 
 BASE_COLUMNS = ["hour", "team", "gpu_hours", "fairshare", "over_served"]
-DECAY_MEMORY_HALF_LIVES = 5  # usage older than this many half-lives weighs under 3%: not worth reading
 
 
 @dataclass(frozen=True)

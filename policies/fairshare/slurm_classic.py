@@ -14,6 +14,13 @@ import pandas as pd
 
 from gpuledger.analytics.config import Config
 
+DECAY_MEMORY_HALF_LIVES = 5  # usage older than this many half-lives weighs under 3%: not worth reading
+
+
+def decayed_lookback_days(config: Config) -> float:
+    """How much history Slurm's decayed usage needs: the policy window, or five half-lives if longer."""
+    return max(config.policy_window_days, DECAY_MEMORY_HALF_LIVES * config.half_life_days)
+
 
 def decayed(values: np.ndarray, half_life_hours: float) -> np.ndarray:
     """Running sums of `values` (rows: hours) where each older hour weighs 2^(-age / half-life)."""
@@ -36,8 +43,7 @@ class SlurmClassic:
     name = "slurm_classic"
 
     def lookback_days(self, config: Config) -> float:
-        from gpuledger.policies.fairshare import DECAY_MEMORY_HALF_LIVES
-        return max(config.policy_window_days, DECAY_MEMORY_HALF_LIVES * config.half_life_days)
+        return decayed_lookback_days(config)
 
     def history(self, inputs, config: Config) -> pd.DataFrame:
         teams = inputs.teams["team"].tolist()

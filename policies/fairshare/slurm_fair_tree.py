@@ -9,7 +9,8 @@ ranked by walking the tree from the root, children in descending LevelFS (users 
 users sharing a rank, tied accounts merged), and get FairShare = rank / number of users: the top user 1.0.
 
 A team's history carries its LevelFS and the mean FairShare of its users; `over_served` is LevelFS < 1.
-`tree_at` gives the whole tree at one hour in the columns of `sshare -l`, to compare with a real Slurm.
+`tree_rows` lists a tree in the columns of `sshare -l`, and `tree_from_associations` builds one from a real
+Slurm's associations, to compare the two on the same usage.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.policies.fairshare.slurm_classic import decayed
+from gpuledger.policies.fairshare.slurm_classic import decayed, decayed_lookback_days
 
 UNKNOWN_USER = "(unknown)"  # samples without a user still count towards their team
 
@@ -87,7 +88,6 @@ def build_tree(teams: pd.DataFrame, user_usage: dict[tuple[str, str], float]) ->
         for (owner, user), used in sorted(user_usage.items()):
             if owner == row.team:
                 team.children.append(Node(user, row.team, user, 1.0, used))
-        team.usage = sum(u.usage for u in team.children)
         parent = row.parent if isinstance(row.parent, str) and row.parent else None
         if parent is None:
             root.children.append(team)
@@ -98,12 +98,7 @@ def build_tree(teams: pd.DataFrame, user_usage: dict[tuple[str, str], float]) ->
         department = departments[parent]
         department.children.append(team)
         department.shares += team.shares
-        department.usage += team.usage
-    root.usage = sum(c.usage for c in root.children)
-    _set_levels(root)
-    users = sum(1 for team in _walk(root) if team.is_user)
-    _rank(root.children, [users], max(users, 1))
-    return root
+    return _scored(root)
 
 
 def tree_from_associations(rows: list[dict]) -> Node:
@@ -120,10 +115,14 @@ def tree_from_associations(rows: list[dict]) -> Node:
         stack[-1][1].children.append(node)
         if node.user is None:
             stack.append((row["depth"], node))
-    for node in reversed(list(_walk(root))):  # an account's usage is its children's
+    return _scored(root)
+
+
+def _scored(root: Node) -> Node:
+    """Roll users' usage up to their accounts, then set every LevelFS and rank every user."""
+    for node in reversed([root, *_walk(root)]):  # children before their parents
         if node.children:
             node.usage = sum(c.usage for c in node.children)
-    root.usage = sum(c.usage for c in root.children)
     _set_levels(root)
     users = sum(1 for n in _walk(root) if n.is_user)
     _rank(root.children, [users], max(users, 1))
@@ -149,8 +148,7 @@ class SlurmFairTree:
     name = "slurm_fair_tree"
 
     def lookback_days(self, config: Config) -> float:
-        from gpuledger.policies.fairshare import DECAY_MEMORY_HALF_LIVES
-        return max(config.policy_window_days, DECAY_MEMORY_HALF_LIVES * config.half_life_days)
+        return decayed_lookback_days(config)
 
     def _decayed_users(self, inputs, config: Config) -> tuple[list[tuple[str, str]], np.ndarray]:
         usage = inputs.usage.assign(user=inputs.usage["user"].fillna(UNKNOWN_USER))
@@ -177,8 +175,3 @@ class SlurmFairTree:
                              "fairshare": float(np.mean(factors)) if factors else 1.0,
                              "over_served": node.level_fs < 1.0})
         return pd.DataFrame(rows)
-
-    def tree_at(self, inputs, config: Config, hour: int = -1) -> pd.DataFrame:
-        """The whole tree at one hour of `inputs` (default the last), as `sshare -l` shows it."""
-        keys, used = self._decayed_users(inputs, config)
-        return tree_rows(build_tree(inputs.teams, dict(zip(keys, used[hour])) if keys else {}))
