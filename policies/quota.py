@@ -26,7 +26,6 @@ evaluated, never from a window a caller happens to view:
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,6 +38,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import capacity_by_model, covered_hours, hourly_demand, pending_jobs
 from gpuledger.policies.fairshare import fairshare_at
+from gpuledger.policies.recommendation import APPLIED, stored
 
 HOURS_PER_WEEK = 168.0
 
@@ -69,12 +69,10 @@ def current_quotas(store: Store) -> dict[tuple[str, str], tuple[float | None, fl
     out: dict[tuple[str, str], tuple[float | None, float | None, str]] = {}
     for row in store.team_quotas().itertuples(index=False):
         out[(row.team, row.gpu_model)] = (_number(row.guarantee_gpus), _number(row.limit_gpus), "config")
-    applied = store.recommendations(statuses=["applied"])
-    applied = applied[applied["kind"] == "quota"].sort_values("decided_at")
-    for row in applied.itertuples(index=False):
-        action = json.loads(row.action)
-        out[(row.team, row.gpu_model)] = (action.get("guarantee_gpus"), action.get("limit_gpus"),
-                                          f"decision {row.id}")
+    applied = [r for r in stored(store, statuses=(APPLIED,)) if r.kind == "quota"]
+    for rec in sorted(applied, key=lambda r: r.decided_at):  # the latest decision wins
+        out[(rec.team, rec.gpu_model)] = (rec.action.get("guarantee_gpus"), rec.action.get("limit_gpus"),
+                                          f"decision {rec.id}")
     return out
 
 

@@ -18,8 +18,7 @@ from gpuledger.analytics.usage import capacity_by_model
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import InputError
 from gpuledger.policies.quota import QuotaAdvice, current_quotas
-from gpuledger.policies.recommendation import ACCEPTED, PROPOSED
-from gpuledger.policies.recommender import stored
+from gpuledger.policies.recommendation import ACCEPTED, PROPOSED, stored
 
 ROOT_GROUP = "gpuledger"  # the cohort / parent every team without a department hangs under
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuledger.analytics.records import json_safe
+from gpuledger.analytics.store import Store
 
 PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED = "proposed", "accepted", "rejected", "applied", "superseded"
 INSUFFICIENT_DATA, PREVIEW = "insufficient_data", "preview"
@@ -69,6 +70,13 @@ class Recommendation:
                 values[column] = values[column].to_pydatetime() if hasattr(values[column], "to_pydatetime") \
                     else values[column]
         return cls(**values)
+
+
+def stored(store: Store, statuses: tuple[str, ...] | None = None, team: str | None = None,
+           ids: list[str] | None = None, limit: int | None = None) -> list[Recommendation]:
+    """Stored recommendations, newest first, optionally narrowed by status, team or id."""
+    frame = store.recommendations(statuses=statuses, team=team, ids=ids, limit=limit)
+    return [Recommendation.from_row(row) for row in frame.to_dict(orient="records")]
 
 
 def _missing(value: Any) -> bool:

@@ -22,18 +22,8 @@ from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.policies.placement import placement_advice
 from gpuledger.policies.quota import QuotaAdvice, evaluate_quotas
-from gpuledger.policies.recommendation import (
-    ACCEPTED,
-    APPLIED,
-    DECISIONS,
-    INSUFFICIENT_DATA,
-    OPEN,
-    PREVIEW,
-    PROPOSED,
-    REJECTED,
-    SUPERSEDED,
-    Recommendation,
-)
+from gpuledger.policies.recommendation import (ACCEPTED, APPLIED, DECISIONS, INSUFFICIENT_DATA, OPEN, PREVIEW,
+                                               PROPOSED, REJECTED, SUPERSEDED, Recommendation, stored)
 
 REFRESHED_AT = "recommendations_refreshed_at"  # meta key: when the stored set was last re-evaluated
 NEXT_STATUSES = {PROPOSED: {ACCEPTED, REJECTED, APPLIED}, ACCEPTED: {APPLIED, REJECTED}}
@@ -79,12 +69,6 @@ def evaluate(store: Store, config: Config, at: datetime | None = None) -> Evalua
     at = as_utc(at) if at else utc_now()
     return Evaluation(at, at - timedelta(days=config.policy_window_days), evaluate_quotas(store, config, at),
                       placement_advice(store, config, at))
-
-
-def stored(store: Store, statuses: tuple[str, ...] | None = None, team: str | None = None,
-           ids: list[str] | None = None, limit: int | None = None) -> list[Recommendation]:
-    frame = store.recommendations(statuses=statuses, team=team, ids=ids, limit=limit)
-    return [Recommendation.from_row(row) for row in frame.to_dict(orient="records")]
 
 
 def _latest_by_key(store: Store) -> dict[tuple, Recommendation]:

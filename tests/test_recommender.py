@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from gpuledger.analytics.config import Config
-from gpuledger.policies.recommendation import ACCEPTED, APPLIED, INSUFFICIENT_DATA, PROPOSED, SUPERSEDED
-from gpuledger.policies.recommender import DecisionError, decide, evaluate, refresh, stored
+from gpuledger.policies.recommendation import ACCEPTED, APPLIED, INSUFFICIENT_DATA, PROPOSED, SUPERSEDED, stored
+from gpuledger.policies.recommender import DecisionError, decide, evaluate, refresh
 from tests.helpers import T0, gpu_rows, table
 
 END = T0 + timedelta(hours=3)

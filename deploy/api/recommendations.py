@@ -10,7 +10,8 @@ from gpuledger.analytics.windows import utc_now
 from gpuledger.deploy.api.deps import ConfigDep, End, StoreDep, check_token
 from gpuledger.deploy.api.models import Decision, Recommendation, Recommendations
 from gpuledger.policies.exporting import export
-from gpuledger.policies.recommender import DecisionError, UnknownRecommendation, decide, stored
+from gpuledger.policies.recommendation import stored
+from gpuledger.policies.recommender import DecisionError, UnknownRecommendation, decide
 
 router = APIRouter(tags=["recommendations"])
 
