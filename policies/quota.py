@@ -150,6 +150,7 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
     pending = pending_jobs(store, at, config.pending_min_wait_minutes)
     fair_state = fairshare_at(store, config, at)
     current = current_quotas(store)
+    held = {key: guarantee for key, (guarantee, _, _) in current.items()}  # the guarantee in force
     window_hours = config.policy_window_days * 24.0
     rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
     busiest = (demand.groupby(["team", "gpu_model"])["allocated_gpus"].sum().reset_index()
@@ -172,7 +173,7 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
             why = (f"no {model} GPU is present at {at:%Y-%m-%d %H:%M} UTC" if gpus <= 0 else
                    f"samples of {model} cover {covered:.0%} of the {config.policy_window_days:g}-day policy window's "
                    f"hours, under the {config.min_coverage:.0%} needed")
-            advice += [QuotaAdvice(t, model, "insufficient_data", current.get((t, model), (None,))[0], evidence=window,
+            advice += [QuotaAdvice(t, model, "insufficient_data", held.get((t, model)), evidence=window,
                                    reason=f"not enough data to advise {t}'s {model} guarantee: {why}")
                        for t in involved]
             continue
@@ -196,7 +197,7 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
         guarantees: dict[str, int] = {}
         for team in involved:
             wanted, bounds = shared[team], []
-            now = current.get((team, model), (None, None, None))[0]
+            now = held.get((team, model))
             if wanted < targets[team] - 1e-9:
                 bounds.append("over-served: held to its fair part" if over[team] else "share of what was left")
             if now is not None and wanted > now and facts[team]["mean_idle_gpus"] >= 0.05:
