@@ -22,8 +22,19 @@ from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.policies.placement import placement_advice
 from gpuledger.policies.quota import QuotaAdvice, evaluate_quotas
-from gpuledger.policies.recommendation import (ACCEPTED, APPLIED, DECISIONS, INSUFFICIENT_DATA, OPEN, PREVIEW,
-                                               PROPOSED, REJECTED, SUPERSEDED, Recommendation, stored)
+from gpuledger.policies.recommendation import (
+    ACCEPTED,
+    APPLIED,
+    DECISIONS,
+    INSUFFICIENT_DATA,
+    OPEN,
+    PREVIEW,
+    PROPOSED,
+    REJECTED,
+    SUPERSEDED,
+    Recommendation,
+    stored,
+)
 
 REFRESHED_AT = "recommendations_refreshed_at"  # meta key: when the stored set was last re-evaluated
 NEXT_STATUSES = {PROPOSED: {ACCEPTED, REJECTED, APPLIED}, ACCEPTED: {APPLIED, REJECTED}}

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from prometheus_client import generate_latest
 
+from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
+from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
+from gpuledger.collector.metrics import exported as exported_by
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
+from gpuledger.deploy.api.live_metrics import StoreGauges
 from gpuledger.deploy.server import ApiServer
 from tests.conftest import SIM_END, SITE
 from tests.procs import TOKEN
@@ -162,9 +167,13 @@ def test_docs_work_offline_and_the_root_leads_there(api_url):
     assert root.status_code in (302, 307) and root.headers["location"] == "/docs"
 
 
-def test_grafana_dashboard_queries_only_metrics_the_server_exports(api_url):
+def test_grafana_dashboard_queries_only_metrics_the_server_exports(api_url, sim_store):
     dashboard = json.loads((Path(__file__).resolve().parents[1] / "deploy" / "grafana-dashboard.json").read_text())
-    text = get(api_url, "/metrics").text
+    # the gauges describe the hour before "now"; pinned to the simulated history's end, so they have data
+    # whatever the wall clock says when the suite runs
+    text = generate_latest(exported_by(COLLECTOR_METRICS, STORE_METRICS,
+                                       StoreGauges(sim_store, SITE, clock=lambda: SIM_END))).decode()
+    assert "# TYPE gpuledger_team_allocated_gpus gauge" in get(api_url, "/metrics").text  # the server has them too
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     declared = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     queried = {name for panel in dashboard["panels"] for target in panel["targets"]

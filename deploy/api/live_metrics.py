@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
-from typing import Iterator
+from datetime import datetime, timedelta
+from typing import Callable, Iterator
 
 import pandas as pd
 from prometheus_client.core import GaugeMetricFamily
@@ -38,8 +38,10 @@ FAIRSHARE = "gpuledger_team_fairshare"
 
 
 class StoreGauges(Collector):
-    def __init__(self, store: Store, config: Config, cache_s: float = 60.0) -> None:
+    def __init__(self, store: Store, config: Config, cache_s: float = 60.0,
+                 clock: Callable[[], datetime] = utc_now) -> None:
         self.store = store
+        self.clock = clock  # "now": the hour the gauges describe ends here
         self.config = config
         self.cache_s = cache_s
         self._lock = threading.Lock()
@@ -53,7 +55,7 @@ class StoreGauges(Collector):
         yield from families
 
     def _families(self) -> list[GaugeMetricFamily]:
-        end = utc_now()
+        end = self.clock()
         families = _gauges(team_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "team", TEAM_GAUGES)
         families += _gauges(node_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "node", NODE_GAUGES)
         fair = GaugeMetricFamily(FAIRSHARE, f"Fairshare factor ({self.config.fairshare_algorithm}), 0..1, higher = "
