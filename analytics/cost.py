@@ -11,38 +11,45 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import USAGE
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
+
+
+# the rollups of the window priced by the rate card: GPU-hours, used GPU-hours and cost per row
+PRICED = f"""
+    (SELECT u.*, gpu_s / 3600.0 AS gpu_hours, used_gpu_s / 3600.0 AS used_gpu_hours, r.usd_per_gpu_hour,
+            gpu_s / 3600.0 * coalesce(r.usd_per_gpu_hour, 0) AS cost_usd
+     FROM {USAGE} u LEFT JOIN rate_card r USING (gpu_model))"""
 
 
 def cost_by_team(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per team (and one IDLE_CAPACITY line for unallocated GPUs): GPU-hours, used GPU-hours, cost in USD."""
-    sql = """
+    sql = f"""
         SELECT * FROM (
         SELECT bill_line(allocated, team, $unattributed, $idle) AS team,
                sum(gpu_hours) AS gpu_hours, sum(used_gpu_hours) AS used_gpu_hours, sum(cost_usd) AS cost_usd,
                coalesce(sum(gpu_hours) FILTER (WHERE usd_per_gpu_hour IS NULL), 0) AS unpriced_gpu_hours
-        FROM priced_samples
-        WHERE ts >= $start AND ts < $end
+        FROM {PRICED}
         GROUP BY 1)
         ORDER BY (team = $idle) ASC, cost_usd DESC"""
-    return store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
+    return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
 
 
 def cost_by_team_and_model(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
     """Per team and GPU model: the rate, allocated GPU-hours and their cost."""
-    sql = """
+    sql = f"""
         SELECT owner(team, $unattributed) AS team, gpu_model, any_value(usd_per_gpu_hour) AS usd_per_gpu_hour,
                sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd
-        FROM priced_samples
-        WHERE allocated AND ts >= $start AND ts < $end AND ($team IS NULL OR owner(team, $unattributed) = $team)
+        FROM {PRICED}
+        WHERE allocated AND ($team IS NULL OR owner(team, $unattributed) = $team)
         GROUP BY 1, 2 ORDER BY 1, cost_usd DESC"""
-    return store.query(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
+    return store.query_usage(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
 
 
 def daily_cost_by_team(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Cost per UTC day and bill line (teams, unattributed, idle capacity)."""
-    sql = """
-        SELECT time_bucket(INTERVAL 1 DAY, ts) AS day, bill_line(allocated, team, $unattributed, $idle) AS team,
+    sql = f"""
+        SELECT time_bucket(INTERVAL 1 DAY, bucket) AS day, bill_line(allocated, team, $unattributed, $idle) AS team,
                sum(cost_usd) AS cost_usd
-        FROM priced_samples WHERE ts >= $start AND ts < $end GROUP BY ALL ORDER BY 1, 2"""
-    return store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
+        FROM {PRICED} GROUP BY ALL ORDER BY 1, 2"""
+    return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})

@@ -1,7 +1,8 @@
 """GPU-hours allocated vs used, per team and over time.
 
 A sample stands for `interval_s` seconds of `gpu_fraction` of a GPU, so GPU-hours are a
-sum, whatever the collection interval or MIG layout (the store's `gpu_hours` macro).
+sum, whatever the collection interval or MIG layout. Every query reads the rollups
+(`usage_between`), so windows are whole minutes: both ends are floored to the minute.
 "Used" weights allocated time by utilisation; "allocated" counts the time a job held the
 GPU, busy or not.
 """
@@ -12,46 +13,53 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
+from gpuledger.collector.errors import InputError
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
+
+
+# the rollups of [$start, $end) (analytics/store/rollups.py): every query below reads these, never raw samples
+USAGE = "usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)"
 
 
 def team_usage(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
     """One row per team: allocated and used GPU-hours, efficiency, jobs seen."""
-    sql = """
-        SELECT owner(team, $unattributed) AS team,
-               sum(gpu_hours(interval_s, gpu_fraction)) AS allocated_gpu_hours,
-               sum(used_gpu_hours(interval_s, gpu_fraction, util_pct)) AS used_gpu_hours,
-               count(DISTINCT job_id) AS jobs
-        FROM samples
-        WHERE allocated AND ts >= $start AND ts < $end AND ($team IS NULL OR owner(team, $unattributed) = $team)
+    sql = f"""
+        SELECT owner(team, $unattributed) AS team, sum(gpu_s) / 3600.0 AS allocated_gpu_hours,
+               sum(used_gpu_s) / 3600.0 AS used_gpu_hours, count(DISTINCT job_id) AS jobs
+        FROM {USAGE}
+        WHERE allocated AND ($team IS NULL OR owner(team, $unattributed) = $team)
         GROUP BY 1 ORDER BY allocated_gpu_hours DESC"""
-    frame = store.query(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
+    frame = store.query_usage(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
     frame["efficiency"] = (frame["used_gpu_hours"] / frame["allocated_gpu_hours"]).fillna(0.0)
     return frame
 
 
-# Average concurrent GPUs per bucket: sum per instant first, then average the instants. Dividing
-# GPU-hours by the bucket length would under-count partial buckets at the edges of the window and
-# whenever the collection interval changes. `$team` narrows "allocated" to one team (NULL: all)
-# while every instant of the cluster still counts in the average.
-_BUCKETED = """
-    WITH per_instant AS (
-        SELECT ts, sum(gpu_fraction) AS present,
-               coalesce(sum(gpu_fraction) FILTER (WHERE allocated AND owned), 0) AS allocated,
-               coalesce(sum(gpu_fraction * coalesce(util_pct, 0) / 100.0) FILTER (WHERE allocated AND owned), 0)
-                   AS used
-        FROM (SELECT *, ($team IS NULL OR owner(team, $unattributed) = $team) AS owned FROM samples
-              WHERE ts >= $start AND ts < $end)
-        GROUP BY ts
-    )
-    SELECT time_bucket(to_minutes($bucket_minutes::INTEGER), ts) AS bucket, avg(present) AS total_gpus,
-           avg(allocated) AS allocated_gpus, avg(used) AS used_gpus
-    FROM per_instant GROUP BY 1 ORDER BY 1"""
+# Average concurrent GPUs per bucket, time-weighted: GPU-seconds over the seconds of the bucket that the evidence
+# covers, taken as the longest time any one GPU was sampled in it. Dividing by the whole bucket length would
+# under-count partial buckets at the edges of the window and of the history; averaging per-instant sums
+# under-counts when nodes sample at different moments. `$team` narrows "allocated" to one team (NULL: all) while
+# the whole cluster still counts as present.
+_BUCKETED = f"""
+    WITH per_gpu AS (
+        SELECT time_bucket(to_minutes($bucket_minutes::INTEGER), bucket) AS bucket, node, gpu_uuid, mig_instance,
+               sum(gpu_s) AS present_s,
+               coalesce(sum(gpu_s) FILTER (WHERE allocated AND owned), 0) AS allocated_s,
+               coalesce(sum(used_gpu_s) FILTER (WHERE allocated AND owned), 0) AS used_s,
+               sum(samples * interval_s) AS sampled_s
+        FROM (SELECT *, ($team IS NULL OR owner(team, $unattributed) = $team) AS owned FROM {USAGE})
+        GROUP BY ALL)
+    SELECT bucket, sum(present_s) AS present_s, sum(allocated_s) AS allocated_s, sum(used_s) AS used_s,
+           max(sampled_s) AS covered_s
+    FROM per_gpu GROUP BY 1 ORDER BY 1"""
 
 
 def _bucketed(store: Store, start: datetime, end: datetime, team: str | None, bucket_minutes: int) -> pd.DataFrame:
-    return store.query(_BUCKETED, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED,
-                                   "bucket_minutes": bucket_minutes})
+    frame = store.query_usage(_BUCKETED, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED,
+                                          "bucket_minutes": bucket_minutes, "fine": bucket_minutes % 60 != 0})
+    covered = frame["covered_s"].clip(lower=1e-9)
+    out = pd.DataFrame({"bucket": frame["bucket"], "total_gpus": frame["present_s"] / covered,
+                        "allocated_gpus": frame["allocated_s"] / covered, "used_gpus": frame["used_s"] / covered})
+    return out
 
 
 def team_usage_series(store: Store, start: datetime, end: datetime, team: str,
@@ -65,23 +73,28 @@ def cluster_utilization(store: Store, start: datetime, end: datetime, bucket_min
     return _bucketed(store, start, end, None, bucket_minutes)
 
 
+def check_idle_threshold(store: Store, idle_util_pct: float) -> None:
+    if idle_util_pct != store.idle_util_pct:
+        raise InputError(f"the rollups count idle under {store.idle_util_pct:g}% utilisation, not {idle_util_pct:g}%: "
+                         "the server rebuilds them when [waste] idle_util_pct changes (gpuledger compact --rebuild)")
+
+
 def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
     """Per owner, GPU model and clock hour: GPUs allocated and GPUs allocated but idle (under `idle_util_pct`),
     on average over the hour."""
-    sql = """
-        SELECT owner(team, $unattributed) AS team, gpu_model, time_bucket(INTERVAL 1 HOUR, ts) AS hour,
-               sum(gpu_hours(interval_s, gpu_fraction)) AS allocated_gpus,
-               coalesce(sum(gpu_hours(interval_s, gpu_fraction)) FILTER (WHERE coalesce(util_pct, 0) < $idle_pct), 0)
-                   AS idle_gpus
-        FROM samples WHERE allocated AND ts >= $start AND ts < $end GROUP BY ALL"""
-    return store.query(sql, {"start": start, "end": end, "idle_pct": idle_util_pct, "unattributed": UNATTRIBUTED})
+    check_idle_threshold(store, idle_util_pct)
+    sql = f"""
+        SELECT owner(team, $unattributed) AS team, gpu_model, time_bucket(INTERVAL 1 HOUR, bucket) AS hour,
+               sum(gpu_s) / 3600.0 AS allocated_gpus, sum(idle_gpu_s) / 3600.0 AS idle_gpus
+        FROM {USAGE} WHERE allocated GROUP BY ALL"""
+    return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED})
 
 
 def covered_hours(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per GPU model: the clock hours in [start, end) that hold at least one sample of it (the evidence there is)."""
-    sql = """SELECT gpu_model, list_sort(list(DISTINCT time_bucket(INTERVAL 1 HOUR, ts))) AS hours
-             FROM samples WHERE ts >= $start AND ts < $end GROUP BY gpu_model"""
-    return store.query(sql, {"start": start, "end": end})
+    sql = f"""SELECT gpu_model, list_sort(list(DISTINCT time_bucket(INTERVAL 1 HOUR, bucket))) AS hours
+              FROM {USAGE} GROUP BY gpu_model"""
+    return store.query_usage(sql, {"start": start, "end": end})
 
 
 def capacity_by_model(store: Store, before: datetime) -> pd.DataFrame:
@@ -110,44 +123,45 @@ def pending_jobs(store: Store, at: datetime, min_wait_minutes: float = 0.0) -> p
 
 def hourly_user_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Allocated GPU-hours per clock hour, named team and user (null: not known), for account-tree fairshare."""
-    sql = """
-        SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, team, "user", sum(gpu_hours(interval_s, gpu_fraction)) AS gpu_hours
-        FROM samples WHERE allocated AND team IS NOT NULL AND ts >= $start AND ts < $end
-        GROUP BY ALL"""
-    return store.query(sql, {"start": start, "end": end})
+    sql = f"""
+        SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS hour, team, "user", sum(gpu_s) / 3600.0 AS gpu_hours
+        FROM {USAGE} WHERE allocated AND team IS NOT NULL GROUP BY ALL"""
+    return store.query_usage(sql, {"start": start, "end": end})
 
 
 def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """GPU-hours present per clock hour (allocated or not): the cluster's capacity, for usage as a fraction of it."""
-    sql = """SELECT time_bucket(INTERVAL 1 HOUR, ts) AS hour, sum(gpu_hours(interval_s, gpu_fraction)) AS gpu_hours
-             FROM samples WHERE ts >= $start AND ts < $end GROUP BY 1 ORDER BY 1"""
-    return store.query(sql, {"start": start, "end": end})
+    sql = f"""SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS hour, sum(gpu_s) / 3600.0 AS gpu_hours
+              FROM {USAGE} GROUP BY 1 ORDER BY 1"""
+    return store.query_usage(sql, {"start": start, "end": end})
 
 
 def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
     """Per bill line (teams, unattributed, idle capacity), averaged over [start, end): GPUs held, GPUs busy
     (at or over `idle_util_pct`), GPUs held idle, and cost per hour at the rate card."""
-    sql = """
-        SELECT bill_line(allocated, team, $unattributed, $idle) AS team,
-               sum(gpu_hours) / $hours AS allocated_gpus,
-               coalesce(sum(gpu_hours) FILTER (WHERE allocated AND coalesce(util_pct, 0) >= $idle_pct), 0) / $hours
-                   AS busy_gpus,
-               sum(cost_usd) / $hours AS cost_usd_per_hour
-        FROM priced_samples WHERE ts >= $start AND ts < $end GROUP BY 1 ORDER BY 1"""
-    hours = (end - start).total_seconds() / 3600.0
-    frame = store.query(sql, {"start": start, "end": end, "hours": hours, "idle_pct": idle_util_pct,
-                              "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
+    check_idle_threshold(store, idle_util_pct)
+    sql = f"""
+        SELECT bill_line(allocated, u.team, $unattributed, $idle) AS team, sum(gpu_s) / 3600.0 / $hours AS allocated_gpus,
+               coalesce(sum(gpu_s - idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS busy_gpus,
+               sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour
+        FROM {USAGE} u LEFT JOIN rate_card r USING (gpu_model) GROUP BY 1 ORDER BY 1"""
+    frame = store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end),
+                                    "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
     frame["idle_gpus"] = (frame["allocated_gpus"] - frame["busy_gpus"]).where(frame["team"] != IDLE_CAPACITY, 0.0)
     return frame
 
 
 def node_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
     """Per node, averaged over [start, end): GPUs present, allocated, and busy (at or over `idle_util_pct`)."""
-    sql = """
-        SELECT node, sum(gpu_hours(interval_s, gpu_fraction)) / $hours AS gpus,
-               coalesce(sum(gpu_hours(interval_s, gpu_fraction)) FILTER (WHERE allocated), 0) / $hours AS allocated_gpus,
-               coalesce(sum(gpu_hours(interval_s, gpu_fraction))
-                        FILTER (WHERE allocated AND coalesce(util_pct, 0) >= $idle_pct), 0) / $hours AS busy_gpus
-        FROM samples WHERE ts >= $start AND ts < $end AND node IS NOT NULL GROUP BY 1 ORDER BY 1"""
-    hours = (end - start).total_seconds() / 3600.0
-    return store.query(sql, {"start": start, "end": end, "hours": hours, "idle_pct": idle_util_pct})
+    check_idle_threshold(store, idle_util_pct)
+    sql = f"""
+        SELECT node, sum(gpu_s) / 3600.0 / $hours AS gpus,
+               coalesce(sum(gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS allocated_gpus,
+               coalesce(sum(gpu_s - idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS busy_gpus
+        FROM {USAGE} WHERE node IS NOT NULL GROUP BY 1 ORDER BY 1"""
+    return store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end)})
+
+
+def _hours(start: datetime, end: datetime) -> float:
+    """The window's length in hours, as the rollups see it (both ends floored to the minute)."""
+    return (end.replace(second=0, microsecond=0) - start.replace(second=0, microsecond=0)).total_seconds() / 3600.0

@@ -1,7 +1,7 @@
 """Waste: GPUs held but idle for long stretches, and jobs whose memory footprint is a fraction of the card.
 
 Idle stretches are found per GPU and job as runs of consecutive samples below the idle
-threshold (gaps-and-islands), so a job that is busy for a minute every hour still counts
+threshold (gaps-and-islands, stitched from the minute rollups), so a job that is busy for a minute every hour still counts
 its long idle stretches. Short pauses under `idle_minutes` are normal and ignored.
 """
 from __future__ import annotations
@@ -11,55 +11,75 @@ from datetime import datetime
 
 import pandas as pd
 
+from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import check_idle_threshold
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
 from gpuledger.collector.samples import UNATTRIBUTED
 
 
 def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
               idle_util_pct: float) -> pd.DataFrame:
-    """Stretches where an allocated GPU stayed under `idle_util_pct` for at least `idle_minutes`."""
+    """Stretches where an allocated GPU stayed under `idle_util_pct` for at least `idle_minutes`.
+
+    Read from the minute rollups: each minute row of a GPU and job either is idle throughout (it joins the
+    stretch in progress) or holds busy samples, whose idle lead closes the stretch before and whose idle
+    tail opens the next. A stretch inside one minute, between two busy samples, is shorter than the minute
+    `idle_minutes` must at least be, so it is never one to report."""
+    check_idle_threshold(store, idle_util_pct)
     sql = """
-        WITH s AS (
-            SELECT ts, interval_s, gpu_fraction, gpu_uuid, coalesce(mig_instance, -1) AS mig, node, gpu_model,
-                   job_id, owner(team, $unattributed) AS team, coalesce(util_pct, 0) < $idle_pct AS idle, util_pct
-            FROM samples WHERE allocated AND ts >= $start AND ts < $end
-        ), g AS (
-            SELECT *, row_number() OVER (PARTITION BY gpu_uuid, mig, job_id ORDER BY ts)
-                    - row_number() OVER (PARTITION BY gpu_uuid, mig, job_id, idle ORDER BY ts) AS grp
-            FROM s
+        WITH seg AS (
+            SELECT *, sum((busy_n > 0)::INTEGER) OVER (PARTITION BY gpu_uuid, mig_instance, job_id ORDER BY first_ts
+                                                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run
+            FROM minute_segments($start, $end, $mwm, $idle_pct) WHERE allocated
+        ), parts AS (
+            SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, run - (busy_n > 0)::INTEGER AS run,
+                   first_ts AS start_ts, lead_end_ts AS end_ts, lead_s AS s, lead_gpu_s AS gpu_s,
+                   lead_util_sum AS util_sum, lead_util_n AS util_n
+            FROM seg WHERE lead_end_ts IS NOT NULL
+            UNION ALL
+            SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, run, tail_start_ts, end_ts, tail_s,
+                   tail_gpu_s, tail_util_sum, tail_util_n
+            FROM seg WHERE busy_n > 0 AND tail_start_ts IS NOT NULL
         )
-        SELECT g.team, g.job_id, g.node, g.gpu_uuid, g.gpu_model, min(g.ts) AS start_ts,
-               max(g.ts) + to_seconds(any_value(g.interval_s)::BIGINT) AS end_ts,
-               sum(g.interval_s) / 60.0 AS idle_minutes,
-               sum(gpu_hours(g.interval_s, g.gpu_fraction)) AS idle_gpu_hours,
-               sum(gpu_hours(g.interval_s, g.gpu_fraction) * coalesce(r.usd_per_gpu_hour, 0)) AS idle_cost_usd,
-               avg(g.util_pct) AS mean_util_pct
-        FROM g LEFT JOIN rate_card r USING (gpu_model)
-        WHERE g.idle
-        GROUP BY g.team, g.job_id, g.node, g.gpu_uuid, g.mig, g.gpu_model, g.grp
-        HAVING sum(g.interval_s) >= $idle_minutes * 60
+        SELECT owner(p.team, $unattributed) AS team, p.job_id, p.node, p.gpu_uuid, p.gpu_model,
+               min(p.start_ts) AS start_ts, max(p.end_ts) AS end_ts, sum(p.s) / 60.0 AS idle_minutes,
+               sum(p.gpu_s) / 3600.0 AS idle_gpu_hours,
+               sum(p.gpu_s) / 3600.0 * coalesce(any_value(r.usd_per_gpu_hour), 0) AS idle_cost_usd,
+               sum(p.util_sum) / nullif(sum(p.util_n), 0) AS mean_util_pct
+        FROM parts p LEFT JOIN rate_card r USING (gpu_model)
+        GROUP BY p.team, p.job_id, p.node, p.gpu_uuid, p.mig_instance, p.gpu_model, p.run
+        HAVING sum(p.s) >= $idle_minutes * 60
         ORDER BY idle_gpu_hours DESC"""
-    return store.query(sql, {"start": start, "end": end, "idle_pct": idle_util_pct, "idle_minutes": idle_minutes,
-                             "unattributed": UNATTRIBUTED})
+    return store.query_usage(sql, {"start": start, "end": end, "idle_minutes": idle_minutes,
+                                   "unattributed": UNATTRIBUTED})
 
 
 def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Per job on whole GPUs: peak memory against card size, utilisation, GPU-hours and cost."""
-    sql = """
+    """Per job on whole GPUs: peak memory against card size, mean utilisation, GPU-hours and cost (from the
+    rollups; `p95_util_pct` is added by `with_p95` for the jobs that need it)."""
+    sql = f"""
         SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value(gpu_model) AS gpu_model,
-               count(DISTINCT gpu_uuid) AS gpus, min(ts) AS first_ts, max(ts) AS last_ts,
-               max(mem_used_mib) AS peak_mem_mib, max(mem_total_mib) AS mem_total_mib,
-               avg(coalesce(util_pct, 0)) AS mean_util_pct,
-               quantile_cont(coalesce(util_pct, 0), 0.95) AS p95_util_pct,
+               count(DISTINCT gpu_uuid) AS gpus, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
+               max(mem_used_max) AS peak_mem_mib, max(mem_total_max) AS mem_total_mib,
+               coalesce(sum(util_sum), 0) / sum(samples) AS mean_util_pct,
                sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd,
                any_value(usd_per_gpu_hour) AS usd_per_gpu_hour
-        FROM priced_samples
-        WHERE allocated AND job_id IS NOT NULL AND mig_profile IS NULL AND ts >= $start AND ts < $end
+        FROM {PRICED}
+        WHERE allocated AND job_id IS NOT NULL AND mig_profile IS NULL
         GROUP BY job_id"""
-    return store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED})
+    return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED})
 
 
+def with_p95(store: Store, jobs: pd.DataFrame, start: datetime, end: datetime) -> pd.DataFrame:
+    """`jobs` with each one's 95th-percentile utilisation over [start, end), from the raw samples: a percentile
+    does not add up from rollups. Null where retention already dropped the job's raw samples (no evidence)."""
+    sql = """SELECT job_id, quantile_cont(coalesce(util_pct, 0), 0.95) AS p95_util_pct FROM samples
+             WHERE allocated AND mig_profile IS NULL AND ts >= date_trunc('minute', $start::TIMESTAMPTZ)
+               AND ts < date_trunc('minute', $end::TIMESTAMPTZ) AND job_id IN (SELECT unnest($jobs))
+             GROUP BY job_id"""
+    p95 = store.query(sql, {"start": start, "end": end, "jobs": jobs["job_id"].tolist()})
+    return jobs.merge(p95, on="job_id", how="left")
 # A smaller card has far less compute; only jobs this lightly loaded are moved to one.
 SMALLER_CARD_MAX_UTIL_PCT = 30.0
 MEMORY_HEADROOM = 1.2  # a job fits a slice or card with 20% more memory than its peak
@@ -89,12 +109,15 @@ def oversized_jobs(store: Store, start: datetime, end: datetime, mem_fraction: f
     since a slice held idle wastes the slice (its GPUs should be given back)."""
     jobs = job_profiles(store, start, end)
     if jobs.empty:
-        return jobs.assign(idle=pd.Series(dtype=bool), fits=pd.Series(dtype=object))
+        return jobs.assign(p95_util_pct=pd.Series(dtype=float), idle=pd.Series(dtype=bool),
+                           fits=pd.Series(dtype=object))
     over = jobs[(jobs["peak_mem_mib"] < mem_fraction * jobs["mem_total_mib"]) & (jobs["gpu_hours"] >= min_gpu_hours)]
-    over = over.copy()
-    over["idle"] = over["p95_util_pct"] < idle_util_pct
-    over["fits"] = [None if idle else smallest_fit(m, p, u) for m, p, u, idle in
-                    zip(over["gpu_model"], over["peak_mem_mib"], over["p95_util_pct"], over["idle"])]
+    over = with_p95(store, over, start, end)
+    known = over["p95_util_pct"].notna()
+    over["idle"] = known & (over["p95_util_pct"] < idle_util_pct)
+    # no shape is suggested without the p95 it rests on
+    over["fits"] = [smallest_fit(m, p, u) if ok and not idle else None for m, p, u, idle, ok in
+                    zip(over["gpu_model"], over["peak_mem_mib"], over["p95_util_pct"], over["idle"], known)]
     return over.sort_values("cost_usd", ascending=False).reset_index(drop=True)
 
 

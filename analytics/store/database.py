@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from gpuledger.analytics.store import rollups
 from gpuledger.analytics.store.metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROW_RATE, ROWS_WRITTEN
 from gpuledger.analytics.store.schema import DDL, QUERY_LAYER, SCHEMA_VERSION, column_migrations, table_migrations
 from gpuledger.analytics.windows import utc_now
@@ -67,6 +71,31 @@ WAL_CAP = "256MB"  # DuckDB still checkpoints inside a commit past this: a susta
 IDLE_CHECKPOINT_BYTES = 16 * 1024 * 1024  # DuckDB's own default threshold, applied when a writer is idle
 COMPACT_EVERY_S = 24 * 3600  # row-group compaction (DuckDB's vacuum), at most this often and only when idle
 VACUUM_TASKS = 100  # DuckDB's default max_vacuum_tasks, used for the compacting checkpoint
+FOLD_EVERY_S = 60.0  # how often writers fold closed minutes into the rollups
+FOLD_CHUNK = timedelta(hours=6)  # one fold transaction covers at most this much time (a first fold of a big store)
+NEG_INF = datetime.min.replace(tzinfo=timezone.utc)  # "nothing folded yet", as a watermark
+POS_INF = datetime(9999, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long each level is kept: raw samples `raw_days` (also the oldest sample ingest accepts, so a late sample
+    always finds its minute's raw rows to refold from), minute rollups `minute_days`, hour rollups forever."""
+    raw_days: float = rollups.RAW_DAYS
+    minute_days: float = rollups.MINUTE_DAYS
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.raw_days <= self.minute_days:
+            raise ValueError(f"retention: raw_days must be >= 1 and <= minute_days, got raw_days={self.raw_days:g}, "
+                             f"minute_days={self.minute_days:g}")
+
+
+def floor_minute(ts: datetime) -> datetime:
+    return ts.replace(second=0, microsecond=0)
+
+
+def floor_hour(ts: datetime) -> datetime:
+    return ts.replace(minute=0, second=0, microsecond=0)
 
 
 def wal_bytes(db_path: str | Path) -> int:
@@ -97,17 +126,19 @@ class Store:
         self._write_lock = threading.Lock()
         self._latest: dict[str, datetime] | None = None  # newest sample per node, loaded on first use
         self._compacted_at = time.monotonic()
+        self._folded_at = 0.0  # monotonic time of the last fold
+        self.retention = Retention()
         if not read_only:
             with self._write_lock:
                 tables = {row[0] for row in self._con.execute(
                     "SELECT table_name FROM information_schema.tables").fetchall()}
                 self._con.execute("BEGIN TRANSACTION")
-                for statement in table_migrations(tables) + DDL:
+                for statement in table_migrations(tables) + DDL + rollups.DDL:
                     self._con.execute(statement)
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
                     "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}
-                for statement in column_migrations(columns) + QUERY_LAYER:
+                for statement in column_migrations(columns) + QUERY_LAYER + rollups.MACROS:
                     self._con.execute(statement)
                 self._con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
 
@@ -156,7 +187,7 @@ class Store:
     def checkpoint_if_due(self, min_wal_bytes: int = IDLE_CHECKPOINT_BYTES) -> bool:
         """Fold the WAL into the file when it has grown; skipped (False) while any other transaction runs.
 
-        Once a day the checkpoint also compacts row groups. Every group commit leaves a partial row
+        Once a day the checkpoint also drops what retention expired and compacts row groups. Every group commit leaves a partial row
         group, and DuckDB's vacuum merges neighbours at each checkpoint; after an hour-long backlog
         drain that took ~4 s (rewriting a million rows), stalling ingest at what should be a quiet
         moment. Samples are append-only, so nothing is lost by merging them once a day instead.
@@ -164,6 +195,8 @@ class Store:
         compact = time.monotonic() - self._compacted_at >= COMPACT_EVERY_S
         if self.wal_bytes() < min_wal_bytes and not compact:
             return False
+        if compact:  # the daily quiet moment is also when expired samples and minute rollups are dropped
+            self.retain()
         with self._write_lock:
             cur = self._con.cursor()
             try:
@@ -212,15 +245,151 @@ class Store:
                 latest[node] = ts
 
     def append_samples(self, table: pa.Table) -> int:
+        """Store samples as they are (no screening: the demo, benchmarks and the local collector), with the
+        rollups of any minute they land in that is already folded; folds closed minutes when due."""
         table = conform(table, SAMPLE_SCHEMA)
-        with self._write_lock:
-            self.note_latest(table)
-        rows = self._insert("samples", table)
-        if rows:
-            BATCHES_WRITTEN.inc()
-            ROWS_WRITTEN.inc(rows)
-            ROW_RATE.add(rows)
-        return rows
+        if not table.num_rows:
+            return 0
+        with self.transaction() as cur:
+            cur.register("incoming_batch", table)
+            cur.execute("INSERT INTO samples BY NAME SELECT * FROM incoming_batch")
+            cur.unregister("incoming_batch")
+            self.refold_late(cur, table)
+            self.note_latest(table, cur)
+        BATCHES_WRITTEN.inc()
+        ROWS_WRITTEN.inc(table.num_rows)
+        ROW_RATE.add(table.num_rows)
+        self.fold_if_due()
+        return table.num_rows
+
+    # --- rollups (analytics/store/rollups.py) ----------------------------------------------
+    def rollup_params(self, cur: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
+        """The watermarks and idle threshold every rollup query passes to `usage_between` / `minute_segments`."""
+        reader = cur or self._con.cursor()
+        try:
+            mwm, hwm, idle_pct = reader.execute(rollups.STATE).fetchone()
+        finally:
+            if cur is None:
+                reader.close()
+        return {"mwm": mwm or NEG_INF, "hwm": hwm or NEG_INF, "idle_pct": idle_pct}
+
+    def query_usage(self, sql: str, params: Mapping[str, Any]) -> pd.DataFrame:
+        """A query over the rollups: `sql` may use $mwm, $hwm, $idle_pct and $fine (default false)."""
+        cur = self._con.cursor()
+        try:
+            values = {"fine": False, **self.rollup_params(cur), **params}
+            used = set(re.findall(r"\$(\w+)", sql))  # DuckDB refuses parameters a statement does not use
+            return cur.execute(sql, {k: v for k, v in values.items() if k in used}).df()
+        finally:
+            cur.close()
+
+    @property
+    def idle_util_pct(self) -> float:
+        """The utilisation under which the rollups count an allocated sample as idle."""
+        return float(self.rollup_params()["idle_pct"])
+
+    def refold_late(self, cur: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
+        """Inside the transaction that stored `table`: rebuild, from the samples, the minute and hour rollups of
+        every node and minute it touched that were already folded, so rollups always equal their samples."""
+        state = self.rollup_params(cur)
+        mwm, hwm = state["mwm"], state["hwm"]
+        if mwm == NEG_INF:
+            return
+        late = table.select(["node", "ts"]).filter(pc.less(table["ts"], pa.scalar(mwm, table.schema.field("ts").type)))
+        if not late.num_rows:
+            return
+        spans = late.group_by("node", use_threads=False).aggregate([("ts", "min"), ("ts", "max")])
+        for node, first, last in zip(*(spans[c].to_pylist() for c in ("node", "ts_min", "ts_max"))):
+            lo, hi = floor_minute(first), min(floor_minute(last) + timedelta(minutes=1), mwm)
+            args = {"lo": lo, "hi": hi, "node": node, "idle_pct": state["idle_pct"]}
+            cur.execute(rollups.DROP_MINUTES, {k: args[k] for k in ("lo", "hi", "node")})
+            cur.execute(rollups.FOLD_MINUTES, args)
+            if lo < hwm:
+                hours = {"lo": floor_hour(lo), "hi": min(floor_hour(hi - timedelta(microseconds=1))
+                                                         + timedelta(hours=1), hwm), "node": node}
+                cur.execute(rollups.DROP_HOURS, hours)
+                cur.execute(rollups.FOLD_HOURS, hours)
+
+    def fold(self, until: datetime | None = None, progress: Callable[[datetime, datetime], None] | None = None) -> int:
+        """Fold closed minutes (up to `until`, by default the newest sample less the grace time) into the minute
+        rollups and closed hours into the hour rollups; returns minutes folded. Each chunk is one transaction."""
+        marks = self.latest_sample_ts()
+        if not marks:
+            return 0
+        latest = max(marks.values())
+        until = floor_minute(until or min(utc_now(), latest) - timedelta(seconds=rollups.FOLD_GRACE_S))
+        state = self.rollup_params()
+        start = state["mwm"]
+        if start == NEG_INF:
+            start = floor_minute(self.scalar("SELECT min(ts) FROM samples"))
+        folded = 0
+        while start < until:
+            stop = min(start + FOLD_CHUNK, until)
+            with self.transaction() as cur:
+                state = self.rollup_params(cur)
+                cur.execute(rollups.FOLD_MINUTES, {"lo": start, "hi": stop, "node": None,
+                                                   "idle_pct": state["idle_pct"]})
+                hour_from = state["hwm"] if state["hwm"] != NEG_INF else floor_hour(start)
+                hour_to = floor_hour(stop)
+                if hour_to > hour_from:
+                    cur.execute(rollups.FOLD_HOURS, {"lo": hour_from, "hi": hour_to, "node": None})
+                cur.execute("UPDATE rollup_state SET minute_wm = $m, hour_wm = $h",
+                            {"m": stop, "h": max(hour_to, hour_from)})
+            folded += int((stop - start).total_seconds() // 60)
+            if progress:
+                progress(stop, until)
+            start = stop
+        self._folded_at = time.monotonic()
+        return folded
+
+    def fold_if_due(self) -> int:
+        """Fold when the last fold is over FOLD_EVERY_S old (writers call this after commits and when idle)."""
+        if time.monotonic() - self._folded_at < FOLD_EVERY_S:
+            return 0
+        self._folded_at = time.monotonic()  # also after a failure: the next try is a period later
+        return self.fold()
+
+    def rebuild_rollups(self, idle_util_pct: float | None = None) -> int:
+        """Rebuild the rollups from the raw samples still kept (with a new idle threshold, when given); rollups
+        older than the oldest raw sample stay as they were built. Returns minutes folded."""
+        with self.transaction() as cur:
+            first = cur.execute("SELECT min(ts) FROM samples").fetchone()[0]
+            if idle_util_pct is not None:
+                cur.execute("UPDATE rollup_state SET idle_util_pct = ?", [idle_util_pct])
+            if first is not None:
+                lo = floor_hour(first)
+                cur.execute("DELETE FROM usage_minute WHERE bucket >= ?", [lo])
+                cur.execute("DELETE FROM usage_hour WHERE bucket >= ?", [lo])
+                cur.execute("UPDATE rollup_state SET minute_wm = $lo, hour_wm = CASE WHEN hour_wm IS NULL THEN NULL "
+                            "ELSE least(hour_wm, $lo) END", {"lo": lo})
+        return self.fold()
+
+    def use_idle_threshold(self, idle_util_pct: float) -> int:
+        """Make the rollups count idle as the site config says; rebuilds them when the threshold changed."""
+        if self.idle_util_pct == idle_util_pct:
+            return 0
+        log.warning("idle threshold changed from %g%% to %g%%: rebuilding the rollups from the raw samples kept",
+                    self.idle_util_pct, idle_util_pct)
+        return self.rebuild_rollups(idle_util_pct)
+
+    def retain(self, now: datetime | None = None, retention: Retention | None = None) -> dict[str, int]:
+        """Drop raw samples (and process rows) older than the retention, but only once folded, and minute rollups
+        older than theirs once rolled into hours. Returns rows dropped per table."""
+        retention = retention or self.retention
+        now = now or utc_now()
+        self.fold()
+        dropped = {}
+        with self.transaction() as cur:
+            state = self.rollup_params(cur)
+            raw_cut = min(now - timedelta(days=retention.raw_days), state["mwm"])
+            minute_cut = min(now - timedelta(days=retention.minute_days), state["hwm"])
+            for table, column, cut in (("samples", "ts", raw_cut), ("processes", "ts", raw_cut),
+                                       ("usage_minute", "bucket", minute_cut)):
+                cur.execute(f"DELETE FROM {table} WHERE {column} < ?", [cut])
+                dropped[table] = int(cur.fetchone()[0])
+        if any(dropped.values()):
+            self._latest = None  # a node whose samples were all dropped has no newest sample any more
+        return dropped
 
     def append_processes(self, table: pa.Table) -> int:
         return self._insert("processes", conform(table, PROCESS_SCHEMA))
@@ -286,9 +455,11 @@ class Store:
             cur.close()
 
     def sample_count(self, start: datetime | None = None, end: datetime | None = None) -> int:
-        """Samples stored (within [start, end) when given)."""
-        return int(self.scalar("SELECT count(*) FROM samples WHERE ($start IS NULL OR ts >= $start) "
-                               "AND ($end IS NULL OR ts < $end)", {"start": start, "end": end}))
+        """Samples taken (within [start, end) floored to the minute, when given), counted from the rollups, so
+        samples retention has dropped still count."""
+        frame = self.query_usage("SELECT coalesce(sum(samples), 0) AS n FROM usage_between($start, $end, $fine, $mwm, "
+                                 "$hwm, $idle_pct)", {"start": start or NEG_INF, "end": end or POS_INF})
+        return int(frame["n"].iloc[0])
 
     def latest_ts(self, before: datetime | None = None) -> datetime | None:
         """The newest sample instant (before `before`, when given); None for an empty store."""
@@ -301,7 +472,10 @@ class Store:
     def teams(self) -> list[str]:
         """Every team that has a share or has used a GPU, 'unattributed' included when it appears."""
         frame = self.query(
-            "SELECT team FROM teams UNION SELECT DISTINCT team FROM samples WHERE team IS NOT NULL ORDER BY 1")
+            "SELECT team FROM teams UNION SELECT DISTINCT team FROM usage_hour WHERE team IS NOT NULL "
+            "UNION SELECT DISTINCT team FROM usage_minute WHERE team IS NOT NULL "
+            "UNION SELECT DISTINCT team FROM samples WHERE team IS NOT NULL AND ts >= $mwm ORDER BY 1",
+            {"mwm": self.rollup_params()["mwm"]})
         return frame["team"].tolist()
 
     def team_quotas(self) -> pd.DataFrame:

@@ -120,11 +120,12 @@ MAX_GROUP_ROWS = 2 * ROW_GROUP_ROWS
 
 
 class IngestWriter:
-    def __init__(self, store: Store, max_future_s: float = 300.0, max_age_days: float = 30.0,
+    def __init__(self, store: Store, max_future_s: float = 300.0, max_age_days: float | None = None,
                  idle_checkpoint_s: float = 1.0, burst_linger_s: float = 1.0, burst_gap_s: float = 0.05) -> None:
         self.store = store
         self.max_future = timedelta(seconds=max_future_s)
-        self.max_age = timedelta(days=max_age_days)
+        # by default the raw retention: a sample older than that could not be refolded into its rollups
+        self.max_age = timedelta(days=max_age_days if max_age_days is not None else store.retention.raw_days)
         self.idle_checkpoint_s = idle_checkpoint_s
         self.burst_linger_s = burst_linger_s  # the longest a burst's group is held open
         self.burst_gap_s = burst_gap_s  # a burst is over when no request came for this long
@@ -187,6 +188,7 @@ class IngestWriter:
             try:
                 group = self._screened.get(timeout=self.idle_checkpoint_s)
             except queue.Empty:  # idle: the moment to fold the WAL into the file, not mid-burst
+                self._fold_if_due()
                 self.store.checkpoint_if_due()
                 continue
             if group is None:
@@ -204,6 +206,15 @@ class IngestWriter:
                     self._writer_done.notify_all()
             for request, result in zip(group.requests, results):
                 request.future.set_result(result)
+            self._fold_if_due()
+
+    def _fold_if_due(self) -> None:
+        """Fold closed minutes into the rollups; a failure is logged and retried at the next due moment (the
+        samples are stored, and readers aggregate the unfolded tail from them meanwhile)."""
+        try:
+            self.store.fold_if_due()
+        except Exception:
+            log.exception("folding rollups failed; retrying later")
 
     def _gather(self, first: IngestRequest) -> list[IngestRequest]:
         """A group: whatever queued up while the last group was committed; in a burst, 1.5 to 2 row groups.
@@ -291,6 +302,7 @@ class IngestWriter:
         cur.register("incoming_samples", rows.drop_columns([BATCH]))
         cur.execute("INSERT INTO samples BY NAME SELECT * FROM incoming_samples")
         cur.unregister("incoming_samples")
+        self.store.refold_late(cur, rows)  # rows for minutes already folded: their rollups, in this transaction
         self.store.note_latest(rows, cur)
         return counts_per_batch(rows[BATCH], group.count)
 

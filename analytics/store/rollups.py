@@ -1,0 +1,150 @@
+"""Rollups: per GPU (and MIG instance) × job × minute and × hour aggregates that analytics read instead of raw rows.
+
+Why: at 1,000 GPUs a week is 60 M raw samples, and every analytic that scanned them took seconds
+to minutes. The minute table is six times smaller at a 10 s interval, the hour table 360 times.
+
+How they stay exactly-once: rollups are a deterministic function of the stored samples, and the
+samples are exactly-once. Minutes are *folded* (aggregated from the samples into `usage_minute`)
+once they are closed, in one transaction that also moves the minute watermark; closed hours are
+folded from the minute table the same way. A sample that arrives for a minute already folded (an
+agent draining its backlog, a node that was late) is stored in the same transaction that refolds
+that node's affected minutes and hours from the samples, so the rollups never disagree with the
+samples and a duplicate batch, dropped before it is stored, changes neither.
+
+How they are read: `usage_between(lo, hi, fine, mwm, hwm, idle_pct)` gives, for [lo, hi) floored
+to the minute, hour rows for whole hours already folded, minute rows for the rest of the folded
+minutes, and the not-yet-folded tail aggregated from the raw samples on the fly (the same
+aggregation the fold uses), all with the same columns. The watermarks are passed in by the caller
+(`Store.rollup_params`): read in the same moment, they let the query prune by zone maps, and a fold
+that lands between reading them and the query cannot count a minute twice (minute rows from the old
+watermark on are ignored, and the raw samples they came from are still there).
+
+Idle runs need the order of samples inside a minute, so the minute table also keeps, per row, the
+idle stretch before its first busy sample ("lead") and after its last ("tail"): stretches are
+stitched across minutes from those, exactly as the raw gaps-and-islands query finds them, as long
+as a stretch worth reporting is at least a minute long (the config's minimum for idle_minutes).
+"""
+from __future__ import annotations
+
+# "idle" below this utilisation: the default of [waste] idle_util_pct, and what the rollups are first built with
+DEFAULT_IDLE_UTIL_PCT = 5.0
+# a minute is folded this long after it ended: samples usually arrive within it, later ones are refolded
+FOLD_GRACE_S = 120.0
+# retention defaults: raw samples 30 days (also the oldest sample ingest accepts), minute rollups 90 days
+RAW_DAYS = 30.0
+MINUTE_DAYS = 90.0
+
+KEY = 'node, gpu_uuid, mig_instance, mig_profile, gpu_model, job_id, team, "user", allocated'
+
+# column name -> DuckDB type, shared by the minute and hour tables (what every analytic reads)
+CORE_COLUMNS = {
+    "bucket": "TIMESTAMPTZ", "node": "VARCHAR", "gpu_uuid": "VARCHAR", "mig_instance": "INTEGER",
+    "mig_profile": "VARCHAR", "gpu_model": "VARCHAR", "job_id": "VARCHAR", "team": "VARCHAR", '"user"': "VARCHAR",
+    "allocated": "BOOLEAN",
+    "samples": "BIGINT", "first_ts": "TIMESTAMPTZ", "last_ts": "TIMESTAMPTZ",
+    "end_ts": "TIMESTAMPTZ",  # the last sample's instant plus its interval: when the evidence ends
+    "interval_s": "DOUBLE",  # the longest interval
+    "gpu_s": "DOUBLE",  # GPU-seconds present (allocated rows: allocated GPU-seconds)
+    "used_gpu_s": "DOUBLE",  # GPU-seconds weighted by utilisation
+    "idle_gpu_s": "DOUBLE",  # allocated GPU-seconds under the idle threshold
+    "idle_s": "DOUBLE",  # wall seconds of those samples
+    "util_sum": "DOUBLE", "util_n": "BIGINT",  # for mean utilisation (samples with a utilisation)
+    "mem_used_max": "DOUBLE", "mem_total_max": "DOUBLE",
+    "energy_j": "DOUBLE", "nvlink_bytes": "DOUBLE",
+}
+# minute table only: the idle stretch before the first busy sample (the whole row when none is busy) and after the last
+SEGMENT_COLUMNS = {
+    "busy_n": "BIGINT",
+    "lead_s": "DOUBLE", "lead_gpu_s": "DOUBLE", "lead_util_sum": "DOUBLE", "lead_util_n": "BIGINT",
+    "lead_end_ts": "TIMESTAMPTZ",
+    "tail_s": "DOUBLE", "tail_gpu_s": "DOUBLE", "tail_util_sum": "DOUBLE", "tail_util_n": "BIGINT",
+    "tail_start_ts": "TIMESTAMPTZ",
+}
+CORE = ", ".join(CORE_COLUMNS)
+
+
+def _table(name: str, columns: dict[str, str]) -> str:
+    return f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(f'{c} {t}' for c, t in columns.items())})"
+
+
+DDL = [
+    _table("usage_minute", CORE_COLUMNS | SEGMENT_COLUMNS),
+    _table("usage_hour", CORE_COLUMNS),
+    # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
+    "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
+    f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} WHERE NOT EXISTS (SELECT 1 FROM rollup_state)",
+]
+
+_END = "ts + to_seconds(interval_s::BIGINT)"  # the instant a sample's evidence ends (as idle stretches report it)
+
+MACROS = [
+    # the fold: samples in [lo, hi) (of one node, or all when only_node is NULL) to minute rows
+    f"""CREATE OR REPLACE MACRO minute_rollup_of(lo, hi, only_node, idle_pct) AS TABLE
+    WITH s AS (
+        SELECT time_bucket(INTERVAL 1 MINUTE, ts) AS bucket, {KEY}, ts, interval_s,
+               interval_s * gpu_fraction AS gpu_s, util_pct, mem_used_mib, mem_total_mib,
+               coalesce(power_avg_w, power_w) * interval_s AS energy_j,
+               (coalesce(nvlink_tx_bps, 0) + coalesce(nvlink_rx_bps, 0)) * interval_s AS nvlink_bytes,
+               allocated AND coalesce(util_pct, 0) < idle_pct AS idle,
+               allocated AND coalesce(util_pct, 0) >= idle_pct AS busy
+        FROM samples WHERE ts >= lo AND ts < hi AND (only_node IS NULL OR node = only_node)
+    ), edges AS (
+        SELECT *, min(CASE WHEN busy THEN ts END) OVER seg AS first_busy, max(CASE WHEN busy THEN ts END) OVER seg
+                  AS last_busy
+        FROM s WINDOW seg AS (PARTITION BY bucket, {KEY})
+    ), parts AS (
+        SELECT *, idle AND (first_busy IS NULL OR ts < first_busy) AS lead, idle AND ts > last_busy AS tail FROM edges
+    )
+    SELECT bucket, {KEY}, count(*) AS samples, min(ts) AS first_ts, max(ts) AS last_ts, max({_END}) AS end_ts,
+           max(interval_s) AS interval_s, sum(gpu_s) AS gpu_s, sum(gpu_s * coalesce(util_pct, 0) / 100.0) AS used_gpu_s,
+           coalesce(sum(gpu_s) FILTER (WHERE idle), 0) AS idle_gpu_s,
+           coalesce(sum(interval_s) FILTER (WHERE idle), 0) AS idle_s,
+           sum(util_pct) AS util_sum, count(util_pct) AS util_n,
+           max(mem_used_mib) AS mem_used_max, max(mem_total_mib) AS mem_total_max,
+           sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes,
+           count(*) FILTER (WHERE busy) AS busy_n,
+           coalesce(sum(interval_s) FILTER (WHERE lead), 0) AS lead_s,
+           coalesce(sum(gpu_s) FILTER (WHERE lead), 0) AS lead_gpu_s,
+           sum(util_pct) FILTER (WHERE lead) AS lead_util_sum, count(util_pct) FILTER (WHERE lead) AS lead_util_n,
+           max({_END}) FILTER (WHERE lead) AS lead_end_ts,
+           coalesce(sum(interval_s) FILTER (WHERE tail), 0) AS tail_s,
+           coalesce(sum(gpu_s) FILTER (WHERE tail), 0) AS tail_gpu_s,
+           sum(util_pct) FILTER (WHERE tail) AS tail_util_sum, count(util_pct) FILTER (WHERE tail) AS tail_util_n,
+           min(ts) FILTER (WHERE tail) AS tail_start_ts
+    FROM parts GROUP BY ALL""",
+    # minute rows in [lo, hi) to hour rows
+    f"""CREATE OR REPLACE MACRO hour_rollup_of(lo, hi, only_node) AS TABLE
+    SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS bucket, {KEY}, sum(samples) AS samples, min(first_ts) AS first_ts,
+           max(last_ts) AS last_ts, max(end_ts) AS end_ts, max(interval_s) AS interval_s, sum(gpu_s) AS gpu_s,
+           sum(used_gpu_s) AS used_gpu_s, sum(idle_gpu_s) AS idle_gpu_s, sum(idle_s) AS idle_s,
+           sum(util_sum) AS util_sum, sum(util_n) AS util_n, max(mem_used_max) AS mem_used_max,
+           max(mem_total_max) AS mem_total_max, sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes
+    FROM usage_minute WHERE bucket >= lo AND bucket < hi AND (only_node IS NULL OR node = only_node) GROUP BY ALL""",
+    # minute rows of [lo, hi) with their idle-stretch edges: folded minutes, then the raw tail from the watermark
+    f"""CREATE OR REPLACE MACRO minute_segments(lo, hi, mwm, idle_pct) AS TABLE
+    SELECT * FROM usage_minute
+    WHERE bucket >= date_trunc('minute', lo) AND bucket < date_trunc('minute', hi) AND bucket < mwm
+    UNION ALL
+    SELECT * FROM minute_rollup_of(greatest(date_trunc('minute', lo), mwm), date_trunc('minute', hi), NULL, idle_pct)""",
+    # what every analytic reads: the usage of [lo, hi) at the coarsest grain that answers exactly. `fine`: no hour
+    # rows (for buckets shorter than an hour)
+    f"""CREATE OR REPLACE MACRO usage_between(lo, hi, fine, mwm, hwm, idle_pct) AS TABLE
+    SELECT {CORE} FROM usage_hour
+    WHERE NOT fine AND bucket >= date_trunc('minute', lo) AND bucket + INTERVAL 1 HOUR <= date_trunc('minute', hi)
+      AND bucket < hwm
+    UNION ALL
+    SELECT {CORE} FROM usage_minute
+    WHERE bucket >= date_trunc('minute', lo) AND bucket < date_trunc('minute', hi) AND bucket < mwm
+      AND (fine OR bucket >= hwm OR time_bucket(INTERVAL 1 HOUR, bucket) < date_trunc('minute', lo)
+           OR time_bucket(INTERVAL 1 HOUR, bucket) + INTERVAL 1 HOUR > date_trunc('minute', hi))
+    UNION ALL
+    SELECT {CORE} FROM minute_rollup_of(greatest(date_trunc('minute', lo), mwm), date_trunc('minute', hi), NULL,
+                                        idle_pct)""",
+]
+
+# the fold and refold statements (parameters: $lo, $hi, $node (NULL: all), $idle_pct)
+FOLD_MINUTES = "INSERT INTO usage_minute SELECT * FROM minute_rollup_of($lo, $hi, $node, $idle_pct)"
+DROP_MINUTES = "DELETE FROM usage_minute WHERE bucket >= $lo AND bucket < $hi AND ($node IS NULL OR node = $node)"
+FOLD_HOURS = "INSERT INTO usage_hour SELECT * FROM hour_rollup_of($lo, $hi, $node)"
+DROP_HOURS = "DELETE FROM usage_hour WHERE bucket >= $lo AND bucket < $hi AND ($node IS NULL OR node = $node)"
+STATE = "SELECT minute_wm, hour_wm, idle_util_pct FROM rollup_state"
