@@ -76,26 +76,18 @@ def table_migrations(existing: set[str]) -> list[str]:
     return statements
 
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"  # 5: rollups (usage_minute, usage_hour, rollup_state)
 
 
-# The query layer: GPU-hours, used GPU-hours, cost and the owner bucket, each written once for every
-# query. Macros are expanded when a query is planned, so they cost nothing at run time. Bucket names
-# (unattributed, idle capacity) are not written here: queries pass them as parameters.
+# The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost
+# are the rollups' gpu_s priced by the rate card: analytics/store/rollups.py, analytics/cost.py). Macros are
+# expanded when a query is planned, so they cost nothing at run time. Bucket names (unattributed, idle capacity)
+# are not written here: queries pass them as parameters.
 QUERY_LAYER = [
-    "CREATE OR REPLACE MACRO gpu_hours(interval_s, gpu_fraction) AS interval_s * gpu_fraction / 3600.0",
-    """CREATE OR REPLACE MACRO used_gpu_hours(interval_s, gpu_fraction, util_pct) AS
-       interval_s * gpu_fraction * coalesce(util_pct, 0) / 100.0 / 3600.0""",
     # the team a sample is billed to: its team, else the unattributed bucket
     "CREATE OR REPLACE MACRO owner(team, unattributed) AS coalesce(team, unattributed)",
     # the line of the bill: the owner when a job held the GPU, else the idle-capacity bucket
     """CREATE OR REPLACE MACRO bill_line(allocated, team, unattributed, idle) AS
        CASE WHEN allocated THEN owner(team, unattributed) ELSE idle END""",
-    # samples with their GPU-hours priced by the rate card; a model with no rate costs 0 and has a NULL rate
-    """CREATE OR REPLACE VIEW priced_samples AS
-       SELECT s.*, gpu_hours(s.interval_s, s.gpu_fraction) AS gpu_hours,
-              used_gpu_hours(s.interval_s, s.gpu_fraction, s.util_pct) AS used_gpu_hours,
-              r.usd_per_gpu_hour,
-              gpu_hours(s.interval_s, s.gpu_fraction) * coalesce(r.usd_per_gpu_hour, 0) AS cost_usd
-       FROM samples s LEFT JOIN rate_card r USING (gpu_model)""",
+    "DROP VIEW IF EXISTS priced_samples",  # schema 4 priced raw samples; analytics read the rollups since schema 5
 ]
