@@ -15,6 +15,9 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 import tomllib
 
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.database import Retention
+from gpuledger.analytics.store.rollups import DEFAULT_IDLE_UTIL_PCT, MINUTE_DAYS, RAW_DAYS
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.gpu_catalog import DEFAULT_RATES
@@ -40,7 +43,7 @@ class Config:
     namespace_to_team: dict[str, str] = field(default_factory=dict)
     user_to_team: dict[str, str] = field(default_factory=dict)
     idle_minutes: float = 30.0
-    idle_util_pct: float = 5.0
+    idle_util_pct: float = DEFAULT_IDLE_UTIL_PCT
     oversized_mem_fraction: float = 0.25
     half_life_days: float = 7.0
     fairshare_algorithm: str = "slurm_classic"
@@ -56,6 +59,17 @@ class Config:
     min_change_fraction: float = 0.10
     refresh_minutes: float = 60.0  # stored recommendations are re-evaluated at most this often
     pending_min_wait_minutes: float = 5.0  # a queued job counts as demand once it has waited this long
+    raw_days: float = RAW_DAYS  # raw samples are kept this long (and ingest refuses older ones)
+    minute_days: float = MINUTE_DAYS  # minute rollups are kept this long; hour rollups forever
+
+    def retention(self) -> Retention:
+        return Retention(self.raw_days, self.minute_days)
+
+    def apply_to(self, store: Store) -> None:
+        """Give the store this site's retention, and rollups that count idle under this site's threshold
+        (rebuilt from the raw samples kept when the threshold changed)."""
+        store.retention = self.retention()
+        store.use_idle_threshold(self.idle_util_pct)
 
     def attributor(self) -> Attributor:
         return Attributor(namespace_to_team=self.namespace_to_team, user_to_team=self.user_to_team)
@@ -106,6 +120,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("quota", "min_change_fraction", "min_change_fraction", 0.0, 1.0),
     Setting("quota", "refresh_minutes", "refresh_minutes", 0.0),
     Setting("quota", "pending_min_wait_minutes", "pending_min_wait_minutes", 0.0),
+    Setting("retention", "raw_days", "raw_days", 1.0),  # raw samples; also the oldest sample ingest accepts
+    Setting("retention", "minute_days", "minute_days", 1.0),  # minute rollups (idle stretches need them)
 )
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
@@ -206,4 +222,8 @@ def load_config(path: str | Path | None) -> Config:
         for setting in settings:
             if setting.key in values:
                 setattr(config, setting.attr, _value(setting, values[setting.key]))
+    try:
+        config.retention()
+    except ValueError as exc:
+        raise ConfigError(f"{path}: [retention] {exc}") from exc
     return config

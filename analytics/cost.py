@@ -14,7 +14,6 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import USAGE
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
-
 # the rollups of the window priced by the rate card: GPU-hours, used GPU-hours and cost per row
 PRICED = f"""
     (SELECT u.*, gpu_s / 3600.0 AS gpu_hours, used_gpu_s / 3600.0 AS used_gpu_hours, r.usd_per_gpu_hour,

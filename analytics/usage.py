@@ -16,7 +16,6 @@ from gpuledger.analytics.store import Store
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
-
 # the rollups of [$start, $end) (analytics/store/rollups.py): every query below reads these, never raw samples
 USAGE = "usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)"
 

@@ -32,7 +32,7 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
 
 
-READERS = ("report", "recommend", "decide", "emit")  # commands that only use a database that exists
+READERS = ("report", "recommend", "decide", "emit", "compact")  # commands that use a database that exists
 
 
 def _database(args: argparse.Namespace) -> Path:
@@ -167,6 +167,17 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("--format", choices=["native", "json"], default="native",
                       help="native: YAML for Kubernetes, a shell script for slurm; json: the objects as JSON")
 
+    compact = sub.add_parser(
+        "compact", help="fold closed minutes into the rollups and drop what retention expired",
+        description="Folds every closed minute into the minute and hour rollups, then drops raw samples older than "
+                    "[retention] raw_days (default 30) and minute rollups older than minute_days (default 90); hour "
+                    "rollups are kept forever. Nothing is dropped before it is folded, so GPU-hours and cost are the "
+                    "same before and after. A running server does this once a day on its own.")
+    _add_common(compact)
+    compact.add_argument("--rebuild", action="store_true",
+                         help="first rebuild the rollups from the raw samples kept (after a change of "
+                              "[waste] idle_util_pct, or to check them)")
+
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
     dash.add_argument("--host", default="127.0.0.1")
@@ -212,6 +223,7 @@ def simulator_source(interval_s: float, node: str | None = None, replay_start: f
 
 def _open_store(args: argparse.Namespace, config: Config) -> Store:
     store = Store(args.db)
+    config.apply_to(store)
     store.set_rates(config.rates)
     if config.teams:
         store.upsert_teams(config.team_frame())
@@ -219,10 +231,12 @@ def _open_store(args: argparse.Namespace, config: Config) -> Store:
     return store
 
 
-def _open_existing(db: Path) -> Store:
+def _open_existing(db: Path, config: Config) -> Store:
     if not db.exists():
         raise StoreError(f"no database at {db}: pass --db, or run `gpuledger demo` / `gpuledger serve` first")
-    return Store(db)
+    store = Store(db)
+    config.apply_to(store)
+    return store
 
 
 def _require_data(store: Store, db: Path) -> None:
@@ -272,7 +286,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.server import weekly_report
-    with _open_existing(args.db) as store:
+    with _open_existing(args.db, config) as store:
         _require_data(store, args.db)
         try:
             files = weekly_report(store, config, args.out, args.week)
@@ -287,7 +301,7 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.recommender import evaluate, refresh
-    with _open_existing(args.db) as store:
+    with _open_existing(args.db, config) as store:
         _require_data(store, args.db)
         evaluation = evaluate(store, config, args.at)
         if args.at:
@@ -309,7 +323,7 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
             current = args.current.read_text()
         except OSError as exc:
             raise InputError(f"cannot read --current {args.current}: {exc}") from exc
-    with _open_existing(args.db) as store:
+    with _open_existing(args.db, config) as store:
         _require_data(store, args.db)
         files = export(store, config, args.target, args.status, current)
     if args.out is None:
@@ -327,9 +341,30 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_decide(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.recommender import decide
-    with _open_existing(args.db) as store:
+    with _open_existing(args.db, config) as store:
         rec = decide(store, args.id, args.decision, args.by, args.note)
     print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace, config: Config) -> int:
+    """Fold, optionally rebuild, and apply retention, printing progress and what was dropped."""
+    with _open_existing(args.db, config) as store:
+        def progress(done: datetime, until: datetime) -> None:
+            print(f"  folded up to {done:%Y-%m-%d %H:%M} UTC (until {until:%Y-%m-%d %H:%M})", flush=True)
+
+        if args.rebuild:
+            print("rebuilding the rollups from the raw samples kept...")
+            store.rebuild_rollups()
+        print("folding closed minutes...")
+        minutes = store.fold(progress=progress)
+        dropped = store.retain()
+        store.checkpoint_if_due(min_wal_bytes=0)
+        state = store.rollup_params()
+        print(f"folded {minutes:,} minute(s); rollups complete up to {state['mwm']:%Y-%m-%d %H:%M} UTC")
+        print(f"dropped {dropped['samples']:,} raw sample(s) older than {store.retention.raw_days:g} days, "
+              f"{dropped['processes']:,} process row(s), {dropped['usage_minute']:,} minute rollup(s) older than "
+              f"{store.retention.minute_days:g} days; hour rollups are kept")
     return 0
 
 
@@ -403,6 +438,7 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
+    "compact": cmd_compact,
 }
 
 

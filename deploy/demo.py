@@ -58,6 +58,8 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     for i, table in enumerate(sim.history(now - timedelta(days=days), now, step_s=step_s), 1):
         total += store.append_samples(table)
         echo(f"  backfill {min(i, chunks)}/{chunks} days: {total:,} samples")
+    minutes = store.fold()
+    echo(f"  rollups: {minutes:,} minute(s) folded")
     store.upsert_jobs(sim.jobs_frame(now))
     return store, sim
 

@@ -32,6 +32,7 @@ WEEKLY_REPORT_JOB = "weekly-cost-report"
 class ApiServer:
     def __init__(self, store: Store, config: Config, host: str = "127.0.0.1", port: int = 8080,
                  token: str | None = None) -> None:
+        config.apply_to(store)  # retention (the oldest sample ingest accepts) and the idle threshold of the rollups
         self.ingest = IngestWriter(store) if token else None
         self.app = create_app(store, config, ingest_writer=self.ingest, token=token)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",

@@ -222,3 +222,25 @@ def test_readers_find_the_demo_database_when_it_is_the_only_one(tmp_path, simula
     found = run("recommend", cwd=tmp_path)
     assert found.returncode == 0 and json.loads(found.stdout)["recommendations"]
     assert not (data / "gpuledger.duckdb").exists()
+
+
+def test_compact_drops_expired_samples_and_keeps_every_total(tmp_path, simulator):
+    from gpuledger.analytics.cost import cost_by_team
+    db = small_db(tmp_path, simulator)
+    window = (SIM_END - timedelta(days=2), SIM_END)
+    with Store(db) as store:
+        before, rows = cost_by_team(store, *window), store.scalar("SELECT count(*) FROM samples")
+    config = tmp_path / "short.toml"
+    config.write_text("[retention]\nraw_days = 1\nminute_days = 1\n")
+    out = run("compact", "--db", str(db), "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    dropped = int(re.search(r"dropped ([\d,]+) raw sample", out.stdout).group(1).replace(",", ""))
+    assert 0 < dropped < rows and "older than 1 days" in out.stdout
+    with Store(db) as store:
+        assert store.scalar("SELECT count(*) FROM samples") == rows - dropped
+        after = cost_by_team(store, *window)
+    assert after["cost_usd"].round(2).tolist() == before["cost_usd"].round(2).tolist()
+    assert after["gpu_hours"].round(6).tolist() == before["gpu_hours"].round(6).tolist()
+    config.write_text("[retention]\nraw_days = 100\n")
+    bad = run("compact", "--db", str(db), "--config", str(config))
+    assert bad.returncode == 2 and "[retention] raw_days must be >= 1 and <= minute_days" in bad.stderr

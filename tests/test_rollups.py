@@ -11,8 +11,7 @@ import pytest
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
-from gpuledger.analytics.store import Store
-from gpuledger.analytics.store import database
+from gpuledger.analytics.store import Store, database
 from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.usage import cluster_utilization, covered_hours, hourly_demand, team_usage
 from gpuledger.analytics.waste import idle_runs, job_profiles, with_p95

@@ -86,7 +86,7 @@ class Retention:
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.raw_days <= self.minute_days:
-            raise ValueError(f"retention: raw_days must be >= 1 and <= minute_days, got raw_days={self.raw_days:g}, "
+            raise ValueError(f"raw_days must be >= 1 and <= minute_days, got raw_days={self.raw_days:g}, "
                              f"minute_days={self.minute_days:g}")
 
 

@@ -121,7 +121,7 @@ MACROS = [
            max(mem_total_max) AS mem_total_max, sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes
     FROM usage_minute WHERE bucket >= lo AND bucket < hi AND (only_node IS NULL OR node = only_node) GROUP BY ALL""",
     # minute rows of [lo, hi) with their idle-stretch edges: folded minutes, then the raw tail from the watermark
-    f"""CREATE OR REPLACE MACRO minute_segments(lo, hi, mwm, idle_pct) AS TABLE
+    """CREATE OR REPLACE MACRO minute_segments(lo, hi, mwm, idle_pct) AS TABLE
     SELECT * FROM usage_minute
     WHERE bucket >= date_trunc('minute', lo) AND bucket < date_trunc('minute', hi) AND bucket < mwm
     UNION ALL
