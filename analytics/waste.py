@@ -13,7 +13,7 @@ import pandas as pd
 
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import check_idle_threshold
+from gpuledger.analytics.usage import USAGE, check_idle_threshold
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
 from gpuledger.collector.samples import UNATTRIBUTED
 
@@ -27,11 +27,17 @@ def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
     tail opens the next. A stretch inside one minute, between two busy samples, is shorter than the minute
     `idle_minutes` must at least be, so it is never one to report."""
     check_idle_threshold(store, idle_util_pct)
-    sql = """
-        WITH seg AS (
-            SELECT *, sum((busy_n > 0)::INTEGER) OVER (PARTITION BY gpu_uuid, mig_instance, job_id ORDER BY first_ts
-                                                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run
-            FROM minute_segments($start, $end, $mwm, $idle_pct) WHERE allocated
+    sql = f"""
+        WITH candidates AS (  -- only a GPU and job idle this long in all can hold such a stretch (a tenth, typically)
+            SELECT gpu_uuid, coalesce(mig_instance, -1) AS mig, coalesce(job_id, '') AS job FROM {USAGE}
+            WHERE allocated GROUP BY ALL HAVING sum(idle_s) >= $idle_minutes * 60
+        ), seg AS (
+            SELECT m.*, sum((busy_n > 0)::INTEGER) OVER (PARTITION BY m.gpu_uuid, mig_instance, job_id ORDER BY first_ts
+                                                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run
+            FROM minute_segments($start, $end, $mwm, $idle_pct) m
+            SEMI JOIN candidates c ON m.gpu_uuid = c.gpu_uuid AND coalesce(m.mig_instance, -1) = c.mig
+                                      AND coalesce(m.job_id, '') = c.job
+            WHERE allocated
         ), parts AS (
             SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, run - (busy_n > 0)::INTEGER AS run,
                    first_ts AS start_ts, lead_end_ts AS end_ts, lead_s AS s, lead_gpu_s AS gpu_s,

@@ -240,7 +240,8 @@ def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(tmp_p
         assert store.scalar("SELECT min(bucket) FROM usage_minute") >= state["hwm"]
         assert totals(store) == before  # whole hours answer from the hour rollups
         assert store.sample_count(START, NOW) > 0  # the evidence is still counted
-        assert len(runs_before) > 0 and idle_runs(store, START, NOW, 30, 5.0).empty  # stretches need minutes
+        runs_after = idle_runs(store, START, NOW, 30, 5.0)  # stretches need minutes: only the last hour's are left
+        assert len(runs_before) > len(runs_after) and (runs_after["start_ts"] >= state["hwm"]).all()
 
 
 def test_retention_keeps_what_is_not_folded_yet_and_refuses_nonsense(tmp_path):
