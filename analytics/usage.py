@@ -40,7 +40,7 @@ def team_usage(store: Store, start: datetime, end: datetime, team: str | None = 
 # the whole cluster still counts as present.
 _BUCKETED = f"""
     WITH per_gpu AS (
-        SELECT time_bucket(to_minutes($bucket_minutes::INTEGER), bucket) AS bucket, node, gpu_uuid, mig_instance,
+        SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket, node, gpu_uuid, mig_instance,
                sum(gpu_s) AS present_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated AND owned), 0) AS allocated_s,
                coalesce(sum(used_gpu_s) FILTER (WHERE allocated AND owned), 0) AS used_s,
@@ -83,7 +83,7 @@ def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: f
     on average over the hour."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
-        SELECT owner(team, $unattributed) AS team, gpu_model, time_bucket(INTERVAL 1 HOUR, bucket) AS hour,
+        SELECT owner(team, $unattributed) AS team, gpu_model, date_trunc('hour', bucket) AS hour,
                sum(gpu_s) / 3600.0 AS allocated_gpus, sum(idle_gpu_s) / 3600.0 AS idle_gpus
         FROM {USAGE} WHERE allocated GROUP BY ALL"""
     return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED})
@@ -91,7 +91,7 @@ def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: f
 
 def covered_hours(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per GPU model: the clock hours in [start, end) that hold at least one sample of it (the evidence there is)."""
-    sql = f"""SELECT gpu_model, list_sort(list(DISTINCT time_bucket(INTERVAL 1 HOUR, bucket))) AS hours
+    sql = f"""SELECT gpu_model, list_sort(list(DISTINCT date_trunc('hour', bucket))) AS hours
               FROM {USAGE} GROUP BY gpu_model"""
     return store.query_usage(sql, {"start": start, "end": end})
 
@@ -123,14 +123,14 @@ def pending_jobs(store: Store, at: datetime, min_wait_minutes: float = 0.0) -> p
 def hourly_user_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Allocated GPU-hours per clock hour, named team and user (null: not known), for account-tree fairshare."""
     sql = f"""
-        SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS hour, team, "user", sum(gpu_s) / 3600.0 AS gpu_hours
+        SELECT date_trunc('hour', bucket) AS hour, team, "user", sum(gpu_s) / 3600.0 AS gpu_hours
         FROM {USAGE} WHERE allocated AND team IS NOT NULL GROUP BY ALL"""
     return store.query_usage(sql, {"start": start, "end": end})
 
 
 def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """GPU-hours present per clock hour (allocated or not): the cluster's capacity, for usage as a fraction of it."""
-    sql = f"""SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS hour, sum(gpu_s) / 3600.0 AS gpu_hours
+    sql = f"""SELECT date_trunc('hour', bucket) AS hour, sum(gpu_s) / 3600.0 AS gpu_hours
               FROM {USAGE} GROUP BY 1 ORDER BY 1"""
     return store.query_usage(sql, {"start": start, "end": end})
 

@@ -78,14 +78,17 @@ def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
 
 
 def with_p95(store: Store, jobs: pd.DataFrame, start: datetime, end: datetime) -> pd.DataFrame:
-    """`jobs` with each one's 95th-percentile utilisation over [start, end), from the raw samples: a percentile
-    does not add up from rollups. Null where retention already dropped the job's raw samples (no evidence)."""
-    sql = """SELECT job_id, quantile_cont(coalesce(util_pct, 0), 0.95) AS p95_util_pct FROM samples
-             WHERE allocated AND mig_profile IS NULL AND ts >= date_trunc('minute', $start::TIMESTAMPTZ)
-               AND ts < date_trunc('minute', $end::TIMESTAMPTZ) AND job_id IN (SELECT unnest($jobs))
-             GROUP BY job_id"""
-    p95 = store.query(sql, {"start": start, "end": end, "jobs": jobs["job_id"].tolist()})
+    """`jobs` with each one's 95th-percentile utilisation over [start, end): the percentile of its GPUs' per-minute
+    mean utilisation (equal to the per-sample one at a 60 s interval), from the minute rollups. A percentile does
+    not add up across rows, so it is taken over minutes, the finest level kept for 90 days; null (no evidence)
+    where retention already dropped the job's minutes."""
+    sql = f"""SELECT job_id, quantile_cont(coalesce(util_sum, 0) / samples, 0.95) AS p95_util_pct
+              FROM {USAGE} WHERE allocated AND mig_profile IS NULL AND job_id IN (SELECT unnest($jobs))
+              GROUP BY job_id"""
+    p95 = store.query_usage(sql, {"start": start, "end": end, "fine": True, "jobs": jobs["job_id"].tolist()})
     return jobs.merge(p95, on="job_id", how="left")
+
+
 # A smaller card has far less compute; only jobs this lightly loaded are moved to one.
 SMALLER_CARD_MAX_UTIL_PCT = 30.0
 MEMORY_HEADROOM = 1.2  # a job fits a slice or card with 20% more memory than its peak

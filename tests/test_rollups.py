@@ -137,7 +137,7 @@ def test_job_profiles_match_the_raw_samples(demo):
     want = raw(demo, """
         SELECT job_id, count(DISTINCT gpu_uuid) AS gpus, min(ts) AS first_ts, max(ts) AS last_ts,
                max(mem_used_mib) AS peak_mem_mib, avg(coalesce(util_pct, 0)) AS mean_util_pct,
-               quantile_cont(coalesce(util_pct, 0), 0.95) AS p95_util_pct,
+               quantile_cont(coalesce(util_pct, 0), 0.95) AS p95_util_pct,  -- the demo samples once a minute
                sum(interval_s * gpu_fraction) / 3600 AS gpu_hours
         FROM samples WHERE allocated AND job_id IS NOT NULL AND mig_profile IS NULL AND ts >= $start AND ts < $end
         GROUP BY job_id ORDER BY job_id""")

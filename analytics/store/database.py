@@ -123,6 +123,7 @@ class Store:
             held = "lock" in str(exc).lower()
             raise StoreError(f"cannot open {self.path}: {exc}"
                              + (" (is another gpuledger server writing to it?)" if held else "")) from exc
+        self._con.execute("SET TimeZone = 'UTC'")  # day and hour buckets are UTC whatever the host's zone
         self._write_lock = threading.Lock()
         self._latest: dict[str, datetime] | None = None  # newest sample per node, loaded on first use
         self._compacted_at = time.monotonic()

@@ -77,11 +77,16 @@ DDL = [
 
 _END = "ts + to_seconds(interval_s::BIGINT)"  # the instant a sample's evidence ends (as idle stretches report it)
 
+_LO = "date_trunc('minute', lo::TIMESTAMPTZ)"
+_HI = "date_trunc('minute', hi::TIMESTAMPTZ)"
+_HOURS_FROM = f"date_trunc('hour', {_LO} + INTERVAL 59 MINUTE)"  # the first whole hour in the window
+_HOURS_TO = f"greatest(least(date_trunc('hour', {_HI}), hwm), {_HOURS_FROM})"  # the end of the last folded one
+
 MACROS = [
     # the fold: samples in [lo, hi) (of one node, or all when only_node is NULL) to minute rows
     f"""CREATE OR REPLACE MACRO minute_rollup_of(lo, hi, only_node, idle_pct) AS TABLE
     WITH s AS (
-        SELECT time_bucket(INTERVAL 1 MINUTE, ts) AS bucket, {KEY}, ts, interval_s,
+        SELECT date_trunc('minute', ts) AS bucket, {KEY}, ts, interval_s,
                interval_s * gpu_fraction AS gpu_s, util_pct, mem_used_mib, mem_total_mib,
                coalesce(power_avg_w, power_w) * interval_s AS energy_j,
                (coalesce(nvlink_tx_bps, 0) + coalesce(nvlink_rx_bps, 0)) * interval_s AS nvlink_bytes,
@@ -114,7 +119,7 @@ MACROS = [
     FROM parts GROUP BY ALL""",
     # minute rows in [lo, hi) to hour rows
     f"""CREATE OR REPLACE MACRO hour_rollup_of(lo, hi, only_node) AS TABLE
-    SELECT time_bucket(INTERVAL 1 HOUR, bucket) AS bucket, {KEY}, sum(samples) AS samples, min(first_ts) AS first_ts,
+    SELECT date_trunc('hour', bucket) AS bucket, {KEY}, sum(samples) AS samples, min(first_ts) AS first_ts,
            max(last_ts) AS last_ts, max(end_ts) AS end_ts, max(interval_s) AS interval_s, sum(gpu_s) AS gpu_s,
            sum(used_gpu_s) AS used_gpu_s, sum(idle_gpu_s) AS idle_gpu_s, sum(idle_s) AS idle_s,
            sum(util_sum) AS util_sum, sum(util_n) AS util_n, max(mem_used_max) AS mem_used_max,
@@ -127,19 +132,18 @@ MACROS = [
     UNION ALL
     SELECT * FROM minute_rollup_of(greatest(date_trunc('minute', lo), mwm), date_trunc('minute', hi), NULL, idle_pct)""",
     # what every analytic reads: the usage of [lo, hi) at the coarsest grain that answers exactly. `fine`: no hour
-    # rows (for buckets shorter than an hour)
+    # rows (for buckets shorter than an hour). Hour rows cover the whole hours from lo (rounded up) to hi (rounded
+    # down) that are folded; minute rows the rest up to the minute watermark; raw samples the tail. Every bound is
+    # an expression of the parameters alone, so DuckDB folds it to a constant and prunes row groups by zone maps.
     f"""CREATE OR REPLACE MACRO usage_between(lo, hi, fine, mwm, hwm, idle_pct) AS TABLE
     SELECT {CORE} FROM usage_hour
-    WHERE NOT fine AND bucket >= date_trunc('minute', lo) AND bucket + INTERVAL 1 HOUR <= date_trunc('minute', hi)
-      AND bucket < hwm
+    WHERE NOT fine AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO}
     UNION ALL
     SELECT {CORE} FROM usage_minute
-    WHERE bucket >= date_trunc('minute', lo) AND bucket < date_trunc('minute', hi) AND bucket < mwm
-      AND (fine OR bucket >= hwm OR time_bucket(INTERVAL 1 HOUR, bucket) < date_trunc('minute', lo)
-           OR time_bucket(INTERVAL 1 HOUR, bucket) + INTERVAL 1 HOUR > date_trunc('minute', hi))
+    WHERE bucket >= {_LO} AND bucket < least({_HI}, mwm)
+      AND (fine OR bucket < {_HOURS_FROM} OR bucket >= {_HOURS_TO})
     UNION ALL
-    SELECT {CORE} FROM minute_rollup_of(greatest(date_trunc('minute', lo), mwm), date_trunc('minute', hi), NULL,
-                                        idle_pct)""",
+    SELECT {CORE} FROM minute_rollup_of(greatest({_LO}, mwm), {_HI}, NULL, idle_pct)""",
 ]
 
 # the fold and refold statements (parameters: $lo, $hi, $node (NULL: all), $idle_pct)
