@@ -13,9 +13,11 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
 from gpuledger.analytics.store import Store, database
 from gpuledger.analytics.store.ingest_writer import IngestWriter
+from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
 from gpuledger.analytics.usage import cluster_utilization, covered_hours, hourly_demand, team_usage
 from gpuledger.analytics.waste import idle_runs, job_profiles, with_p95
 from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.metrics import sample_value
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from gpuledger.collector.simulator import default_simulator
 
@@ -43,6 +45,8 @@ def demo(tmp_path_factory):
 
 def test_the_window_spans_all_three_levels(demo):
     state = demo.rollup_params()
+    # the fold is visible on /metrics: how far it got, so an admin can alert on a stalled fold
+    assert sample_value(STORE_METRICS, "gpuledger_rollup_watermark_timestamp_seconds") >= state["mwm"].timestamp()
     assert LO < state["hwm"] < state["mwm"] < HI
     assert state["mwm"].minute != 0  # minute rows past the last whole hour
     assert demo.scalar("SELECT count(*) FROM usage_hour") > 0
@@ -233,8 +237,11 @@ def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(tmp_p
         runs_before = idle_runs(store, START, NOW, 30, 5.0)
         # eleven days later with raw kept 10 days: every folded sample goes; minutes kept 10 days: every minute
         # already rolled into its hour goes too
+        counted = sample_value(STORE_METRICS, "gpuledger_retention_rows_dropped_total", table="samples")
         dropped = store.retain(NOW + timedelta(days=11), database.Retention(raw_days=10, minute_days=10))
         assert dropped["samples"] > 0 and dropped["usage_minute"] > 0
+        assert sample_value(STORE_METRICS, "gpuledger_retention_rows_dropped_total", table="samples") \
+            == counted + dropped["samples"]
         state = store.rollup_params()
         assert store.scalar("SELECT min(ts) FROM samples") >= state["mwm"]  # only the unfolded last minutes stay
         assert store.scalar("SELECT min(bucket) FROM usage_minute") >= state["hwm"]

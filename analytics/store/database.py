@@ -29,7 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuledger.analytics.store import rollups
-from gpuledger.analytics.store.metrics import BATCHES_WRITTEN, CHECKPOINT_SECONDS, ROW_RATE, ROWS_WRITTEN
+from gpuledger.analytics.store.metrics import (
+    BATCHES_WRITTEN,
+    CHECKPOINT_SECONDS,
+    RETENTION_ROWS_DROPPED,
+    ROLLUP_FOLD_SECONDS,
+    ROLLUP_WATERMARK,
+    ROW_RATE,
+    ROWS_WRITTEN,
+)
 from gpuledger.analytics.store.schema import DDL, QUERY_LAYER, SCHEMA_VERSION, column_migrations, table_migrations
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
@@ -323,7 +331,7 @@ class Store:
         start = state["mwm"]
         if start == NEG_INF:
             start = floor_minute(self.scalar("SELECT min(ts) FROM samples"))
-        folded = 0
+        folded, began = 0, time.perf_counter()
         while start < until:
             stop = min(start + FOLD_CHUNK, until)
             with self.transaction() as cur:
@@ -340,6 +348,9 @@ class Store:
             if progress:
                 progress(stop, until)
             start = stop
+            ROLLUP_WATERMARK.set(stop.timestamp())
+        if folded:
+            ROLLUP_FOLD_SECONDS.observe(time.perf_counter() - began)
         self._folded_at = time.monotonic()
         return folded
 
@@ -388,6 +399,8 @@ class Store:
                                        ("usage_minute", "bucket", minute_cut)):
                 cur.execute(f"DELETE FROM {table} WHERE {column} < ?", [cut])
                 dropped[table] = int(cur.fetchone()[0])
+        for table, rows in dropped.items():
+            RETENTION_ROWS_DROPPED.labels(table=table).inc(rows)
         if any(dropped.values()):
             self._latest = None  # a node whose samples were all dropped has no newest sample any more
         return dropped

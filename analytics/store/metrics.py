@@ -47,3 +47,10 @@ class RowRate:
 ROW_RATE = RowRate()
 NODE_LAST_SUCCESS = Gauge("gpuledger_node_last_success_timestamp_seconds",
                           "When a batch from this node was last stored", ["node"], registry=REGISTRY)
+ROLLUP_WATERMARK = Gauge("gpuledger_rollup_watermark_timestamp_seconds",
+                         "Minutes before this instant are folded into the rollups; alert when it falls behind (the "
+                         "analytics then aggregate more raw samples on every query)", registry=REGISTRY)
+ROLLUP_FOLD_SECONDS = Histogram("gpuledger_rollup_fold_seconds", "Time to fold closed minutes into the rollups",
+                                registry=REGISTRY)
+RETENTION_ROWS_DROPPED = Counter("gpuledger_retention_rows_dropped",
+                                 "Rows dropped by retention once folded, by table", ["table"], registry=REGISTRY)
