@@ -13,6 +13,7 @@ from typing import Callable
 
 from gpuledger.analytics.config import Config, load_config
 from gpuledger.analytics.store import Store, StoreError
+from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.source import Source
@@ -21,6 +22,7 @@ from gpuledger.policies.emitters import TARGETS
 
 DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
 DEMO_DB = Path("gpuledger-data/demo.duckdb")
+DEFAULT_LAKE_DATA = Path("gpuledger-data/lake")
 DEFAULT_REPORTS = Path("gpuledger-data/reports")
 
 
@@ -28,14 +30,25 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
     """--db and --config. Without --db, commands that only read a database take the server's default file, or
     the demo's when only that one exists (so `gpuledger report` works right after `gpuledger demo`)."""
     shown = db or DEFAULT_DB
-    p.add_argument("--db", type=Path, default=db, help=f"DuckDB file (default: {shown})")
+    p.add_argument("--db", "--store", dest="db", type=_store_spec, default=db, metavar="DB",
+                   help=f"DuckDB file (default: {shown}), or a DuckLake catalog in PostgreSQL, "
+                        "ducklake:postgres:<conninfo> or ducklake:postgres://user@host/db, which several processes "
+                        "can open at once (one writer, any number of --read-only readers)")
+    p.add_argument("--lake-data", default=str(DEFAULT_LAKE_DATA), metavar="DIR|URL",
+                   help=f"DuckLake only: where a new lake keeps its Parquet files (default {DEFAULT_LAKE_DATA}); "
+                        "the catalog remembers it")
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
 
 
 READERS = ("report", "recommend", "decide", "emit", "compact")  # commands that use a database that exists
 
 
-def _database(args: argparse.Namespace) -> Path:
+def _store_spec(text: str) -> Path | str:
+    """A DuckDB file path, or a DuckLake catalog spec kept as the string it is."""
+    return text if is_lake(text) else Path(text)
+
+
+def _database(args: argparse.Namespace) -> Path | str:
     if args.db is not None:
         return args.db
     if args.command in READERS and not DEFAULT_DB.exists() and DEMO_DB.exists():
@@ -100,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
                        help="bearer token agents must send to push batches (default $GPULEDGER_TOKEN; "
                             "without one the server accepts no pushes)")
+    serve.add_argument("--read-only", action="store_true",
+                       help="an API replica of a DuckLake catalog another server writes: reads only, no source, no "
+                            "pushes, no report job")
 
     agent = sub.add_parser("agent", help="per-node agent: sample, spool to disk, push batches to the server",
                            description="Samples this node every --interval, writes each batch to --spool before "
@@ -221,8 +237,12 @@ def simulator_source(interval_s: float, node: str | None = None, replay_start: f
                            replay_start=replay_start)
 
 
+def _store(args: argparse.Namespace, read_only: bool = False) -> Store:
+    return Store(args.db, read_only=read_only, lake_data=args.lake_data if is_lake(args.db) else None)
+
+
 def _open_store(args: argparse.Namespace, config: Config) -> Store:
-    store = Store(args.db)
+    store = _store(args)
     config.apply_to(store)
     store.set_rates(config.rates)
     if config.teams:
@@ -231,15 +251,17 @@ def _open_store(args: argparse.Namespace, config: Config) -> Store:
     return store
 
 
-def _open_existing(db: Path, config: Config) -> Store:
-    if not db.exists():
-        raise StoreError(f"no database at {db}: pass --db, or run `gpuledger demo` / `gpuledger serve` first")
-    store = Store(db)
+def _open_existing(args: argparse.Namespace, config: Config, read_only: bool = False) -> Store:
+    """The store of --db, which must exist. `read_only`: taken on a DuckLake catalog only (a reader beside the
+    server); a DuckDB file is opened to write, which also brings an older file's schema up to date."""
+    if not is_lake(args.db) and not Path(args.db).exists():
+        raise StoreError(f"no database at {args.db}: pass --db, or run `gpuledger demo` / `gpuledger serve` first")
+    store = _store(args, read_only=read_only and is_lake(args.db))
     config.apply_to(store)
     return store
 
 
-def _require_data(store: Store, db: Path) -> None:
+def _require_data(store: Store, db: Path | str) -> None:
     if store.sample_count() == 0:
         raise StoreError(f"{db} holds no samples yet: run `gpuledger collect` or `gpuledger serve` first")
 
@@ -286,7 +308,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.server import weekly_report
-    with _open_existing(args.db, config) as store:
+    with _open_existing(args, config, read_only=True) as store:
         _require_data(store, args.db)
         try:
             files = weekly_report(store, config, args.out, args.week)
@@ -301,7 +323,7 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.recommender import evaluate, refresh
-    with _open_existing(args.db, config) as store:
+    with _open_existing(args, config) as store:
         _require_data(store, args.db)
         evaluation = evaluate(store, config, args.at)
         if args.at:
@@ -323,7 +345,7 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
             current = args.current.read_text()
         except OSError as exc:
             raise InputError(f"cannot read --current {args.current}: {exc}") from exc
-    with _open_existing(args.db, config) as store:
+    with _open_existing(args, config) as store:
         _require_data(store, args.db)
         files = export(store, config, args.target, args.status, current)
     if args.out is None:
@@ -341,7 +363,7 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_decide(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.recommender import decide
-    with _open_existing(args.db, config) as store:
+    with _open_existing(args, config) as store:
         rec = decide(store, args.id, args.decision, args.by, args.note)
     print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
     return 0
@@ -349,7 +371,7 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_compact(args: argparse.Namespace, config: Config) -> int:
     """Fold, optionally rebuild, and apply retention, printing progress and what was dropped."""
-    with _open_existing(args.db, config) as store:
+    with _open_existing(args, config) as store:
         def progress(done: datetime, until: datetime) -> None:
             print(f"  folded up to {done:%Y-%m-%d %H:%M} UTC (until {until:%Y-%m-%d %H:%M})", flush=True)
 
@@ -386,6 +408,8 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.analytics.store.ingest_writer import use_cross_thread_allocator
     from gpuledger.deploy.collect_loop import CollectLoop
     from gpuledger.deploy.server import ApiServer, start_report_scheduler
+    if args.read_only:
+        return _serve_read_only(args, config)
     source = _make_source(args, config)
     if args.token:
         use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another
@@ -405,6 +429,24 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         loop.stop()
         loop.join(timeout=10)
     scheduler.shutdown(wait=False)
+    api.stop()
+    store.close()
+    return 0
+
+
+def _serve_read_only(args: argparse.Namespace, config: Config) -> int:
+    """An API replica over a DuckLake catalog another server writes: answers reads, collects and stores nothing."""
+    from gpuledger.deploy.server import ApiServer
+    if not is_lake(args.db):
+        raise InputError("--read-only serves a DuckLake catalog (--db ducklake:postgres:...) that another server "
+                         "writes; a DuckDB file has one process only")
+    if args.token:
+        raise InputError("a --read-only replica accepts no pushes: drop --token and point agents at the writer")
+    store = _store(args, read_only=True)
+    api = ApiServer(store, config, host=args.host, port=args.port)
+    url = api.start()
+    print(f"serving {url} (docs {url}/docs) read-only from {args.db}; Ctrl-C to stop", flush=True)
+    wait_for_stop()
     api.stop()
     store.close()
     return 0

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import os
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -10,17 +13,60 @@ from gpuledger.analytics.store import Store
 from gpuledger.collector.simulator import ClusterSimulator
 from gpuledger.deploy.server import ApiServer
 from tests.helpers import PageServer
+from tests.postgres_cluster import PostgresCluster, bin_dir
 from tests.procs import TOKEN
 
 # The simulated history ends at the last full hour, so "last N days" windows (dashboard, API defaults) see it.
 SIM_END = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL on 127.0.0.1 for the DuckLake catalog, started once for the session."""
+    if bin_dir() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install PostgreSQL (.ci/run) for the DuckLake backend's tests")
+        pytest.skip("the DuckLake backend's tests need Debian's postgresql")
+    cluster = PostgresCluster().start()
+    yield cluster
+    cluster.stop()
+
+
+BACKENDS = ("duckdb", "ducklake")
+
+
+@pytest.fixture(params=BACKENDS)
+def open_store(request, tmp_path: Path) -> Callable[..., Store]:
+    """Opens a store by name on the backend under test: a DuckDB file, or a DuckLake catalog in a real PostgreSQL
+    with its Parquet files under tmp_path. The same name opens the same store again; stores still open at the
+    end are closed."""
+    opened: list[Store] = []
+    specs: dict[str, str] = {}
+
+    def open_(name: str = "test", **kwargs) -> Store:
+        if request.param == "duckdb":
+            store = Store(tmp_path / f"{name}.duckdb", **kwargs)
+        else:
+            if name not in specs:
+                pg = request.getfixturevalue("postgres")
+                specs[name] = "ducklake:postgres:" + pg.create_database(f"{name}_{uuid.uuid4().hex[:8]}")
+            store = Store(specs[name], lake_data=tmp_path / f"{name}-lake", **kwargs)
+        opened.append(store)
+        return store
+
+    yield open_
+    for store in opened:
+        try:
+            store.close()
+        except Exception:
+            pass
+
+
 @pytest.fixture
-def store(tmp_path: Path):
-    with Store(tmp_path / "test.duckdb") as s:
-        s.set_rates(Config().rates)
-        yield s
+def store(open_store):
+    s = open_store()
+    s.set_rates(Config().rates)
+    return s
 
 
 @pytest.fixture
@@ -67,11 +113,11 @@ def api_url(sim_store):
 
 
 @pytest.fixture
-def central(tmp_path):
-    """A server in this process that accepts pushes, over a fresh store: (its URL, the store)."""
-    store = Store(tmp_path / "central.duckdb")
+def central(open_store):
+    """A server in this process that accepts pushes, over a fresh store of the backend under test: (its URL, the
+    store)."""
+    store = open_store("central")
     server = ApiServer(store, Config(), port=0, token=TOKEN)
     url = server.start()
     yield url, store
     server.stop()
-    store.close()

@@ -172,9 +172,9 @@ def history(hours: float, step_s: float = 60.0):
                             chunk_s=1800.0))
 
 
-def test_late_samples_for_folded_minutes_and_hours_are_refolded_in_their_transaction(tmp_path, monkeypatch):
+def test_late_samples_for_folded_minutes_and_hours_are_refolded_in_their_transaction(open_store, monkeypatch):
     batches = history(6)
-    with Store(tmp_path / "late.duckdb") as store:
+    with open_store("late") as store:
         store.set_rates(Config().rates)
         monkeypatch.setattr(database, "FOLD_EVERY_S", 0.0)  # fold after every append
         late_node = batches[2]["node"][0].as_py()
@@ -202,10 +202,10 @@ def pa_not_equal(batch, node):
     return pc.not_equal(batch["node"], node)
 
 
-def test_a_resent_batch_changes_neither_samples_nor_rollups(tmp_path, monkeypatch):
+def test_a_resent_batch_changes_neither_samples_nor_rollups(open_store, monkeypatch):
     monkeypatch.setattr(database, "FOLD_EVERY_S", 0.0)
     batches = history(3)
-    with Store(tmp_path / "once.duckdb") as store:
+    with open_store("once") as store:
         store.set_rates(Config().rates)
         writer = IngestWriter(store, idle_checkpoint_s=600)
         try:
@@ -227,8 +227,8 @@ def test_a_resent_batch_changes_neither_samples_nor_rollups(tmp_path, monkeypatc
             writer.stop()
 
 
-def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(tmp_path):
-    with Store(tmp_path / "retain.duckdb") as store:
+def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(open_store):
+    with open_store("retain") as store:
         store.set_rates(Config().rates)
         for batch in history(5):
             store.append_samples(batch)
@@ -251,10 +251,10 @@ def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(tmp_p
         assert len(runs_before) > len(runs_after) and (runs_after["start_ts"] >= state["hwm"]).all()
 
 
-def test_retention_keeps_what_is_not_folded_yet_and_refuses_nonsense(tmp_path):
+def test_retention_keeps_what_is_not_folded_yet_and_refuses_nonsense(open_store):
     with pytest.raises(ValueError, match="raw_days"):
         database.Retention(raw_days=100, minute_days=90)
-    with Store(tmp_path / "unfolded.duckdb") as store:
+    with open_store("unfolded") as store:
         store._folded_at = float("inf")
         for batch in history(2):
             store.append_samples(batch)
@@ -265,10 +265,10 @@ def test_retention_keeps_what_is_not_folded_yet_and_refuses_nonsense(tmp_path):
         assert store.sample_count() == rows
 
 
-def test_a_new_idle_threshold_rebuilds_the_rollups(demo, tmp_path):
+def test_a_new_idle_threshold_rebuilds_the_rollups(demo, open_store):
     with pytest.raises(Exception, match="idle under 5%"):
         idle_runs(demo, LO, HI, 30, 20.0)
-    with Store(tmp_path / "threshold.duckdb") as store:
+    with open_store("threshold") as store:
         store.set_rates(Config().rates)
         for batch in history(6):
             store.append_samples(batch)

@@ -1,4 +1,4 @@
-"""The store is a real DuckDB file: schema on first open, bulk appends, clear errors, data survives reopen."""
+"""The store is a real DuckDB file or DuckLake catalog: schema on first open, bulk appends, clear errors, data survives reopen."""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -8,27 +8,26 @@ from gpuledger.analytics.store import Store, StoreError
 from tests.helpers import gpu_rows, table
 
 
-def test_schema_created_once_and_data_survives_reopen(tmp_path):
-    path = tmp_path / "g.duckdb"
-    with Store(path) as s:
+def test_schema_created_once_and_data_survives_reopen(open_store):
+    with open_store("g") as s:
         assert s.append_samples(table(gpu_rows("n", 0, "H100", 10, job="j", team="t"))) == 10
-    with Store(path) as s:  # reopening must not recreate or wipe anything
+    with open_store("g") as s:  # reopening must not recreate or wipe anything
         assert s.sample_count() == 10
         assert s.teams() == ["t"]
         tables = set(s.query("SELECT table_name FROM information_schema.tables")["table_name"])
         assert {"samples", "processes", "jobs", "teams", "rate_card", "meta"} <= tables
 
 
-def test_append_is_one_bulk_insert_per_batch(tmp_path):
-    with Store(tmp_path / "g.duckdb") as s:
+def test_append_is_one_bulk_insert_per_batch(open_store):
+    with open_store("g") as s:
         batch = table(*(gpu_rows("n", g, "H100", 60, job=f"j{g}", team="t") for g in range(8)))
         assert s.append_samples(batch) == 480
         assert s.sample_count() == 480
         assert s.append_samples(batch.slice(0, 0)) == 0
 
 
-def test_batch_missing_a_column_is_rejected_whole_with_a_clear_error(tmp_path):
-    with Store(tmp_path / "g.duckdb") as s:
+def test_batch_missing_a_column_is_rejected_whole_with_a_clear_error(open_store):
+    with open_store("g") as s:
         bad = table(gpu_rows("n", 0, "H100", 5)).drop_columns(["gpu_uuid"])
         with pytest.raises(StoreError, match="missing column"):
             s.append_samples(bad)

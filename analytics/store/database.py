@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuledger.analytics.store import rollups
+from gpuledger.analytics.store import lake, rollups
 from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
     CHECKPOINT_SECONDS,
@@ -38,7 +38,15 @@ from gpuledger.analytics.store.metrics import (
     ROW_RATE,
     ROWS_WRITTEN,
 )
-from gpuledger.analytics.store.schema import DDL, QUERY_LAYER, SCHEMA_VERSION, column_migrations, table_migrations
+from gpuledger.analytics.store.schema import (
+    DDL,
+    KEYS,
+    QUERY_LAYER,
+    SCHEMA_VERSION,
+    column_migrations,
+    table_migrations,
+    without_keys,
+)
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
@@ -115,10 +123,15 @@ def wal_bytes(db_path: str | Path) -> int:
 
 
 class Store:
-    def __init__(self, path: str | Path, read_only: bool = False, threads: int | None = None) -> None:
-        """`threads`: DuckDB worker threads; by default all cores but one for a writer, DuckDB's own for a reader."""
+    def __init__(self, path: str | Path, read_only: bool = False, threads: int | None = None,
+                 lake_data: str | Path | None = None) -> None:
+        """`path`: a DuckDB file, or a DuckLake catalog `ducklake:postgres:<conninfo>` (analytics/store/lake.py) whose
+        Parquet files go to `lake_data`. `threads`: DuckDB worker threads; by default all cores but one for a
+        writer, DuckDB's own for a reader."""
         self.path = str(path)
-        if not read_only:
+        self.lake = lake.is_lake(self.path)
+        self.read_only = read_only
+        if not read_only and not self.lake:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
             settings: dict[str, str | int] = {} if read_only else {"checkpoint_threshold": WAL_CAP,
@@ -126,7 +139,10 @@ class Store:
             threads = threads or (None if read_only else default_threads())
             if threads:
                 settings["threads"] = threads
-            self._con = duckdb.connect(self.path, read_only=read_only, config=settings)
+            if self.lake:
+                self._con = lake.connect(self.path, read_only, lake_data, settings)
+            else:
+                self._con = duckdb.connect(self.path, read_only=read_only, config=settings)
         except duckdb.IOException as exc:
             held = "lock" in str(exc).lower()
             raise StoreError(f"cannot open {self.path}: {exc}"
@@ -139,17 +155,41 @@ class Store:
         self.retention = Retention()
         if not read_only:
             with self._write_lock:
+                here = "table_catalog = current_database()"
                 tables = {row[0] for row in self._con.execute(
-                    "SELECT table_name FROM information_schema.tables").fetchall()}
+                    f"SELECT table_name FROM information_schema.tables WHERE {here}").fetchall()}
                 self._con.execute("BEGIN TRANSACTION")
                 for statement in table_migrations(tables) + DDL + rollups.DDL:
-                    self._con.execute(statement)
+                    self._con.execute(without_keys(statement) if self.lake else statement)
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'samples'").fetchall()}
+                    f"SELECT column_name FROM information_schema.columns WHERE table_name = 'samples' AND {here}"
+                ).fetchall()}
                 for statement in column_migrations(columns) + QUERY_LAYER + rollups.MACROS:
                     self._con.execute(statement)
-                self._con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
+                self._set_meta(self._con, "schema_version", SCHEMA_VERSION)
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of the store's connection (on DuckLake, pointed at the lake: a cursor is a new connection)."""
+        cur = self._con.cursor()
+        return lake.use(cur) if self.lake else cur
+
+    def _replace_rows(self, cur: duckdb.DuckDBPyConnection, table: str, source: str) -> None:
+        """Insert the rows of `source`, replacing stored rows with the same key (KEYS). DuckLake has no keys to
+        conflict on, so there it is a delete and an insert, inside the caller's transaction."""
+        if self.lake:
+            key = KEYS[table]
+            cur.execute(f"DELETE FROM {table} WHERE {key} IN (SELECT {key} FROM {source})")
+            cur.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {source}")
+        else:
+            cur.execute(f"INSERT OR REPLACE INTO {table} BY NAME SELECT * FROM {source}")
+
+    def _set_meta(self, cur: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
+        if self.lake:
+            cur.execute("DELETE FROM meta WHERE key = ?", [key])
+            cur.execute("INSERT INTO meta VALUES (?, ?)", [key, value])
+        else:
+            cur.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
 
     def close(self) -> None:
         self._con.close()
@@ -164,21 +204,20 @@ class Store:
     def _insert(self, table_name: str, batch: pa.Table | pd.DataFrame, replace: bool = False) -> int:
         if len(batch) == 0:
             return 0
-        verb = "INSERT OR REPLACE INTO" if replace else "INSERT INTO"
-        with self._write_lock:
-            cur = self._con.cursor()
-            try:
-                cur.register("incoming_batch", batch)
-                cur.execute(f"{verb} {table_name} BY NAME SELECT * FROM incoming_batch")
-            finally:
-                cur.close()
+        with self.transaction() as cur:
+            cur.register("incoming_batch", batch)
+            if replace:
+                self._replace_rows(cur, table_name, "incoming_batch")
+            else:
+                cur.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM incoming_batch")
+            cur.unregister("incoming_batch")
         return len(batch)
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor inside BEGIN/COMMIT holding the write lock; any exception rolls everything back."""
         with self._write_lock:
-            cur = self._con.cursor()
+            cur = self._cursor()
             try:
                 cur.execute("BEGIN TRANSACTION")
                 try:
@@ -207,12 +246,12 @@ class Store:
         if compact:  # the daily quiet moment is also when expired samples and minute rollups are dropped
             self.retain()
         with self._write_lock:
-            cur = self._con.cursor()
+            cur = self._cursor()
             try:
                 started = time.perf_counter()
                 if compact:
                     cur.execute(f"SET max_vacuum_tasks = {VACUUM_TASKS}")
-                    cur.execute("INSERT OR REPLACE INTO meta VALUES ('compacted_at', ?)", [str(utc_now())])
+                    self._set_meta(cur, "compacted_at", str(utc_now()))
                 try:
                     cur.execute("CHECKPOINT")
                 finally:
@@ -235,7 +274,7 @@ class Store:
         Every path that stores samples raises these marks (note_latest), so a mark is never behind the table.
         """
         if self._latest is None:
-            reader = cur or self._con.cursor()
+            reader = cur or self._cursor()
             try:
                 rows = reader.execute("SELECT node, max(ts) FROM samples GROUP BY node").fetchall()
             finally:
@@ -274,7 +313,7 @@ class Store:
     # --- rollups (analytics/store/rollups.py) ----------------------------------------------
     def rollup_params(self, cur: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
         """The watermarks and idle threshold every rollup query passes to `usage_between` / `minute_segments`."""
-        reader = cur or self._con.cursor()
+        reader = cur or self._cursor()
         try:
             mwm, hwm, idle_pct = reader.execute(rollups.STATE).fetchone()
         finally:
@@ -284,7 +323,7 @@ class Store:
 
     def query_usage(self, sql: str, params: Mapping[str, Any]) -> pd.DataFrame:
         """A query over the rollups: `sql` may use $mwm, $hwm, $idle_pct and $fine (default false)."""
-        cur = self._con.cursor()
+        cur = self._cursor()
         try:
             values = {"fine": False, **self.rollup_params(cur), **params}
             used = set(re.findall(r"\$(\w+)", sql))  # DuckDB refuses parameters a statement does not use
@@ -380,6 +419,10 @@ class Store:
         """Make the rollups count idle as the site config says; rebuilds them when the threshold changed."""
         if self.idle_util_pct == idle_util_pct:
             return 0
+        if self.read_only:  # the writer rebuilds; until then analytics say which threshold the rollups hold
+            log.warning("the rollups count idle under %g%%, the config says %g%%: the writing server rebuilds them",
+                        self.idle_util_pct, idle_util_pct)
+            return 0
         log.warning("idle threshold changed from %g%% to %g%%: rebuilding the rollups from the raw samples kept",
                     self.idle_util_pct, idle_util_pct)
         return self.rebuild_rollups(idle_util_pct)
@@ -449,19 +492,19 @@ class Store:
         return self._insert("rate_card", frame, replace=True)
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._write_lock:
-            self._con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
+        with self.transaction() as cur:
+            self._set_meta(cur, key, value)
 
     # --- reads --------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pd.DataFrame:
-        cur = self._con.cursor()
+        cur = self._cursor()
         try:
             return cur.execute(sql, params or []).df()
         finally:
             cur.close()
 
     def scalar(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
-        cur = self._con.cursor()
+        cur = self._cursor()
         try:
             row = cur.execute(sql, params or []).fetchone()
             return row[0] if row else None

@@ -368,10 +368,12 @@ class IngestWriter:
         cur.register("incoming_nodes", pa.table({"node": list(nodes), "interval_s": [v[0] for v in nodes.values()],
                                                  "batches": [v[1] for v in nodes.values()],
                                                  "rows": [v[2] for v in nodes.values()]}))
-        cur.execute("""INSERT INTO nodes SELECT node, ?, interval_s, batches, rows FROM incoming_nodes
-                       ON CONFLICT (node) DO UPDATE SET last_seen = excluded.last_seen,
-                           interval_s = excluded.interval_s, batches = nodes.batches + excluded.batches,
-                           rows = nodes.rows + excluded.rows""", [group.now])
+        # an update and an insert, not ON CONFLICT: the DuckLake backend has no key to conflict on
+        cur.execute("""UPDATE nodes SET last_seen = $now, interval_s = i.interval_s, batches = nodes.batches + i.batches,
+                           rows = nodes.rows + i.rows
+                       FROM incoming_nodes i WHERE nodes.node = i.node""", {"now": group.now})
+        cur.execute("""INSERT INTO nodes SELECT node, $now, interval_s, batches, rows FROM incoming_nodes
+                       WHERE node NOT IN (SELECT node FROM nodes)""", {"now": group.now})
         cur.unregister("incoming_nodes")
 
     @staticmethod

@@ -54,6 +54,15 @@ DDL = [
 ]
 
 
+# the key of each table whose rows are replaced by key (DuckDB: its PRIMARY KEY; DuckLake has no keys)
+KEYS = {"jobs": "job_id", "teams": "team", "rate_card": "gpu_model", "meta": "key", "nodes": "node"}
+
+
+def without_keys(statement: str) -> str:
+    """A CREATE TABLE without its PRIMARY KEY, for DuckLake (which has none; the store replaces rows by KEYS)."""
+    return statement.replace(" PRIMARY KEY", "")
+
+
 def column_migrations(existing: set[str]) -> list[str]:
     """ALTERs that add sample columns a newer collector emits to a store created by an older one."""
     return [f'ALTER TABLE samples ADD COLUMN "{f.name}" {_DUCK_TYPES[f.type]}'
