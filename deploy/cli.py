@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from gpuledger.analytics.config import Config, load_config
-from gpuledger.analytics.store import Store, StoreError
+from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.errors import GpuledgerError, InputError
@@ -22,7 +22,6 @@ from gpuledger.policies.emitters import TARGETS
 
 DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
 DEMO_DB = Path("gpuledger-data/demo.duckdb")
-DEFAULT_LAKE_DATA = Path("gpuledger-data/lake")
 DEFAULT_REPORTS = Path("gpuledger-data/reports")
 
 
@@ -34,9 +33,9 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
                    help=f"DuckDB file (default: {shown}), or a DuckLake catalog in PostgreSQL, "
                         "ducklake:postgres:<conninfo> or ducklake:postgres://user@host/db, which several processes "
                         "can open at once (one writer, any number of --read-only readers)")
-    p.add_argument("--lake-data", default=str(DEFAULT_LAKE_DATA), metavar="DIR|URL",
-                   help=f"DuckLake only: where a new lake keeps its Parquet files (default {DEFAULT_LAKE_DATA}); "
-                        "the catalog remembers it")
+    p.add_argument("--lake-data", metavar="DIR|URL",
+                   help=f"DuckLake only: where a new lake keeps its Parquet files (default {lake.DEFAULT_DATA}); "
+                        "the catalog remembers it, so later commands need not say it")
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
 
 

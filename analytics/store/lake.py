@@ -27,6 +27,7 @@ from gpuledger.collector.errors import GpuledgerError
 
 PREFIX = "ducklake:"
 CATALOG = "lake"  # the name the lake is attached under
+DEFAULT_DATA = Path("gpuledger-data/lake")  # where a new lake keeps its Parquet files unless told otherwise
 _EXTENSIONS = (("duckdb_extension_postgres_scanner", "postgres_scanner"), ("duckdb_extension_ducklake", "ducklake"))
 
 
@@ -60,10 +61,26 @@ def _load_extensions(con: duckdb.DuckDBPyConnection) -> None:
 
 def connect(spec: str, read_only: bool, data_path: str | Path | None,
             settings: dict[str, str | int]) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the lake attached and in use. A writer creating the lake needs `data_path`, where
-    the Parquet files go; afterwards the catalog remembers it and readers need none."""
+    """An in-memory DuckDB with the lake attached and in use. The catalog remembers where its Parquet files are;
+    `data_path` is needed only to create a lake (default DEFAULT_DATA), and a different one given for an existing
+    lake is an error (DuckLake's own, naming both)."""
     con = duckdb.connect(":memory:", config=settings)
     _load_extensions(con)
+    try:
+        try:
+            _attach(con, spec, read_only, data_path)
+        except duckdb.Error as exc:
+            if data_path is not None or read_only or "data_path is not set" not in str(exc):
+                raise
+            _attach(con, spec, read_only, DEFAULT_DATA)  # a new lake: its files go to the default folder
+    except duckdb.Error as exc:
+        con.close()
+        raise GpuledgerError(f"cannot attach the DuckLake catalog {spec!r}: {exc}") from exc
+    con.execute(f"USE {CATALOG}")
+    return con
+
+
+def _attach(con: duckdb.DuckDBPyConnection, spec: str, read_only: bool, data_path: str | Path | None) -> None:
     options = ["READ_ONLY"] if read_only else []
     if data_path is not None and not read_only:
         folder = str(data_path)
@@ -73,15 +90,7 @@ def connect(spec: str, read_only: bool, data_path: str | Path | None,
         options.append(f"DATA_PATH '{folder.replace(chr(39), chr(39) * 2)}'")
     clause = f" ({', '.join(options)})" if options else ""
     target = attach_target(spec).replace("'", "''")
-    try:
-        con.execute(f"ATTACH '{target}' AS {CATALOG}{clause}")
-    except duckdb.Error as exc:
-        con.close()
-        hint = " (a new lake needs --lake-data: the folder or bucket for its Parquet files)" \
-            if "data_path" in str(exc).lower() or "DATA_PATH" in str(exc) else ""
-        raise GpuledgerError(f"cannot attach the DuckLake catalog {spec!r}: {exc}{hint}") from exc
-    con.execute(f"USE {CATALOG}")
-    return con
+    con.execute(f"ATTACH '{target}' AS {CATALOG}{clause}")
 
 
 def use(cur: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
