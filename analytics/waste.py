@@ -22,10 +22,10 @@ def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
               idle_util_pct: float) -> pd.DataFrame:
     """Stretches where an allocated GPU stayed under `idle_util_pct` for at least `idle_minutes`.
 
-    Read from the minute rollups: each minute row of a GPU and job either is idle throughout (it joins the
-    stretch in progress) or holds busy samples, whose idle lead closes the stretch before and whose idle
-    tail opens the next. A stretch inside one minute, between two busy samples, is shorter than the minute
-    `idle_minutes` must at least be, so it is never one to report."""
+    Read from the rollups: each segment of a GPU and job (an hour row for whole hours, else a minute row) either
+    is idle throughout (it joins the stretch in progress) or holds busy samples, whose idle lead closes the
+    stretch before and whose idle tail opens the next. A stretch inside an hour, between busy samples, is listed
+    in its hour row; one inside a minute is shorter than the minute `idle_minutes` must at least be."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
         WITH candidates AS (  -- only a GPU and job idle this long in all can hold such a stretch (a tenth, typically)
@@ -34,10 +34,9 @@ def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
         ), seg AS (
             SELECT m.*, sum((busy_n > 0)::INTEGER) OVER (PARTITION BY m.gpu_uuid, mig_instance, job_id ORDER BY first_ts
                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS run
-            FROM minute_segments($start, $end, $mwm, $idle_pct) m
+            FROM idle_segments($start, $end, $mwm, $hwm, $idle_pct) m
             SEMI JOIN candidates c ON m.gpu_uuid = c.gpu_uuid AND coalesce(m.mig_instance, -1) = c.mig
                                       AND coalesce(m.job_id, '') = c.job
-            WHERE allocated
         ), parts AS (
             SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, run - (busy_n > 0)::INTEGER AS run,
                    first_ts AS start_ts, lead_end_ts AS end_ts, lead_s AS s, lead_gpu_s AS gpu_s,
@@ -47,6 +46,10 @@ def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
             SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, run, tail_start_ts, end_ts, tail_s,
                    tail_gpu_s, tail_util_sum, tail_util_n
             FROM seg WHERE busy_n > 0 AND tail_start_ts IS NOT NULL
+            UNION ALL  -- stretches inside an hour are whole already: each its own (negative) number
+            SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, -row_number() OVER () AS run, start_ts,
+                   end_ts, s, gpu_s, util_sum, util_n
+            FROM inner_idle_runs($start, $end, $hwm) WHERE s >= $idle_minutes * 60
         )
         SELECT owner(p.team, $unattributed) AS team, p.job_id, p.node, p.gpu_uuid, p.gpu_model,
                min(p.start_ts) AS start_ts, max(p.end_ts) AS end_ts, sum(p.s) / 60.0 AS idle_minutes,

@@ -20,6 +20,7 @@ from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.metrics import sample_value
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from gpuledger.collector.simulator import default_simulator
+from tests.helpers import T0, gpu_rows, table
 
 NOW = utc_now().replace(second=0, microsecond=0)
 START = NOW - timedelta(days=2)
@@ -247,8 +248,12 @@ def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(open_
         assert store.scalar("SELECT min(bucket) FROM usage_minute") >= state["hwm"]
         assert totals(store) == before  # whole hours answer from the hour rollups
         assert store.sample_count(START, NOW) > 0  # the evidence is still counted
-        runs_after = idle_runs(store, START, NOW, 30, 5.0)  # stretches need minutes: only the last hour's are left
-        assert len(runs_before) > len(runs_after) and (runs_after["start_ts"] >= state["hwm"]).all()
+        # with the minutes gone, idle stretches still come out the same: whole hours carry their own edges
+        runs_after = idle_runs(store, START, NOW, 30, 5.0)
+        columns = ["gpu_uuid", "start_ts", "end_ts", "idle_minutes"]
+        assert len(runs_before) > 0
+        pd.testing.assert_frame_equal(runs_after[columns].sort_values(columns).reset_index(drop=True),
+                                      runs_before[columns].sort_values(columns).reset_index(drop=True))
 
 
 def test_retention_keeps_what_is_not_folded_yet_and_refuses_nonsense(open_store):
@@ -279,3 +284,20 @@ def test_a_new_idle_threshold_rebuilds_the_rollups(demo, open_store):
         assert len(got) == len(want) > 0
         assert got["idle_minutes"].tolist() == pytest.approx(want["idle_minutes"].tolist())
         assert store.use_idle_threshold(20.0) == 0  # unchanged: nothing rebuilt
+
+
+def test_stretches_inside_an_hour_and_across_hours_match_the_raw_samples(store):
+    """Busy 5 min, idle 45, busy 10 | idle 30, busy 1, idle 29 | idle 60 | idle 10, busy 50 (at 10 s): a stretch
+    inside an hour (45), one at an hour's start (30) and one across three hours (29 + 60 + 10)."""
+    minutes = [100.0] * 5 + [0.0] * 45 + [100.0] * 10 + [0.0] * 30 + [100.0] + [0.0] * 29 + [0.0] * 60 \
+        + [0.0] * 10 + [100.0] * 50
+    util = [u for u in minutes for _ in range(6)]
+    store.append_samples(table(gpu_rows("n", 0, "H100", 240, step_s=10.0, util=util, job="a/1", team="a")))
+    store.fold(until=T0 + timedelta(hours=5))
+    assert store.rollup_params()["hwm"] >= T0 + timedelta(hours=4)  # every hour above is folded
+    params = {**PARAMS, "start": T0, "end": T0 + timedelta(hours=4)}
+    want = raw(store, RAW_IDLE_RUNS, params).sort_values("start_ts").reset_index(drop=True)
+    got = idle_runs(store, T0, T0 + timedelta(hours=4), 30, 5.0).sort_values("start_ts").reset_index(drop=True)
+    assert got["idle_minutes"].tolist() == want["idle_minutes"].tolist() == [45.0, 30.0, 99.0]
+    assert got["start_ts"].tolist() == want["start_ts"].tolist()
+    assert got["end_ts"].tolist() == want["end_ts"].tolist()

@@ -52,7 +52,7 @@ CORE_COLUMNS = {
     "mem_used_max": "DOUBLE", "mem_total_max": "DOUBLE",
     "energy_j": "DOUBLE", "nvlink_bytes": "DOUBLE",
 }
-# minute table only: the idle stretch before the first busy sample (the whole row when none is busy) and after the last
+# the idle stretch before a row's first busy sample (the whole row when none is busy) and after its last
 SEGMENT_COLUMNS = {
     "busy_n": "BIGINT",
     "lead_s": "DOUBLE", "lead_gpu_s": "DOUBLE", "lead_util_sum": "DOUBLE", "lead_util_n": "BIGINT",
@@ -61,6 +61,9 @@ SEGMENT_COLUMNS = {
     "tail_start_ts": "TIMESTAMPTZ",
 }
 CORE = ", ".join(CORE_COLUMNS)
+SEGMENT = ", ".join(SEGMENT_COLUMNS)
+INNER_RUNS = ("STRUCT(start_ts TIMESTAMPTZ, end_ts TIMESTAMPTZ, s DOUBLE, gpu_s DOUBLE, util_sum DOUBLE, "
+              "util_n BIGINT)[]")
 
 
 def _table(name: str, columns: dict[str, str]) -> str:
@@ -69,7 +72,8 @@ def _table(name: str, columns: dict[str, str]) -> str:
 
 DDL = [
     _table("usage_minute", CORE_COLUMNS | SEGMENT_COLUMNS),
-    _table("usage_hour", CORE_COLUMNS),
+    # an hour row also lists the idle stretches of at least a minute strictly inside it (between busy samples)
+    _table("usage_hour", CORE_COLUMNS | SEGMENT_COLUMNS | {"inner_runs": INNER_RUNS}),
     # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
     "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
     f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} WHERE NOT EXISTS (SELECT 1 FROM rollup_state)",
@@ -117,20 +121,85 @@ MACROS = [
            sum(util_pct) FILTER (WHERE tail) AS tail_util_sum, count(util_pct) FILTER (WHERE tail) AS tail_util_n,
            min(ts) FILTER (WHERE tail) AS tail_start_ts
     FROM parts GROUP BY ALL""",
-    # minute rows in [lo, hi) to hour rows
+    # minute rows in [lo, hi) to hour rows, with the hour's idle lead and tail and the stretches inside it. `k` numbers
+    # each minute's stretch: the count of minutes with busy samples up to it (a lead closes stretch k - 1).
     f"""CREATE OR REPLACE MACRO hour_rollup_of(lo, hi, only_node) AS TABLE
-    SELECT date_trunc('hour', bucket) AS bucket, {KEY}, sum(samples) AS samples, min(first_ts) AS first_ts,
+    WITH m AS (
+        SELECT *, date_trunc('hour', bucket) AS hour FROM usage_minute
+        WHERE bucket >= lo AND bucket < hi AND (only_node IS NULL OR node = only_node)
+    ), k AS (
+        SELECT *, sum((busy_n > 0)::INTEGER) OVER (PARTITION BY hour, {KEY} ORDER BY first_ts
+                                                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS k,
+               min(CASE WHEN busy_n > 0 THEN first_ts END) OVER (PARTITION BY hour, {KEY}) AS first_busy,
+               max(CASE WHEN busy_n > 0 THEN first_ts END) OVER (PARTITION BY hour, {KEY}) AS last_busy,
+               sum((busy_n > 0)::INTEGER) OVER (PARTITION BY hour, {KEY}) AS busy_rows
+        FROM m
+    ), pieces AS (  -- idle pieces strictly between the hour's first and last busy minute, by stretch
+        SELECT hour, {KEY}, k - 1 AS k, first_ts AS start_ts, lead_end_ts AS end_ts, lead_s AS s, lead_gpu_s AS gpu_s,
+               lead_util_sum AS util_sum, lead_util_n AS util_n
+        FROM k WHERE busy_n > 0 AND lead_end_ts IS NOT NULL AND k > 1
+        UNION ALL
+        SELECT hour, {KEY}, k, tail_start_ts, end_ts, tail_s, tail_gpu_s, tail_util_sum, tail_util_n
+        FROM k WHERE busy_n > 0 AND tail_start_ts IS NOT NULL AND k < busy_rows
+        UNION ALL
+        SELECT hour, {KEY}, k, first_ts, lead_end_ts, lead_s, lead_gpu_s, lead_util_sum, lead_util_n
+        FROM k WHERE busy_n = 0 AND k >= 1 AND k < busy_rows
+    ), inner_runs AS (
+        SELECT hour, {KEY}, list({{'start_ts': start_ts, 'end_ts': end_ts, 's': s, 'gpu_s': gpu_s,
+                                   'util_sum': util_sum, 'util_n': util_n}} ORDER BY start_ts) AS inner_runs
+        FROM (SELECT hour, {KEY}, k, min(start_ts) AS start_ts, max(end_ts) AS end_ts, sum(s) AS s,
+                     sum(gpu_s) AS gpu_s, sum(util_sum) AS util_sum, sum(util_n) AS util_n
+              FROM pieces GROUP BY ALL HAVING sum(s) >= 60)
+        GROUP BY ALL
+    ), combined AS (  -- minute rows and the inner stretches, grouped together (GROUP BY matches NULL keys, joins do not)
+        SELECT *, NULL AS inner_runs FROM k
+        UNION ALL BY NAME
+        SELECT * FROM inner_runs
+    )
+    SELECT hour AS bucket, {KEY}, sum(samples) AS samples, min(first_ts) AS first_ts,
            max(last_ts) AS last_ts, max(end_ts) AS end_ts, max(interval_s) AS interval_s, sum(gpu_s) AS gpu_s,
            sum(used_gpu_s) AS used_gpu_s, sum(idle_gpu_s) AS idle_gpu_s, sum(idle_s) AS idle_s,
            sum(util_sum) AS util_sum, sum(util_n) AS util_n, max(mem_used_max) AS mem_used_max,
-           max(mem_total_max) AS mem_total_max, sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes
-    FROM usage_minute WHERE bucket >= lo AND bucket < hi AND (only_node IS NULL OR node = only_node) GROUP BY ALL""",
+           max(mem_total_max) AS mem_total_max, sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes,
+           sum(busy_n) AS busy_n,
+           coalesce(sum(lead_s) FILTER (WHERE lead), 0) AS lead_s,
+           coalesce(sum(lead_gpu_s) FILTER (WHERE lead), 0) AS lead_gpu_s,
+           sum(lead_util_sum) FILTER (WHERE lead) AS lead_util_sum,
+           coalesce(sum(lead_util_n) FILTER (WHERE lead), 0) AS lead_util_n,
+           max(lead_end_ts) FILTER (WHERE lead) AS lead_end_ts,
+           coalesce(sum(CASE WHEN first_ts = last_busy THEN tail_s WHEN first_ts > last_busy THEN lead_s END), 0)
+               AS tail_s,
+           coalesce(sum(CASE WHEN first_ts = last_busy THEN tail_gpu_s WHEN first_ts > last_busy THEN lead_gpu_s END),
+                    0) AS tail_gpu_s,
+           sum(CASE WHEN first_ts = last_busy THEN tail_util_sum WHEN first_ts > last_busy THEN lead_util_sum END)
+               AS tail_util_sum,
+           coalesce(sum(CASE WHEN first_ts = last_busy THEN tail_util_n WHEN first_ts > last_busy THEN lead_util_n
+                        END), 0) AS tail_util_n,
+           min(CASE WHEN first_ts = last_busy THEN tail_start_ts WHEN first_ts > last_busy THEN first_ts END)
+               AS tail_start_ts,
+           coalesce(flatten(list(inner_runs) FILTER (WHERE inner_runs IS NOT NULL)), []) AS inner_runs
+    FROM (SELECT *, first_busy IS NULL OR first_ts <= first_busy AS lead FROM combined)
+    GROUP BY hour, {KEY}""",
     # minute rows of [lo, hi) with their idle-stretch edges: folded minutes, then the raw tail from the watermark
     """CREATE OR REPLACE MACRO minute_segments(lo, hi, mwm, idle_pct) AS TABLE
     SELECT * FROM usage_minute
     WHERE bucket >= date_trunc('minute', lo) AND bucket < date_trunc('minute', hi) AND bucket < mwm
-    UNION ALL
+    UNION ALL BY NAME
     SELECT * FROM minute_rollup_of(greatest(date_trunc('minute', lo), mwm), date_trunc('minute', hi), NULL, idle_pct)""",
+    # the segments idle stretches are stitched from, for the allocated rows of [lo, hi): hour rows for the whole
+    # hours folded, minute rows (and the raw tail) for the rest. A stretch inside an hour, between busy samples, is
+    # in that hour row's inner_runs.
+    f"""CREATE OR REPLACE MACRO idle_segments(lo, hi, mwm, hwm, idle_pct) AS TABLE
+    SELECT {CORE}, {SEGMENT} FROM usage_hour
+    WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO}
+    UNION ALL BY NAME
+    SELECT * FROM minute_segments(lo, hi, mwm, idle_pct)
+    WHERE allocated AND (bucket < {_HOURS_FROM} OR bucket >= {_HOURS_TO})""",
+    # the stretches inside the whole hours of [lo, hi), one row each
+    f"""CREATE OR REPLACE MACRO inner_idle_runs(lo, hi, hwm) AS TABLE
+    SELECT {KEY}, r.start_ts, r.end_ts, r.s, r.gpu_s, r.util_sum, r.util_n
+    FROM (SELECT *, unnest(inner_runs) AS r FROM usage_hour
+          WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO} AND len(inner_runs) > 0)""",
     # what every analytic reads: the usage of [lo, hi) at the coarsest grain that answers exactly. `fine`: no hour
     # rows (for buckets shorter than an hour). Hour rows cover the whole hours from lo (rounded up) to hi (rounded
     # down) that are folded; minute rows the rest up to the minute watermark; raw samples the tail. Every bound is
@@ -147,8 +216,8 @@ MACROS = [
 ]
 
 # the fold and refold statements (parameters: $lo, $hi, $node (NULL: all), $idle_pct)
-FOLD_MINUTES = "INSERT INTO usage_minute SELECT * FROM minute_rollup_of($lo, $hi, $node, $idle_pct)"
+FOLD_MINUTES = "INSERT INTO usage_minute BY NAME SELECT * FROM minute_rollup_of($lo, $hi, $node, $idle_pct)"
 DROP_MINUTES = "DELETE FROM usage_minute WHERE bucket >= $lo AND bucket < $hi AND ($node IS NULL OR node = $node)"
-FOLD_HOURS = "INSERT INTO usage_hour SELECT * FROM hour_rollup_of($lo, $hi, $node)"
+FOLD_HOURS = "INSERT INTO usage_hour BY NAME SELECT * FROM hour_rollup_of($lo, $hi, $node)"
 DROP_HOURS = "DELETE FROM usage_hour WHERE bucket >= $lo AND bucket < $hi AND ($node IS NULL OR node = $node)"
 STATE = "SELECT minute_wm, hour_wm, idle_util_pct FROM rollup_state"
