@@ -82,13 +82,14 @@ def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
 
 def with_p95(store: Store, jobs: pd.DataFrame, start: datetime, end: datetime) -> pd.DataFrame:
     """`jobs` with each one's 95th-percentile utilisation over [start, end): the percentile of its GPUs' per-minute
-    mean utilisation (equal to the per-sample one at a 60 s interval), from the minute rollups. A percentile does
-    not add up across rows, so it is taken over minutes, the finest level kept for 90 days; null (no evidence)
-    where retention already dropped the job's minutes."""
-    sql = f"""SELECT job_id, quantile_cont(coalesce(util_sum, 0) / samples, 0.95) AS p95_util_pct
-              FROM {USAGE} WHERE allocated AND mig_profile IS NULL AND job_id IN (SELECT unnest($jobs))
-              GROUP BY job_id"""
-    p95 = store.query_usage(sql, {"start": start, "end": end, "fine": True, "jobs": jobs["job_id"].tolist()})
+    mean utilisation (equal to the per-sample one at a 60 s interval). A percentile does not add up across rows,
+    so hour rollups keep their minutes' means as a list (and keep them past minute retention); null where there is
+    no evidence."""
+    sql = """SELECT job_id, quantile_cont(util_pct, 0.95) AS p95_util_pct
+             FROM minute_utilisation($start, $end, $mwm, $hwm, $idle_pct)
+             WHERE mig_profile IS NULL AND job_id IN (SELECT unnest($jobs))
+             GROUP BY job_id"""
+    p95 = store.query_usage(sql, {"start": start, "end": end, "jobs": jobs["job_id"].tolist()})
     return jobs.merge(p95, on="job_id", how="left")
 
 

@@ -73,7 +73,8 @@ def _table(name: str, columns: dict[str, str]) -> str:
 DDL = [
     _table("usage_minute", CORE_COLUMNS | SEGMENT_COLUMNS),
     # an hour row also lists the idle stretches of at least a minute strictly inside it (between busy samples)
-    _table("usage_hour", CORE_COLUMNS | SEGMENT_COLUMNS | {"inner_runs": INNER_RUNS}),
+    # and each minute's mean utilisation, in order: percentiles do not add up, so they are taken over these
+    _table("usage_hour", CORE_COLUMNS | SEGMENT_COLUMNS | {"inner_runs": INNER_RUNS, "util_minutes": "DOUBLE[]"}),
     # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
     "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
     f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} WHERE NOT EXISTS (SELECT 1 FROM rollup_state)",
@@ -177,7 +178,8 @@ MACROS = [
                         END), 0) AS tail_util_n,
            min(CASE WHEN first_ts = last_busy THEN tail_start_ts WHEN first_ts > last_busy THEN first_ts END)
                AS tail_start_ts,
-           coalesce(flatten(list(inner_runs) FILTER (WHERE inner_runs IS NOT NULL)), []) AS inner_runs
+           coalesce(flatten(list(inner_runs) FILTER (WHERE inner_runs IS NOT NULL)), []) AS inner_runs,
+           list(coalesce(util_sum, 0) / samples ORDER BY first_ts) FILTER (WHERE samples IS NOT NULL) AS util_minutes
     FROM (SELECT *, first_busy IS NULL OR first_ts <= first_busy AS lead FROM combined)
     GROUP BY hour, {KEY}""",
     # minute rows of [lo, hi) with their idle-stretch edges: folded minutes, then the raw tail from the watermark
@@ -200,6 +202,14 @@ MACROS = [
     SELECT {KEY}, r.start_ts, r.end_ts, r.s, r.gpu_s, r.util_sum, r.util_n
     FROM (SELECT *, unnest(inner_runs) AS r FROM usage_hour
           WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO} AND len(inner_runs) > 0)""",
+    # per-minute mean utilisation (unattributed samples count as 0) of the allocated rows of [lo, hi), one row per
+    # minute of each GPU and job: from the hour rows' lists for whole hours, else from minute rows and the raw tail
+    f"""CREATE OR REPLACE MACRO minute_utilisation(lo, hi, mwm, hwm, idle_pct) AS TABLE
+    SELECT job_id, gpu_uuid, mig_profile, unnest(util_minutes) AS util_pct FROM usage_hour
+    WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO}
+    UNION ALL
+    SELECT job_id, gpu_uuid, mig_profile, coalesce(util_sum, 0) / samples FROM minute_segments(lo, hi, mwm, idle_pct)
+    WHERE allocated AND (bucket < {_HOURS_FROM} OR bucket >= {_HOURS_TO})""",
     # what every analytic reads: the usage of [lo, hi) at the coarsest grain that answers exactly. `fine`: no hour
     # rows (for buckets shorter than an hour). Hour rows cover the whole hours from lo (rounded up) to hi (rounded
     # down) that are folded; minute rows the rest up to the minute watermark; raw samples the tail. Every bound is
