@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import requests
 
-from gpuledger.analytics.store import IDLE_CHECKPOINT_BYTES, wal_bytes
+from gpuledger.analytics.store.database import IDLE_CHECKPOINT_BYTES, wal_bytes
 from gpuledger.analytics.store.schema import DDL
 from gpuledger.collector.agent.agent import MAX_BATCHES_PER_REQUEST, Agent
 from gpuledger.collector.agent.spool import Spool
