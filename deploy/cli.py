@@ -299,6 +299,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.demo import run_demo
+    if is_lake(args.db):
+        raise InputError("the demo builds (and rebuilds) a DuckDB file of its own: give --db a path, not a DuckLake "
+                         "catalog")
     return run_demo(args.db, config, days=args.days, seed=args.seed, host=args.host,
                     api_port=args.api_port, dashboard_port=args.dashboard_port, interval_s=args.interval,
                     reports=args.reports, dashboard=not args.no_dashboard, duration_s=args.duration,

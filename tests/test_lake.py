@@ -129,6 +129,9 @@ def test_a_bad_lake_spec_is_one_clear_error(tmp_path):
     out = subprocess.run([GPULEDGER, "report", "--db", "ducklake:sqlite:x"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and "ducklake:postgres:<conninfo>" in out.stderr
+    demo = subprocess.run([GPULEDGER, "demo", "--db", "ducklake:postgres:dbname=x", "--no-dashboard"],
+                          capture_output=True, text=True, timeout=60)
+    assert demo.returncode == 2 and "give --db a path" in demo.stderr
     with pytest.raises(Exception, match="cannot attach the DuckLake catalog"):
         Store("ducklake:postgres:host=127.0.0.1 port=1 dbname=nothing connect_timeout=2",
               lake_data=tmp_path / "lake")
