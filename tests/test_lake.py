@@ -10,6 +10,7 @@ import signal
 import subprocess
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
@@ -75,7 +76,7 @@ def test_one_writer_a_read_only_replica_and_a_report_share_one_catalog(postgres,
                                  str(tmp_path / "reports")], capture_output=True, text=True, timeout=180)
         assert report.returncode == 0, report.stderr
         html = re.search(r"report \S+: (\S+)", report.stdout).group(1)
-        assert "idle capacity" in open(html).read()
+        assert "idle capacity" in Path(html).read_text()
         # refused: a replica that would take pushes, and a file that cannot be shared
         refused = subprocess.run([GPULEDGER, "serve", "--read-only", "--db", spec, "--token", "x"],
                                  capture_output=True, text=True, timeout=60)
