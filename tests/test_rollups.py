@@ -39,7 +39,7 @@ def demo(tmp_path_factory):
     store._folded_at = float("inf")  # no automatic fold while loading: the test chooses the watermark
     for batch in sim.history(START, NOW, step_s=60.0):
         store.append_samples(batch)
-    store.fold(until=NOW - timedelta(hours=7, minutes=41))
+    store.fold(until=NOW.replace(minute=0) - timedelta(hours=7) + timedelta(minutes=17))  # inside an hour, always
     yield store
     store.close()
 
