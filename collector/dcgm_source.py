@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -13,7 +13,7 @@ import requests
 
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
-from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model
 from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.prom_text import ParseResult, PromTextParser
 from gpuledger.collector.samples import SAMPLE_SCHEMA, rows_to_table
@@ -56,6 +56,40 @@ KNOWN_UNUSED = frozenset(
 )
 
 
+# dcgm-exporter 1.x metric names (its etc/1.x-compatibility-metrics.csv) and the DCGM field each one carries;
+# `dcgm_fi_*` names are the field's own name in lower case
+OLD_NAMES: dict[str, str] = {
+    "dcgm_sm_clock": "DCGM_FI_DEV_SM_CLOCK", "dcgm_memory_clock": "DCGM_FI_DEV_MEM_CLOCK",
+    "dcgm_memory_temp": "DCGM_FI_DEV_MEMORY_TEMP", "dcgm_gpu_temp": "DCGM_FI_DEV_GPU_TEMP",
+    "dcgm_power_usage": "DCGM_FI_DEV_POWER_USAGE",
+    "dcgm_total_energy_consumption": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "dcgm_pcie_replay_counter": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "dcgm_gpu_utilization": "DCGM_FI_DEV_GPU_UTIL",
+    "dcgm_mem_copy_utilization": "DCGM_FI_DEV_MEM_COPY_UTIL", "dcgm_enc_utilization": "DCGM_FI_DEV_ENC_UTIL",
+    "dcgm_dec_utilization": "DCGM_FI_DEV_DEC_UTIL", "dcgm_xid_errors": "DCGM_FI_DEV_XID_ERRORS",
+    "dcgm_fb_free": "DCGM_FI_DEV_FB_FREE", "dcgm_fb_used": "DCGM_FI_DEV_FB_USED",
+    "dcgm_nvlink_bandwidth_total": "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+}
+
+
+def field_name(metric: str) -> str:
+    """The DCGM field a metric carries, whatever exporter generation named it."""
+    if metric.startswith("dcgm_fi_"):
+        return metric.upper()
+    return OLD_NAMES.get(metric, metric)
+
+
+# `Hostname` values that name the exporter's container or pod, not the node: a Docker container id, or a
+# dcgm-exporter pod of a DaemonSet (as `hostname` reads inside a pod)
+_NOT_A_NODE = re.compile(r"^[0-9a-f]{12}$|^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
+
+
+def node_of(labels: Any) -> str | None:
+    """The node a page's series come from, when its labels say it: `Hostname` (or newer `hostname`) unless that is
+    the exporter's own container or pod."""
+    value = labels.get("Hostname") or labels.get("hostname")
+    return value if value and not _NOT_A_NODE.match(value) else None
+
+
 def _opt_int(value: str | None) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
@@ -72,29 +106,32 @@ class DcgmPageConverter:
         self.parser = PromTextParser()
         self.last_parse: ParseResult | None = None
         self.rates: RateTracker | None = None
+        self._warned_nodes: set[str | None] = set()
 
     def convert(self, text: str, ts: datetime, interval_s: float) -> pa.Table:
         parsed = self.parser.parse(text)
         self.last_parse = parsed
         errors = parsed.errors
         rows: dict[tuple[str, str | None], dict[str, Any]] = {}
-        for name, labels, value, _ts in parsed.samples:
+        for metric, labels, value, _ts in parsed.samples:
+            name = field_name(metric)
             column = FIELD_COLUMNS.get(name)
-            if column is None:
-                if name not in KNOWN_UNUSED:
-                    errors["unknown_metric"] += 1
+            if column is None and name not in KNOWN_UNUSED:
+                errors["unknown_metric"] += 1
                 continue
-            uuid = labels.get("UUID") or labels.get("gpu")
+            uuid = labels.get("UUID") or labels.get("uuid") or labels.get("gpu")
             if uuid is None:
                 errors["missing_gpu_label"] += 1
+                continue
+            key = (uuid, labels.get("GPU_I_ID"))
+            row = rows.get(key)
+            if row is None:  # any series of a GPU says it is there (capacity), even one whose field is not used
+                row = rows[key] = self._new_row(labels, ts, interval_s)
+            if column is None:
                 continue
             if math.isnan(value) or math.isinf(value):
                 errors["nan_value"] += 1
                 continue
-            key = (uuid, labels.get("GPU_I_ID"))
-            row = rows.get(key)
-            if row is None:
-                row = rows[key] = self._new_row(labels, ts, interval_s)
             row[column[0]] = value * column[1]
         for kind, count in errors.items():
             PARSE_ERRORS.labels(kind=kind).inc(count)
@@ -103,12 +140,13 @@ class DcgmPageConverter:
         if self.rates is None or self.rates.interval_s != interval_s:
             self.rates = RateTracker(interval_s)
         now_s = ts.timestamp()
-        return rows_to_table(self._finish(row, self.rates, now_s) for row in rows.values())
+        finished = [self._finish(row, self.rates, now_s) for row in rows.values()]
+        return rows_to_table(bill_each_gpu_once(finished))
 
     def _new_row(self, labels: Any, ts: datetime, interval_s: float) -> dict[str, Any]:
         model_name = labels.get("modelName")
-        model = normalize_model(model_name)
         profile = labels.get("GPU_I_PROFILE") or None
+        model = normalize_model(model_name) if model_name else (model_for_profile(profile) or normalize_model(None))
         namespace = labels.get("namespace") or labels.get("pod_namespace") or None
         pod = labels.get("pod") or labels.get("pod_name") or None
         job = labels.get("hpc_job") or (f"{namespace}/{pod}" if pod else None)
@@ -116,22 +154,35 @@ class DcgmPageConverter:
         return {
             "ts": ts,
             "interval_s": interval_s,
-            "node": labels.get("Hostname") or self.node or "unknown",
+            "node": self._node(labels),
             "gpu_index": _opt_int(labels.get("gpu")),
-            "gpu_uuid": labels.get("UUID") or labels.get("gpu"),
+            "gpu_uuid": labels.get("UUID") or labels.get("uuid") or labels.get("gpu"),
             "gpu_model": model,
             "model_name": model_name,
             "mig_profile": profile,
             "mig_instance": _opt_int(labels.get("GPU_I_ID")),
-            "gpu_fraction": mig_fraction(model, profile),
+            "gpu_fraction": mig_share(model, profile) if profile else 1.0,  # None: unknown, split below
             "allocated": allocated,
             "namespace": namespace,
             "pod": pod,
-            "container": labels.get("container") or None,
+            "container": labels.get("container") or labels.get("container_name") or None,
             "job_id": job,
             "team": self.attributor.team_for(namespace=namespace) if allocated else None,
             "source": "dcgm",
         }
+
+    def _node(self, labels: Any) -> str:
+        """The explicit node (the agent's --node) first, else the page's own node label, else "unknown", said once."""
+        node = self.node or node_of(labels)
+        if node is None:
+            seen = labels.get("Hostname") or labels.get("hostname")
+            if seen not in self._warned_nodes:
+                self._warned_nodes.add(seen)
+                log.warning("dcgm page: no node name (Hostname=%r is %s); rows are stored under node 'unknown': run "
+                            "the agent on the node, or give it --node", seen,
+                            "the exporter's container or pod" if seen else "missing")
+            return "unknown"
+        return node
 
     @staticmethod
     def _finish(row: dict[str, Any], rates: RateTracker, now_s: float) -> dict[str, Any]:
@@ -147,6 +198,39 @@ class DcgmPageConverter:
         return row
 
 
+def bill_each_gpu_once(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Make the fractions billed for one physical GPU add up to at most 1.0.
+
+    An exporter run with `-d g+i` sends the whole GPU's series beside its MIG instances': the whole-GPU row then
+    stands only for the part no instance holds (unallocated capacity). An instance whose profile names no slice
+    count gets an equal part of what the known ones leave, and instances that claim more than the card are scaled
+    down to it.
+    """
+    by_gpu: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_gpu.setdefault((row["node"], row["gpu_uuid"]), []).append(row)
+    for group in by_gpu.values():
+        instances = [r for r in group if r["mig_instance"] is not None]
+        if not instances:
+            continue
+        unknown = [r for r in instances if r["gpu_fraction"] is None]
+        known = sum(r["gpu_fraction"] for r in instances if r["gpu_fraction"] is not None)
+        for r in unknown:
+            r["gpu_fraction"] = max(0.0, 1.0 - known) / len(unknown)
+        held = sum(r["gpu_fraction"] for r in instances)
+        if held > 1.0:
+            for r in instances:
+                r["gpu_fraction"] /= held
+            held = 1.0
+        models = {r["gpu_model"] for r in instances} - {UNKNOWN_MODEL}
+        for whole in (r for r in group if r["mig_instance"] is None):
+            whole.update(gpu_fraction=max(0.0, 1.0 - held), allocated=False, job_id=None, team=None, pod=None,
+                         namespace=None, container=None)
+            if whole["gpu_model"] == UNKNOWN_MODEL and len(models) == 1:  # the card, as its instances tell it
+                whole["gpu_model"] = next(iter(models))
+    return rows
+
+
 class DcgmExporterSource:
     """Source that scrapes one dcgm-exporter endpoint (usually http://NODE:9400/metrics)."""
 
@@ -157,13 +241,16 @@ class DcgmExporterSource:
         attributor: Attributor | None = None,
         timeout_s: float = 5.0,
         session: requests.Session | None = None,
+        node: str | None = None,
     ) -> None:
+        """`node`: the node the exporter runs on, when the caller knows it (the agent on that node); otherwise the
+        page's own node label is used, and a page without a usable one is stored under 'unknown', with a warning."""
         self.url = url
         self.name = f"dcgm:{url}"
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.session = session or requests.Session()
-        self.converter = DcgmPageConverter(attributor, node=socket.gethostname())
+        self.converter = DcgmPageConverter(attributor, node=node)
 
     def collect(self) -> pa.Table:
         started = time.perf_counter()

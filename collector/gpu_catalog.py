@@ -77,6 +77,7 @@ MODELS: dict[str, GpuModel] = {model.name: model for model in CATALOG}
 _PATTERNS: tuple[tuple[re.Pattern[str], GpuModel], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), model) for model in CATALOG for pattern in model.patterns)
 _MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb", re.IGNORECASE)
+_MIG_PROFILE_ANYWHERE = re.compile(r"(\d+)g\.(\d+)gb", re.IGNORECASE)
 DEFAULT_MIG_SLICES = 7  # a profile on a card the catalogue does not know: the common 7-slice geometry
 
 # USD per GPU-hour, the default rate card.
@@ -93,16 +94,37 @@ def normalize_model(name: str | None) -> str:
     return name.strip()
 
 
-def mig_fraction(model: str, profile: str | None) -> float:
-    """Share of a physical GPU that a MIG profile occupies; 1.0 for whole GPUs or unparsable profiles."""
-    if not profile:
-        return 1.0
-    match = _MIG_PROFILE.match(profile)
+def mig_share(model: str, profile: str) -> float | None:
+    """Share of a physical GPU that a MIG profile occupies (its compute slices over the card's), or None when the
+    profile names no slice count. The name is searched, not matched, so decorated names still parse."""
+    match = _MIG_PROFILE_ANYWHERE.search(profile)
     if not match:
-        return 1.0
+        return None
     known = MODELS.get(model)
     slices = known.mig_slices if known and known.mig_slices else DEFAULT_MIG_SLICES
     return min(1.0, int(match.group(1)) / slices)
+
+
+def mig_fraction(model: str, profile: str | None) -> float:
+    """Share of a physical GPU that a MIG profile occupies; 1.0 for whole GPUs or unparsable profiles (NVML names
+    are always parsable; exporters' pages go through `mig_share` and split what is unknown)."""
+    if not profile:
+        return 1.0
+    share = mig_share(model, profile)
+    return 1.0 if share is None else share
+
+
+def model_for_profile(profile: str | None) -> str | None:
+    """The one catalogue model that has a MIG profile of this name (`1g.5gb`: A100-40GB), else None: pages of old
+    exporters name the profile but not the card."""
+    if not profile:
+        return None
+    match = _MIG_PROFILE_ANYWHERE.search(profile)
+    if not match:
+        return None
+    name = match.group(0).lower()
+    owners = [m.name for m in CATALOG if any(p.name == name for p in m.mig_profiles)]
+    return owners[0] if len(owners) == 1 else None
 
 
 def mig_memory_gb(profile: str) -> int | None:

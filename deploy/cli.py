@@ -212,7 +212,8 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
 def _make_source(args: argparse.Namespace, config: Config) -> Source | None:
     if args.source == "dcgm":
         from gpuledger.collector.dcgm_source import DcgmExporterSource
-        return DcgmExporterSource(args.dcgm_url, args.interval, config.attributor())
+        # the agent runs on the node it names; a central scrape takes the node from each page
+        return DcgmExporterSource(args.dcgm_url, args.interval, config.attributor(), node=getattr(args, "node", None))
     if args.source == "nvml":
         from gpuledger.collector.nvml_source import NvmlSource
         return NvmlSource(interval_s=args.interval, attributor=config.attributor())

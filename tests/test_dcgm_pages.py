@@ -1,0 +1,108 @@
+"""Every real dcgm-exporter page in ../shared/dcgm-pages becomes the rows it should: per page, the GPUs and MIG
+instances, model, node, pods and fields written down once in PAGES below (checked against each page's source
+line), and on every page, listed or not, no physical GPU billed more than 1.0. A page dropped into the folder
+is checked for the invariants with no code change; add a line to PAGES to pin what it must yield."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from gpuledger.collector.dcgm_source import DcgmPageConverter, bill_each_gpu_once
+
+SHARED_PAGES = Path(__file__).resolve().parent.parent.parent / "shared" / "dcgm-pages"
+FILES = sorted(SHARED_PAGES.glob("*.txt"))
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Page:
+    gpus: int  # physical GPUs (UUIDs)
+    instances: int  # MIG instance rows
+    models: tuple[str, ...]
+    node: str  # "unknown" where the page names only the exporter's container or pod, or nothing
+    allocated: int  # rows held by a pod
+    billed: float  # the page's GPU fractions, summed
+    fields: tuple[str, ...]  # sample columns the page fills
+
+
+SEEN = ("mem_used_mib", "pcie_tx_bps", "power_w", "tensor_active", "temp_c", "util_pct")
+PAGES = {
+    "datadog-integrations-core-dcgm-fixture-t4-460.txt":  # Hostname is the exporter's container id
+        Page(1, 0, ("T4",), "unknown", 0, 1.0, ("mem_used_mib", "power_w", "temp_c", "util_pct")),
+    "dcgm-exporter-issue-188-1x-compat-names.txt":  # dcgm_* 1.x names; Hostname is the exporter's pod
+        Page(1, 0, ("unknown",), "unknown", 0, 1.0, ("power_w", "temp_c", "util_pct")),
+    "dcgm-exporter-issue-250-v100.txt": Page(4, 0, ("V100",), "r6i3n0", 0, 4.0, ("util_pct",)),
+    "dcgm-exporter-issue-317-a30-mig.txt":  # 1g.6gb is a quarter of an A30 (4 compute slices), not a seventh
+        Page(2, 6, ("A30",), "yg-data-k8s-gpu-a30-node-test-test0003.mt", 0, 6 * 0.25, ("tensor_active", "util_pct")),
+    "dcgm-exporter-issue-363-rtxa5000.txt":
+        Page(1, 0, ("NVIDIA RTX A5000",), "k8s-gpu1", 0, 1.0, ("mem_used_mib", "util_pct")),
+    "dcgm-exporter-issue-512-h100-mig-pods.txt": Page(1, 3, ("H100",), "gsrh100-074", 2, 3 / 7, ("util_pct",)),
+    "dcgm-exporter-issue-544-h100nvl-mig.txt":  # the profile as pasted, "**1g.11gb**": one slice each, not a GPU
+        Page(1, 2, ("H100",), "vijay-1-bodha-h100-nvl-nfm45-5h7w7-gj5nn-9sbrb", 0, 2 / 7, ("mem_used_mib",)),
+    "dcgm-exporter-issue-58-titanv-podhostname.txt":  # only clock series: the GPUs are there, nothing else is
+        Page(5, 0, ("NVIDIA TITAN V",), "unknown", 0, 5.0, ()),
+    "dcgm-exporter-readme-sentinel-9223372036854775794.txt": Page(1, 0, ("unknown",), "unknown", 0, 1.0, ()),
+    "gpu-monitoring-tools-issue-138-old-labels.txt":  # no Hostname, no modelName
+        Page(1, 0, ("unknown",), "unknown", 0, 1.0, ("power_w", "temp_c", "util_pct")),
+    "k8s-ai-conformance-ericsson-T4-nohelp.txt": Page(1, 0, ("T4",), "cp-bm14r7", 0, 1.0, SEEN),
+    "k8s-ai-conformance-kops-L4.txt": Page(1, 0, ("L4",), "i-030791dc5a37cd257", 0, 1.0, SEEN),
+    "nvidia-aicr-conformance-h100x8-pods.txt":
+        Page(8, 0, ("H100",), "gpu-node-1", 1, 8.0, ("power_w", "temp_c", "util_pct")),
+    "nvidia-cloud-native-docs-dcgm-exporter-rst-a100-mig-2.4.txt":  # -d g+i: the GPU and its one 1g.5gb instance;
+        # the card is named by the profile only, and the GPU row is the six sevenths no instance holds
+        Page(1, 1, ("A100-40GB",), "ub20-a100-k8s", 0, 1.0, SEEN),
+}
+
+
+def rows(path: Path):
+    return DcgmPageConverter().convert(path.read_text(), NOW, 10.0).to_pandas()
+
+
+def test_the_shared_pages_are_there():
+    assert len(FILES) >= len(PAGES), f"expected the real pages in {SHARED_PAGES}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_no_physical_gpu_is_billed_more_than_once_on_any_page(path):
+    got = rows(path)
+    has_gpu_series = re.search(r'(?m)^[A-Za-z_]+\{[^}]*\b(UUID|uuid)="', path.read_text())
+    assert (len(got) > 0) == bool(has_gpu_series)
+    if len(got):
+        per_gpu = got.groupby(["node", "gpu_uuid"])["gpu_fraction"].sum()
+        assert (per_gpu <= 1.0 + 1e-9).all(), per_gpu[per_gpu > 1.0].to_dict()
+        assert got["gpu_fraction"].between(0.0, 1.0).all()
+        assert not got["node"].str.match(r"^[0-9a-f]{12}$|^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$").any()
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.name in PAGES], ids=lambda p: p.name)
+def test_each_page_yields_the_rows_written_down_for_it(path):
+    want, got = PAGES[path.name], rows(path)
+    assert got["gpu_uuid"].nunique() == want.gpus
+    assert int(got["mig_instance"].notna().sum()) == want.instances
+    assert tuple(sorted(set(got["gpu_model"]))) == want.models
+    assert set(got["node"]) == {want.node}
+    assert int(got["allocated"].sum()) == want.allocated
+    assert got["gpu_fraction"].sum() == pytest.approx(want.billed)
+    filled = tuple(sorted(c for c in SEEN if got[c].notna().any()))
+    assert filled == tuple(sorted(want.fields))
+
+
+def test_every_page_in_the_table_exists():
+    assert set(PAGES) <= {p.name for p in FILES}
+
+
+def test_instances_claiming_more_than_the_card_are_scaled_and_the_gpu_row_keeps_the_rest():
+    def row(instance, fraction, job=None):
+        return {"node": "n", "gpu_uuid": "GPU-1", "mig_instance": instance, "gpu_fraction": fraction,
+                "gpu_model": "unknown" if instance is None else "H100", "allocated": job is not None,
+                "job_id": job, "team": None, "pod": None, "namespace": None, "container": None}
+    over = bill_each_gpu_once([row(None, 1.0, "whole"), row(1, 4 / 7, "a"), row(2, 4 / 7), row(3, None)])
+    assert sum(r["gpu_fraction"] for r in over) == pytest.approx(1.0)
+    whole = over[0]
+    assert whole["gpu_fraction"] == 0.0 and not whole["allocated"] and whole["gpu_model"] == "H100"
+    partial = bill_each_gpu_once([row(None, 1.0), row(1, 3 / 7), row(2, None), row(3, None)])
+    assert [r["gpu_fraction"] for r in partial] == pytest.approx([0.0, 3 / 7, 2 / 7, 2 / 7])
