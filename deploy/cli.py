@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
                        help="bearer token agents must send to push batches (default $GPULEDGER_TOKEN; "
                             "without one the server accepts no pushes)")
+    serve.add_argument("--node", help=NODE_HELP)
     serve.add_argument("--read-only", action="store_true",
                        help="an API replica of a DuckLake catalog another server writes: reads only, no source, no "
                             "pushes, no report job")
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(collect)
     _add_source(collect)
     collect.add_argument("--count", type=int, default=1, help="number of reads (default 1)")
+    collect.add_argument("--node", help=NODE_HELP)
 
     report = sub.add_parser("report", help="write the weekly cost report (HTML + a CSV per team)")
     _add_common(report)
@@ -198,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1")
     dash.add_argument("--port", type=_port, default=8501)
     return parser
+
+
+NODE_HELP = ("the node a scraped dcgm-exporter runs on (default: the page's Hostname label when it names a node; "
+             "rows of a page that names none go under 'unknown', with a warning)")
 
 
 def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:

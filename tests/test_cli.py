@@ -101,6 +101,17 @@ def test_collect_from_a_dcgm_exporter_page(tmp_path, page_server, simulator):
     assert out.stdout.count("8 sample(s)") == 2
     with Store(db) as store:
         assert store.sample_count() == 16 and store.scalar("SELECT count(*) FROM rate_card") == 9
+    # a page whose Hostname is the exporter's container id: the node comes from --node, else it is 'unknown'
+    real = Path(__file__).resolve().parent.parent.parent / "shared" / "dcgm-pages" / \
+        "datadog-integrations-core-dcgm-fixture-t4-460.txt"
+    page_server.body = real.read_text()
+    named = run("collect", "--source", "dcgm", "--dcgm-url", page_server.url, "--db", str(db), "--node", "gpu-7")
+    unnamed = run("collect", "--source", "dcgm", "--dcgm-url", page_server.url, "--db", str(db))
+    assert named.returncode == 0 and unnamed.returncode == 0, named.stderr + unnamed.stderr
+    assert "no node name (Hostname='424773df46e0' is the exporter's container or pod)" in unnamed.stderr
+    with Store(db) as store:
+        nodes = store.query("SELECT node, count(*) AS n FROM samples WHERE gpu_model = 'T4' GROUP BY 1 ORDER BY 1")
+    assert nodes.values.tolist() == [["gpu-7", 1], ["unknown", 1]]
     page_server.status = 500
     failed = run("collect", "--source", "dcgm", "--dcgm-url", page_server.url, "--db", str(db))
     assert failed.returncode == 2 and "cannot scrape dcgm-exporter" in failed.stderr
