@@ -90,6 +90,12 @@ def node_of(labels: Any) -> str | None:
     return value if value and not _NOT_A_NODE.match(value) else None
 
 
+def _pod_of(labels: Any) -> tuple[str | None, str | None]:
+    """The (namespace, pod) a series is attributed to, in the current or the old label names."""
+    return (labels.get("namespace") or labels.get("pod_namespace") or None,
+            labels.get("pod") or labels.get("pod_name") or None)
+
+
 def _opt_int(value: str | None) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
@@ -123,7 +129,7 @@ class DcgmPageConverter:
             if uuid is None:
                 errors["missing_gpu_label"] += 1
                 continue
-            key = (uuid, labels.get("GPU_I_ID"))
+            key = (uuid, labels.get("GPU_I_ID"), *_pod_of(labels))  # shared GPUs repeat their series per pod
             row = rows.get(key)
             if row is None:  # any series of a GPU says it is there (capacity), even one whose field is not used
                 row = rows[key] = self._new_row(labels, ts, interval_s)
@@ -147,8 +153,7 @@ class DcgmPageConverter:
         model_name = labels.get("modelName")
         profile = labels.get("GPU_I_PROFILE") or None
         model = normalize_model(model_name) if model_name else (model_for_profile(profile) or normalize_model(None))
-        namespace = labels.get("namespace") or labels.get("pod_namespace") or None
-        pod = labels.get("pod") or labels.get("pod_name") or None
+        namespace, pod = _pod_of(labels)
         job = labels.get("hpc_job") or (f"{namespace}/{pod}" if pod else None)
         allocated = job is not None
         return {
@@ -204,30 +209,38 @@ def bill_each_gpu_once(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     An exporter run with `-d g+i` sends the whole GPU's series beside its MIG instances': the whole-GPU row then
     stands only for the part no instance holds (unallocated capacity). An instance whose profile names no slice
     count gets an equal part of what the known ones leave, and instances that claim more than the card are scaled
-    down to it.
+    down to it. A GPU (or instance) shared by time-slicing, HAMi or DRA has its series repeated once per pod: each
+    pod is billed an equal part of it.
     """
     by_gpu: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         by_gpu.setdefault((row["node"], row["gpu_uuid"]), []).append(row)
     for group in by_gpu.values():
-        instances = [r for r in group if r["mig_instance"] is not None]
-        if not instances:
-            continue
-        unknown = [r for r in instances if r["gpu_fraction"] is None]
-        known = sum(r["gpu_fraction"] for r in instances if r["gpu_fraction"] is not None)
-        for r in unknown:
-            r["gpu_fraction"] = max(0.0, 1.0 - known) / len(unknown)
-        held = sum(r["gpu_fraction"] for r in instances)
-        if held > 1.0:
-            for r in instances:
-                r["gpu_fraction"] /= held
-            held = 1.0
-        models = {r["gpu_model"] for r in instances} - {UNKNOWN_MODEL}
-        for whole in (r for r in group if r["mig_instance"] is None):
-            whole.update(gpu_fraction=max(0.0, 1.0 - held), allocated=False, job_id=None, team=None, pod=None,
-                         namespace=None, container=None)
-            if whole["gpu_model"] == UNKNOWN_MODEL and len(models) == 1:  # the card, as its instances tell it
-                whole["gpu_model"] = next(iter(models))
+        slots: dict[int | None, list[dict[str, Any]]] = {}  # MIG instance (None: the whole GPU) -> its pods' rows
+        for row in group:
+            slots.setdefault(row["mig_instance"], []).append(row)
+        share = {i: members[0]["gpu_fraction"] for i, members in slots.items() if i is not None}
+        if share:
+            unknown = [i for i, f in share.items() if f is None]
+            known = sum(f for f in share.values() if f is not None)
+            for i in unknown:
+                share[i] = max(0.0, 1.0 - known) / len(unknown)
+            held = sum(share.values())
+            if held > 1.0:
+                share = {i: f / held for i, f in share.items()}
+                held = 1.0
+            for i, f in share.items():
+                for row in slots[i]:
+                    row["gpu_fraction"] = f
+            models = {r["gpu_model"] for i in share for r in slots[i]} - {UNKNOWN_MODEL}
+            for whole in slots.get(None, []):
+                whole.update(gpu_fraction=max(0.0, 1.0 - held), allocated=False, job_id=None, team=None, pod=None,
+                             namespace=None, container=None)
+                if whole["gpu_model"] == UNKNOWN_MODEL and len(models) == 1:  # the card, as its instances tell it
+                    whole["gpu_model"] = next(iter(models))
+        for members in slots.values():
+            for row in members:
+                row["gpu_fraction"] /= len(members)
     return rows
 
 

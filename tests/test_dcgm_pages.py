@@ -106,3 +106,19 @@ def test_instances_claiming_more_than_the_card_are_scaled_and_the_gpu_row_keeps_
     assert whole["gpu_fraction"] == 0.0 and not whole["allocated"] and whole["gpu_model"] == "H100"
     partial = bill_each_gpu_once([row(None, 1.0), row(1, 3 / 7), row(2, None), row(3, None)])
     assert [r["gpu_fraction"] for r in partial] == pytest.approx([0.0, 3 / 7, 2 / 7, 2 / 7])
+
+
+def test_a_gpu_shared_by_pods_bills_each_pod_an_equal_part():
+    """Time-slicing: the exporter repeats GPU 0's series once per pod. Built from the real 8 x H100 page by
+    repeating GPU 0's pod series for two more pods."""
+    page = (SHARED_PAGES / "nvidia-aicr-conformance-h100x8-pods.txt").read_text()
+    held = [line for line in page.splitlines() if 'pod="vllm-agg-0-vllmdecodeworker-s65j5"' in line]
+    assert held, "the page's pod series"
+    extra = [line.replace("vllmdecodeworker-s65j5", f"sliced-{n}") for n in (1, 2) for line in held]
+    got = DcgmPageConverter().convert(page + "\n" + "\n".join(extra) + "\n", NOW, 10.0).to_pandas()
+    gpu0 = got[got["gpu_uuid"] == "GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"]
+    assert len(gpu0) == 3 and gpu0["allocated"].all()
+    assert gpu0["gpu_fraction"].tolist() == pytest.approx([1 / 3] * 3)
+    assert sorted(gpu0["pod"]) == ["vllm-agg-0-sliced-1", "vllm-agg-0-sliced-2", "vllm-agg-0-vllmdecodeworker-s65j5"]
+    assert gpu0["util_pct"].nunique() == 1  # each pod's row carries the GPU's own readings
+    assert got["gpu_fraction"].sum() == pytest.approx(8.0)
