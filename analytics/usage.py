@@ -13,6 +13,7 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.database import floor_minute
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
@@ -40,8 +41,8 @@ def team_usage(store: Store, start: datetime, end: datetime, team: str | None = 
 # the whole cluster still counts as present.
 _BUCKETED = f"""
     WITH per_gpu AS (
-        SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket, node, gpu_uuid, mig_instance,
-               sum(gpu_s) AS present_s,
+        SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket,
+               node, gpu_uuid, mig_instance, sum(gpu_s) AS present_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated AND owned), 0) AS allocated_s,
                coalesce(sum(used_gpu_s) FILTER (WHERE allocated AND owned), 0) AS used_s,
                sum(samples * interval_s) AS sampled_s
@@ -140,7 +141,8 @@ def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: flo
     (at or over `idle_util_pct`), GPUs held idle, and cost per hour at the rate card."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
-        SELECT bill_line(allocated, u.team, $unattributed, $idle) AS team, sum(gpu_s) / 3600.0 / $hours AS allocated_gpus,
+        SELECT bill_line(allocated, u.team, $unattributed, $idle) AS team,
+               sum(gpu_s) / 3600.0 / $hours AS allocated_gpus,
                coalesce(sum(gpu_s - idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS busy_gpus,
                sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour
         FROM {USAGE} u LEFT JOIN rate_card r USING (gpu_model) GROUP BY 1 ORDER BY 1"""
@@ -163,4 +165,4 @@ def node_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: flo
 
 def _hours(start: datetime, end: datetime) -> float:
     """The window's length in hours, as the rollups see it (both ends floored to the minute)."""
-    return (end.replace(second=0, microsecond=0) - start.replace(second=0, microsecond=0)).total_seconds() / 3600.0
+    return (floor_minute(end) - floor_minute(start)).total_seconds() / 3600.0

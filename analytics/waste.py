@@ -1,8 +1,8 @@
 """Waste: GPUs held but idle for long stretches, and jobs whose memory footprint is a fraction of the card.
 
 Idle stretches are found per GPU and job as runs of consecutive samples below the idle
-threshold (gaps-and-islands, stitched from the minute rollups), so a job that is busy for a minute every hour still counts
-its long idle stretches. Short pauses under `idle_minutes` are normal and ignored.
+threshold (gaps-and-islands, stitched from the hour and minute rollups), so a job that is busy
+for a minute every hour still counts its long idle stretches. Short pauses under `idle_minutes` are normal and ignored.
 """
 from __future__ import annotations
 

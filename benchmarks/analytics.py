@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             fold_s = fold(store)
         minute_rows = store.scalar("SELECT count(*) FROM usage_minute")
         hour_rows = store.scalar("SELECT count(*) FROM usage_hour")
-        print(f"  rollups folded in {fold_s:.0f} s ({rows / max(fold_s, 1e-9):,.0f} rows/s): {minute_rows:,} minute rows "
+        folded = f" folded in {fold_s:.0f} s ({rows / fold_s:,.0f} rows/s)" if fold_s else " (reused as stored)"
+        print(f"  rollups{folded}: {minute_rows:,} minute rows "
               f"({rows / max(minute_rows, 1):.1f}x fewer), {hour_rows:,} hour rows ({rows / max(hour_rows, 1):.0f}x "
               f"fewer)\n")
         scan = min(timed(lambda: store.query(

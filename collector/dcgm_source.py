@@ -83,10 +83,19 @@ def field_name(metric: str) -> str:
 _NOT_A_NODE = re.compile(r"^[0-9a-f]{12}$|^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
 
 
+def _hostname_of(labels: Any) -> str | None:
+    return labels.get("Hostname") or labels.get("hostname") or None
+
+
+def _uuid_of(labels: Any) -> str | None:
+    """The GPU a series is about: its UUID (old exporters: `uuid`), else its index."""
+    return labels.get("UUID") or labels.get("uuid") or labels.get("gpu")
+
+
 def node_of(labels: Any) -> str | None:
     """The node a page's series come from, when its labels say it: `Hostname` (or newer `hostname`) unless that is
     the exporter's own container or pod."""
-    value = labels.get("Hostname") or labels.get("hostname")
+    value = _hostname_of(labels)
     return value if value and not _NOT_A_NODE.match(value) else None
 
 
@@ -104,7 +113,8 @@ def _opt_int(value: str | None) -> int | None:
 
 
 class DcgmPageConverter:
-    """Folds parsed samples into rows keyed by (GPU UUID, MIG instance). Separate from HTTP so it is testable on text."""
+    """Folds parsed samples into rows keyed by GPU UUID, MIG instance and pod (a shared GPU repeats its series per
+    pod). Separate from HTTP so it is testable on text."""
 
     def __init__(self, attributor: Attributor | None = None, node: str | None = None) -> None:
         self.attributor = attributor or Attributor()
@@ -125,7 +135,7 @@ class DcgmPageConverter:
             if column is None and name not in KNOWN_UNUSED:
                 errors["unknown_metric"] += 1
                 continue
-            uuid = labels.get("UUID") or labels.get("uuid") or labels.get("gpu")
+            uuid = _uuid_of(labels)
             if uuid is None:
                 errors["missing_gpu_label"] += 1
                 continue
@@ -161,7 +171,7 @@ class DcgmPageConverter:
             "interval_s": interval_s,
             "node": self._node(labels),
             "gpu_index": _opt_int(labels.get("gpu")),
-            "gpu_uuid": labels.get("UUID") or labels.get("uuid") or labels.get("gpu"),
+            "gpu_uuid": _uuid_of(labels),
             "gpu_model": model,
             "model_name": model_name,
             "mig_profile": profile,
@@ -180,7 +190,7 @@ class DcgmPageConverter:
         """The explicit node (the agent's --node) first, else the page's own node label, else "unknown", said once."""
         node = self.node or node_of(labels)
         if node is None:
-            seen = labels.get("Hostname") or labels.get("hostname")
+            seen = _hostname_of(labels)
             if seen not in self._warned_nodes:
                 self._warned_nodes.add(seen)
                 log.warning("dcgm page: no node name (Hostname=%r is %s); rows are stored under node 'unknown': run "

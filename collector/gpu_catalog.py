@@ -76,8 +76,7 @@ CATALOG: tuple[GpuModel, ...] = (
 MODELS: dict[str, GpuModel] = {model.name: model for model in CATALOG}
 _PATTERNS: tuple[tuple[re.Pattern[str], GpuModel], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), model) for model in CATALOG for pattern in model.patterns)
-_MIG_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb", re.IGNORECASE)
-_MIG_PROFILE_ANYWHERE = re.compile(r"(\d+)g\.(\d+)gb", re.IGNORECASE)
+_MIG_PROFILE = re.compile(r"(\d+)g\.(\d+)gb", re.IGNORECASE)  # .match: at the start; .search: anywhere
 DEFAULT_MIG_SLICES = 7  # a profile on a card the catalogue does not know: the common 7-slice geometry
 
 # USD per GPU-hour, the default rate card.
@@ -97,7 +96,7 @@ def normalize_model(name: str | None) -> str:
 def mig_share(model: str, profile: str) -> float | None:
     """Share of a physical GPU that a MIG profile occupies (its compute slices over the card's), or None when the
     profile names no slice count. The name is searched, not matched, so decorated names still parse."""
-    match = _MIG_PROFILE_ANYWHERE.search(profile)
+    match = _MIG_PROFILE.search(profile)
     if not match:
         return None
     known = MODELS.get(model)
@@ -119,7 +118,7 @@ def model_for_profile(profile: str | None) -> str | None:
     exporters name the profile but not the card."""
     if not profile:
         return None
-    match = _MIG_PROFILE_ANYWHERE.search(profile)
+    match = _MIG_PROFILE.search(profile)
     if not match:
         return None
     name = match.group(0).lower()

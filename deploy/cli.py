@@ -384,11 +384,12 @@ def cmd_compact(args: argparse.Namespace, config: Config) -> int:
         def progress(done: datetime, until: datetime) -> None:
             print(f"  folded up to {done:%Y-%m-%d %H:%M} UTC (until {until:%Y-%m-%d %H:%M})", flush=True)
 
+        minutes = 0
         if args.rebuild:
             print("rebuilding the rollups from the raw samples kept...")
-            store.rebuild_rollups()
+            minutes = store.rebuild_rollups()
         print("folding closed minutes...")
-        minutes = store.fold(progress=progress)
+        minutes += store.fold(progress=progress)
         dropped = store.retain()
         store.checkpoint_if_due(min_wal_bytes=0)
         state = store.rollup_params()

@@ -1,4 +1,5 @@
-"""The store is a real DuckDB file or DuckLake catalog: schema on first open, bulk appends, clear errors, data survives reopen."""
+"""The store is a real DuckDB file or DuckLake catalog: schema on first open, bulk appends, clear errors, data
+survives reopen."""
 from __future__ import annotations
 
 import pyarrow as pa

@@ -236,8 +236,8 @@ class Store:
     def checkpoint_if_due(self, min_wal_bytes: int = IDLE_CHECKPOINT_BYTES) -> bool:
         """Fold the WAL into the file when it has grown; skipped (False) while any other transaction runs.
 
-        Once a day the checkpoint also drops what retention expired and compacts row groups. Every group commit leaves a partial row
-        group, and DuckDB's vacuum merges neighbours at each checkpoint; after an hour-long backlog
+        Once a day the checkpoint also drops what retention expired and compacts row groups. Every group commit
+        leaves a partial row group, and DuckDB's vacuum merges neighbours at each checkpoint; after an hour-long backlog
         drain that took ~4 s (rewriting a million rows), stalling ingest at what should be a quiet
         moment. Samples are append-only, so nothing is lost by merging them once a day instead.
         """
@@ -535,9 +535,9 @@ class Store:
         """Every team that has a share or has used a GPU, 'unattributed' included when it appears."""
         frame = self.query(
             "SELECT team FROM teams UNION SELECT DISTINCT team FROM usage_hour WHERE team IS NOT NULL "
-            "UNION SELECT DISTINCT team FROM usage_minute WHERE team IS NOT NULL "
+            "UNION SELECT DISTINCT team FROM usage_minute WHERE team IS NOT NULL AND bucket >= $hwm "
             "UNION SELECT DISTINCT team FROM samples WHERE team IS NOT NULL AND ts >= $mwm ORDER BY 1",
-            {"mwm": self.rollup_params()["mwm"]})
+            {k: v for k, v in self.rollup_params().items() if k in ("mwm", "hwm")})
         return frame["team"].tolist()
 
     def team_quotas(self) -> pd.DataFrame:

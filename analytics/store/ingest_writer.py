@@ -369,7 +369,8 @@ class IngestWriter:
                                                  "batches": [v[1] for v in nodes.values()],
                                                  "rows": [v[2] for v in nodes.values()]}))
         # an update and an insert, not ON CONFLICT: the DuckLake backend has no key to conflict on
-        cur.execute("""UPDATE nodes SET last_seen = $now, interval_s = i.interval_s, batches = nodes.batches + i.batches,
+        cur.execute("""UPDATE nodes SET last_seen = $now, interval_s = i.interval_s,
+                           batches = nodes.batches + i.batches,
                            rows = nodes.rows + i.rows
                        FROM incoming_nodes i WHERE nodes.node = i.node""", {"now": group.now})
         cur.execute("""INSERT INTO nodes SELECT node, $now, interval_s, batches, rows FROM incoming_nodes

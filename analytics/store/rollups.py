@@ -77,7 +77,8 @@ DDL = [
     _table("usage_hour", CORE_COLUMNS | SEGMENT_COLUMNS | {"inner_runs": INNER_RUNS, "util_minutes": "DOUBLE[]"}),
     # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
     "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
-    f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} WHERE NOT EXISTS (SELECT 1 FROM rollup_state)",
+    f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} "
+    "WHERE NOT EXISTS (SELECT 1 FROM rollup_state)",
 ]
 
 _END = "ts + to_seconds(interval_s::BIGINT)"  # the instant a sample's evidence ends (as idle stretches report it)
@@ -152,7 +153,7 @@ MACROS = [
                      sum(gpu_s) AS gpu_s, sum(util_sum) AS util_sum, sum(util_n) AS util_n
               FROM pieces GROUP BY ALL HAVING sum(s) >= 60)
         GROUP BY ALL
-    ), combined AS (  -- minute rows and the inner stretches, grouped together (GROUP BY matches NULL keys, joins do not)
+    ), combined AS (  -- minute rows and inner stretches, grouped together (GROUP BY matches NULL keys; joins do not)
         SELECT *, NULL AS inner_runs FROM k
         UNION ALL BY NAME
         SELECT * FROM inner_runs
@@ -187,7 +188,8 @@ MACROS = [
     SELECT * FROM usage_minute
     WHERE bucket >= date_trunc('minute', lo) AND bucket < date_trunc('minute', hi) AND bucket < mwm
     UNION ALL BY NAME
-    SELECT * FROM minute_rollup_of(greatest(date_trunc('minute', lo), mwm), date_trunc('minute', hi), NULL, idle_pct)""",
+    SELECT * FROM minute_rollup_of(greatest(date_trunc('minute', lo), mwm), date_trunc('minute', hi), NULL,
+                                   idle_pct)""",
     # the segments idle stretches are stitched from, for the allocated rows of [lo, hi): hour rows for the whole
     # hours folded, minute rows (and the raw tail) for the rest. A stretch inside an hour, between busy samples, is
     # in that hour row's inner_runs.
