@@ -31,6 +31,13 @@ _FIELDS = (
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus.", "gauge"),
     ("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink.", "gauge"),
     ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink.", "gauge"),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "gauge"),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons.", "gauge"),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", "counter"),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", "counter"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.", "counter"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.", "counter"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed.", "gauge"),
 )
 
 
@@ -71,5 +78,7 @@ def render_page(samples: pa.Table, driver: str = "550.54.15", help_lines: bool =
                 value = row.get(column)
                 if value is None:
                     continue
+                if isinstance(value, bool):
+                    value = int(value)
             out.append(f"{name}{{{label}}} {value:.6g}" if isinstance(value, float) else f"{name}{{{label}}} {value}")
     return "\n".join(out) + "\n"

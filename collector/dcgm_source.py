@@ -5,15 +5,17 @@ import logging
 import math
 import re
 import time
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import requests
 
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
-from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model, vgpu_share
 from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.prom_text import ParseResult, PromTextParser
 from gpuledger.collector.samples import SAMPLE_SCHEMA, rows_to_table
@@ -39,7 +41,26 @@ FIELD_COLUMNS: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bps", 1.0),
     "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bps", 1.0),
     "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bps", 1.0),
+    # exporters up to 3.4 read PCIe through NVML: KB/s; used where the profiling field is absent
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("_pcie_tx_kbps", 1024.0),
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": ("_pcie_rx_kbps", 1024.0),
+    # the only NVLink field in the default counter set: typed a counter, but a rate over all links, both directions,
+    # in MB/s (what DCGM's dmon shows; it agrees with nvidia-smi's NVLink counters on H200s, dcgm-exporter #472)
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("nvlink_bps", 1e6),
+    # health: kept as read; the store turns their changes into events (collector/gpu_health.py)
+    "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle_reasons", 1.0),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("throttle_reasons", 1.0),  # the same bits, renamed in DCGM 3.3
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_sbe_total", 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_dbe_total", 1.0),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows_corr", 1.0),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows_uncorr", 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("row_remap_failed", 1.0),
 }
+
+# health columns that are whole numbers (pages carry floats); row_remap_failed is a flag
+_INTEGER_COLUMNS = ("xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total", "remapped_rows_corr",
+                    "remapped_rows_uncorr")
 
 # Fields in dcgm-exporter's default counter set that we read past on purpose (not "unknown").
 KNOWN_UNUSED = frozenset(
@@ -47,11 +68,9 @@ KNOWN_UNUSED = frozenset(
         "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
         "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
-        "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
-        "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_POWER_MGMT_LIMIT",
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
     }
 )
 
@@ -83,6 +102,11 @@ def field_name(metric: str) -> str:
 _NOT_A_NODE = re.compile(r"^[0-9a-f]{12}$|^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$")
 
 
+# labels a Prometheus scrape config sets to the Kubernetes node of the exporter's pod (from
+# __meta_kubernetes_pod_node_name): they name the node whatever `Hostname` says
+_NODE_LABELS = ("kubernetes_node", "node", "nodename")
+
+
 def _hostname_of(labels: Any) -> str | None:
     return labels.get("Hostname") or labels.get("hostname") or None
 
@@ -93,8 +117,11 @@ def _uuid_of(labels: Any) -> str | None:
 
 
 def node_of(labels: Any) -> str | None:
-    """The node a page's series come from, when its labels say it: `Hostname` (or newer `hostname`) unless that is
-    the exporter's own container or pod."""
+    """The node a page's series come from, when its labels say it: the Kubernetes node a scrape config attached,
+    else `Hostname` (or newer `hostname`) unless that is the exporter's own container or pod."""
+    for name in _NODE_LABELS:
+        if labels.get(name):
+            return labels[name]
     value = _hostname_of(labels)
     return value if value and not _NOT_A_NODE.match(value) else None
 
@@ -103,6 +130,13 @@ def _pod_of(labels: Any) -> tuple[str | None, str | None]:
     """The (namespace, pod) a series is attributed to, in the current or the old label names."""
     return (labels.get("namespace") or labels.get("pod_namespace") or None,
             labels.get("pod") or labels.get("pod_name") or None)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the cluster says about a pod beyond the exporter's labels."""
+    team: str | None = None  # its team label (kube_pod_labels)
+    gpu_share: float | None = None  # the part of a shared GPU it requested (HAMi's gpucores %, or gpumem of card)
 
 
 def _opt_int(value: str | None) -> int | None:
@@ -123,13 +157,22 @@ class DcgmPageConverter:
         self.last_parse: ParseResult | None = None
         self.rates: RateTracker | None = None
         self._warned_nodes: set[str | None] = set()
+        # what the cluster says about pods, when a source knows it (Prometheus: kube-state-metrics)
+        self.pods: dict[tuple[str | None, str | None], PodFacts] = {}
 
     def convert(self, text: str, ts: datetime, interval_s: float) -> pa.Table:
+        """Rows of one scraped page."""
         parsed = self.parser.parse(text)
         self.last_parse = parsed
-        errors = parsed.errors
+        return self.convert_samples(parsed.samples, ts, interval_s, parsed.errors, parsed.examples)
+
+    def convert_samples(self, samples: Iterable[tuple[str, Any, float, Any]], ts: datetime, interval_s: float,
+                        errors: Counter[str] | None = None, examples: list[str] | None = None) -> pa.Table:
+        """Rows of one scrape's samples, (metric, labels, value, _) as parsed from a page or read back from
+        Prometheus (whose series carry the exporter's labels, plus its own)."""
+        errors = errors if errors is not None else Counter()
         rows: dict[tuple[str, str | None], dict[str, Any]] = {}
-        for metric, labels, value, _ts in parsed.samples:
+        for metric, labels, value, _ts in samples:
             name = field_name(metric)
             column = FIELD_COLUMNS.get(name)
             if column is None and name not in KNOWN_UNUSED:
@@ -151,13 +194,13 @@ class DcgmPageConverter:
             row[column[0]] = value * column[1]
         for kind, count in errors.items():
             PARSE_ERRORS.labels(kind=kind).inc(count)
-        if parsed.examples:
-            log.warning("dcgm page: skipped %d line(s)/value(s): %s", sum(errors.values()), "; ".join(parsed.examples))
+        if examples:
+            log.warning("dcgm page: skipped %d line(s)/value(s): %s", sum(errors.values()), "; ".join(examples))
         if self.rates is None or self.rates.interval_s != interval_s:
             self.rates = RateTracker(interval_s)
         now_s = ts.timestamp()
         finished = [self._finish(row, self.rates, now_s) for row in rows.values()]
-        return rows_to_table(bill_each_gpu_once(finished))
+        return rows_to_table(bill_each_gpu_once(finished, self.pods))
 
     def _new_row(self, labels: Any, ts: datetime, interval_s: float) -> dict[str, Any]:
         model_name = labels.get("modelName")
@@ -166,6 +209,7 @@ class DcgmPageConverter:
         namespace, pod = _pod_of(labels)
         job = labels.get("hpc_job") or (f"{namespace}/{pod}" if pod else None)
         allocated = job is not None
+        facts = self.pods.get((namespace, pod)) if pod else None
         return {
             "ts": ts,
             "interval_s": interval_s,
@@ -176,13 +220,14 @@ class DcgmPageConverter:
             "model_name": model_name,
             "mig_profile": profile,
             "mig_instance": _opt_int(labels.get("GPU_I_ID")),
-            "gpu_fraction": mig_share(model, profile) if profile else 1.0,  # None: unknown, split below
+            # a MIG instance's or vGPU's part of its card (None: unknown, split below)
+            "gpu_fraction": mig_share(model, profile) if profile else (vgpu_share(model_name) or 1.0),
             "allocated": allocated,
             "namespace": namespace,
             "pod": pod,
             "container": labels.get("container") or labels.get("container_name") or None,
             "job_id": job,
-            "team": self.attributor.team_for(namespace=namespace) if allocated else None,
+            "team": ((facts and facts.team) or self.attributor.team_for(namespace=namespace)) if allocated else None,
             "source": "dcgm",
         }
 
@@ -207,21 +252,33 @@ class DcgmPageConverter:
         gr = row.pop("_gr_active", None)
         if row.get("util_pct") is None and gr is not None:
             row["util_pct"] = gr * 100.0  # MIG instances report no GPU_UTIL, only graphics-engine activity
+        for direction in ("tx", "rx"):
+            kbps = row.pop(f"_pcie_{direction}_kbps", None)
+            if row.get(f"pcie_{direction}_bps") is None:
+                row[f"pcie_{direction}_bps"] = kbps
+        for column in _INTEGER_COLUMNS:
+            if row.get(column) is not None:
+                row[column] = int(row[column])
+        if row.get("row_remap_failed") is not None:
+            row["row_remap_failed"] = bool(row["row_remap_failed"])
         parts = [row.get(c) for c in ("mem_used_mib", "mem_free_mib", "mem_reserved_mib")]
         if parts[0] is not None and parts[1] is not None:
             row["mem_total_mib"] = sum(p for p in parts if p is not None)
         return row
 
 
-def bill_each_gpu_once(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def bill_each_gpu_once(rows: list[dict[str, Any]],
+                       pods: Mapping[tuple[str | None, str | None], PodFacts] | None = None) -> list[dict[str, Any]]:
     """Make the fractions billed for one physical GPU add up to at most 1.0.
 
     An exporter run with `-d g+i` sends the whole GPU's series beside its MIG instances': the whole-GPU row then
     stands only for the part no instance holds (unallocated capacity). An instance whose profile names no slice
     count gets an equal part of what the known ones leave, and instances that claim more than the card are scaled
     down to it. A GPU (or instance) shared by time-slicing, HAMi or DRA has its series repeated once per pod: each
-    pod is billed an equal part of it.
+    pod is billed its part of it: in proportion to what each requested when `pods` knows every sharer's request
+    (HAMi), else equal parts. Either way the sharers' parts add up to the GPU's.
     """
+    pods = pods or {}
     by_gpu: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         by_gpu.setdefault((row["node"], row["gpu_uuid"]), []).append(row)
@@ -249,8 +306,14 @@ def bill_each_gpu_once(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if whole["gpu_model"] == UNKNOWN_MODEL and len(models) == 1:  # the card, as its instances tell it
                     whole["gpu_model"] = next(iter(models))
         for members in slots.values():
-            for row in members:
-                row["gpu_fraction"] /= len(members)
+            asked = [getattr(pods.get((r["namespace"], r["pod"])), "gpu_share", None) for r in members]
+            if len(members) > 1 and all(a is not None and a > 0 for a in asked):
+                total = sum(asked)
+                for row, share in zip(members, asked):
+                    row["gpu_fraction"] *= share / total
+            else:
+                for row in members:
+                    row["gpu_fraction"] /= len(members)
     return rows
 
 

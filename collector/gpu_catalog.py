@@ -43,11 +43,15 @@ def _profiles(*specs: tuple[str, int, int]) -> tuple[MigProfile, ...]:
     return tuple(MigProfile(name, slices, mem) for name, slices, mem in specs)
 
 
-# Order matters: the first pattern that matches wins (GB200 before B200, A100 80GB before A100).
+# Order matters: the first pattern that matches wins (GB200 before B200, H100 NVL before H100, A100 80GB before
+# A100).
 CATALOG: tuple[GpuModel, ...] = (
     GpuModel("H200", (r"\bH200\b",), 141, 700, True, "NVIDIA H200", 143771, 7.91, 7, _profiles(
         ("1g.18gb", 1, 18), ("1g.35gb", 1, 35), ("2g.35gb", 2, 35), ("3g.71gb", 3, 71), ("4g.71gb", 4, 71),
         ("7g.141gb", 7, 141))),
+    GpuModel("H100-NVL", (r"\bH100\b.*\bNVL\b",), 94, 400, True, "NVIDIA H100 NVL", 95830, None, 7, _profiles(
+        ("1g.12gb", 1, 12), ("1g.24gb", 1, 24), ("2g.24gb", 2, 24), ("3g.47gb", 3, 47), ("4g.47gb", 4, 47),
+        ("7g.94gb", 7, 94))),
     GpuModel("H100", (r"\bH100\b",), 80, 700, True, "NVIDIA H100 80GB HBM3", 81559, 6.88, 7, _profiles(
         ("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
         ("7g.80gb", 7, 80))),
@@ -83,10 +87,25 @@ DEFAULT_MIG_SLICES = 7  # a profile on a card the catalogue does not know: the c
 DEFAULT_RATES: dict[str, float] = {m.name: m.usd_per_gpu_hour for m in CATALOG if m.usd_per_gpu_hour is not None}
 
 
+# A vGPU as a guest's driver names it: "GRID A100-10C", "NVIDIA A100D-20C" (D: the 80 GB card), "GRID T4-4Q": the
+# card, then the profile's framebuffer in GB and its series letter (NVIDIA's vGPU user guide, "Virtual GPU Types")
+_VGPU = re.compile(r"\b(?:GRID|NVIDIA)\s+([A-Z]+\d+[A-Z]*?)(D?)-(\d+)([ABCQ])\b", re.IGNORECASE)
+
+
+def _vgpu(name: str) -> tuple[str, int] | None:
+    """(the physical card's driver name, the profile's framebuffer GB) when `name` is a vGPU profile."""
+    match = _VGPU.search(name)
+    return (match.group(1) + (" 80GB" if match.group(2) else ""), int(match.group(3))) if match else None
+
+
 def normalize_model(name: str | None) -> str:
-    """Return the rate-card model for a driver-reported name, or the stripped name itself if unknown."""
+    """Return the rate-card model for a driver-reported name (a vGPU profile: its card's), or the stripped name
+    itself if unknown."""
     if not name:
         return UNKNOWN_MODEL
+    vgpu = _vgpu(name)
+    if vgpu:
+        name = vgpu[0]
     for pattern, model in _PATTERNS:
         if pattern.search(name):
             return model.name
@@ -102,6 +121,15 @@ def mig_share(model: str, profile: str) -> float | None:
     known = MODELS.get(model)
     slices = known.mig_slices if known and known.mig_slices else DEFAULT_MIG_SLICES
     return min(1.0, int(match.group(1)) / slices)
+
+
+def vgpu_share(model_name: str | None) -> float | None:
+    """Share of its physical card a vGPU profile holds (its framebuffer over the card's), or None when the name is
+    not a vGPU profile of a known card. vGPU time-slices a card among profiles sized by framebuffer, so that is the
+    part of the card a guest holds and is billed."""
+    vgpu = _vgpu(model_name or "")
+    total = memory_gb(normalize_model(vgpu[0])) if vgpu else None
+    return min(1.0, vgpu[1] / total) if vgpu and total else None
 
 
 def mig_fraction(model: str, profile: str | None) -> float:

@@ -51,6 +51,7 @@ SAMPLE_SCHEMA = pa.schema(
         ("nvlink_rx_bps", pa.float64()),
         ("pcie_tx_bps", pa.float64()),
         ("pcie_rx_bps", pa.float64()),
+        ("nvlink_bps", pa.float64()),  # both directions, where only a total is read (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL)
         ("namespace", pa.string()),
         ("pod", pa.string()),
         ("container", pa.string()),
@@ -58,8 +59,21 @@ SAMPLE_SCHEMA = pa.schema(
         ("user", pa.string()),
         ("team", pa.string()),
         ("source", pa.string()),
+        # GPU health, as read at this instant (analytics/store/health.py turns changes into events)
+        ("xid", pa.int32()),  # the last XID error the driver reported; 0: none since boot
+        ("throttle_reasons", pa.int64()),  # NVML's clocks-event reasons bitmask (gpu_health.THROTTLE_KINDS)
+        ("ecc_sbe_total", pa.int64()),  # volatile single-bit ECC errors since boot
+        ("ecc_dbe_total", pa.int64()),  # volatile double-bit ECC errors since boot
+        ("remapped_rows_corr", pa.int64()),  # rows remapped after correctable errors
+        ("remapped_rows_uncorr", pa.int64()),  # rows remapped after uncorrectable errors
+        ("row_remap_failed", pa.bool_()),
     ]
 )
+
+# Columns added after agents were already in the field: a batch from an older agent (or its spool) lacks them, and
+# the store fills them with nulls rather than refusing the batch.
+ADDED_COLUMNS = frozenset({"nvlink_bps", "xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total",
+                           "remapped_rows_corr", "remapped_rows_uncorr", "row_remap_failed"})
 
 
 PROCESS_SCHEMA = pa.schema(

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import MODELS, GpuModel
+from gpuledger.collector.gpu_health import HW_THERMAL, SW_POWER_CAP
 from gpuledger.collector.metrics import SAMPLES_READ
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 
@@ -117,6 +118,7 @@ class ClusterSimulator:
         self._t1 = self.end.timestamp()
         self._build_gpu_table()
         self._schedule()
+        self._plan_faults()
 
     # --- cluster layout -------------------------------------------------------------------
     def _build_gpu_table(self) -> None:
@@ -130,6 +132,15 @@ class ClusterSimulator:
         self.gpu_uuid = np.array([r[2] for r in rows], dtype=object)
         self.gpu_count = len(rows)
         self._node_offset = np.cumsum([0] + [n.gpus for n in self.nodes])
+
+    def _plan_faults(self) -> None:
+        """About one GPU in sixteen reports an XID at some point of the run (and an ECC double-bit error with XID
+        48); one in five runs hot and throttles when fully busy. A separate stream: the workload stays as seeded."""
+        rng = np.random.default_rng([self.seed, 0xFA17])
+        faulty = rng.random(self.gpu_count) < 1 / 16
+        self.xid_at = np.where(faulty, rng.uniform(self._t0, self._t1, self.gpu_count), np.inf)
+        self.xid_code = rng.choice(np.array([79, 48, 13, 31]), self.gpu_count)
+        self.runs_hot = rng.random(self.gpu_count) < 1 / 5
 
     # --- workload ------------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -224,6 +235,11 @@ class ClusterSimulator:
         nvl = np.where(job_nvl[owner] & has_nvlink, np.abs(1.2e11 + 3e10 * noise[2]), 0.0)
         power = tdp * (0.12 + 0.8 * activity) + 3.0 * noise[3]
         ts = pd.to_datetime(np.repeat(np.round(times * 1e6).astype(np.int64), n_g), unit="us", utc=True)
+        faulted = times[:, None] >= self.xid_at[None, :]
+        xid = np.where(faulted, self.xid_code[None, :], 0)
+        dbe = (faulted & (self.xid_code[None, :] == 48)).astype(np.int64)
+        hot = self.runs_hot[None, :]
+        throttle = np.where(hot & (util >= 97.0), HW_THERMAL, 0) | np.where(hot & (power > 0.95 * tdp), SW_POWER_CAP, 0)
         flat = owner.ravel()
         job_ids = np.array([j.job_id for j in jobs] + [None], dtype=object)
         teams = np.array([_billed_team(j) for j in jobs] + [None], dtype=object)
@@ -271,7 +287,15 @@ class ClusterSimulator:
             "user": users[flat],
             "team": teams[flat],
             "source": np.full(n_t * n_g, "simulator", dtype=object),
+            "xid": xid.ravel().astype(np.int32),
+            "throttle_reasons": throttle.ravel().astype(np.int64),
+            "ecc_sbe_total": np.zeros(n_t * n_g, dtype=np.int64),
+            "ecc_dbe_total": dbe.ravel(),
+            "remapped_rows_corr": np.zeros(n_t * n_g, dtype=np.int64),
+            "remapped_rows_uncorr": dbe.ravel(),
+            "row_remap_failed": np.zeros(n_t * n_g, dtype=bool),
         }
+        columns["nvlink_bps"] = pa.nulls(n_t * n_g, pa.float64())  # read per direction (nvlink_tx/rx_bps)
         arrays = [pa.array(columns[f.name], type=f.type) if not isinstance(columns[f.name], pa.Array)
                   else columns[f.name] for f in SAMPLE_SCHEMA]
         return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)

@@ -29,10 +29,12 @@ class Page:
     fields: tuple[str, ...]  # sample columns the page fills
 
 
-SEEN = ("mem_used_mib", "pcie_tx_bps", "power_w", "tensor_active", "temp_c", "util_pct")
+SEEN = ("mem_used_mib", "nvlink_bps", "pcie_tx_bps", "power_w", "tensor_active", "temp_c", "throttle_reasons",
+        "util_pct", "xid")
+CONFORMANCE = ("mem_used_mib", "pcie_tx_bps", "power_w", "tensor_active", "temp_c", "util_pct")
 PAGES = {
     "datadog-integrations-core-dcgm-fixture-t4-460.txt":  # Hostname is the exporter's container id
-        Page(1, 0, ("T4",), "unknown", 0, 1.0, ("mem_used_mib", "power_w", "temp_c", "util_pct")),
+        Page(1, 0, ("T4",), "unknown", 0, 1.0, ("mem_used_mib", "nvlink_bps", "power_w", "temp_c", "util_pct", "xid")),
     "dcgm-exporter-issue-188-1x-compat-names.txt":  # dcgm_* 1.x names; Hostname is the exporter's pod
         Page(1, 0, ("unknown",), "unknown", 0, 1.0, ("power_w", "temp_c", "util_pct")),
     "dcgm-exporter-issue-250-v100.txt": Page(4, 0, ("V100",), "r6i3n0", 0, 4.0, ("util_pct",)),
@@ -42,19 +44,19 @@ PAGES = {
         Page(1, 0, ("NVIDIA RTX A5000",), "k8s-gpu1", 0, 1.0, ("mem_used_mib", "util_pct")),
     "dcgm-exporter-issue-512-h100-mig-pods.txt": Page(1, 3, ("H100",), "gsrh100-074", 2, 3 / 7, ("util_pct",)),
     "dcgm-exporter-issue-544-h100nvl-mig.txt":  # the profile as pasted, "**1g.11gb**": one slice each, not a GPU
-        Page(1, 2, ("H100",), "vijay-1-bodha-h100-nvl-nfm45-5h7w7-gj5nn-9sbrb", 0, 2 / 7, ("mem_used_mib",)),
+        Page(1, 2, ("H100-NVL",), "vijay-1-bodha-h100-nvl-nfm45-5h7w7-gj5nn-9sbrb", 0, 2 / 7, ("mem_used_mib",)),
     "dcgm-exporter-issue-58-titanv-podhostname.txt":  # only clock series: the GPUs are there, nothing else is
         Page(5, 0, ("NVIDIA TITAN V",), "unknown", 0, 5.0, ()),
     "dcgm-exporter-readme-sentinel-9223372036854775794.txt": Page(1, 0, ("unknown",), "unknown", 0, 1.0, ()),
     "gpu-monitoring-tools-issue-138-old-labels.txt":  # no Hostname, no modelName
         Page(1, 0, ("unknown",), "unknown", 0, 1.0, ("power_w", "temp_c", "util_pct")),
-    "k8s-ai-conformance-ericsson-T4-nohelp.txt": Page(1, 0, ("T4",), "cp-bm14r7", 0, 1.0, SEEN),
-    "k8s-ai-conformance-kops-L4.txt": Page(1, 0, ("L4",), "i-030791dc5a37cd257", 0, 1.0, SEEN),
+    "k8s-ai-conformance-ericsson-T4-nohelp.txt": Page(1, 0, ("T4",), "cp-bm14r7", 0, 1.0, CONFORMANCE),
+    "k8s-ai-conformance-kops-L4.txt": Page(1, 0, ("L4",), "i-030791dc5a37cd257", 0, 1.0, CONFORMANCE),
     "nvidia-aicr-conformance-h100x8-pods.txt":
         Page(8, 0, ("H100",), "gpu-node-1", 1, 8.0, ("power_w", "temp_c", "util_pct")),
     "nvidia-cloud-native-docs-dcgm-exporter-rst-a100-mig-2.4.txt":  # -d g+i: the GPU and its one 1g.5gb instance;
         # the card is named by the profile only, and the GPU row is the six sevenths no instance holds
-        Page(1, 1, ("A100-40GB",), "ub20-a100-k8s", 0, 1.0, SEEN),
+        Page(1, 1, ("A100-40GB",), "ub20-a100-k8s", 0, 1.0, (*CONFORMANCE, "nvlink_bps", "xid")),
 }
 
 
@@ -122,3 +124,45 @@ def test_a_gpu_shared_by_pods_bills_each_pod_an_equal_part():
     assert sorted(gpu0["pod"]) == ["vllm-agg-0-sliced-1", "vllm-agg-0-sliced-2", "vllm-agg-0-vllmdecodeworker-s65j5"]
     assert gpu0["util_pct"].nunique() == 1  # each pod's row carries the GPU's own readings
     assert got["gpu_fraction"].sum() == pytest.approx(8.0)
+
+
+def test_a_vgpu_guest_bills_its_profile_not_the_card():
+    """A vGPU guest's exporter names the profile as the model ("GRID A100-10C": 10 GB of a 40 GB A100)."""
+    page = (SHARED_PAGES / "dcgm-exporter-issue-250-v100.txt").read_text()
+    for name, model, share in (("GRID A100-10C", "A100-40GB", 0.25), ("NVIDIA A100D-20C", "A100-80GB", 0.25),
+                               ("GRID T4-16Q", "T4", 1.0)):
+        got = DcgmPageConverter().convert(re.sub(r'modelName="[^"]*"', f'modelName="{name}"', page), NOW, 10.0)
+        got = got.to_pandas()
+        assert set(got["gpu_model"]) == {model} and got["gpu_fraction"].tolist() == pytest.approx([share] * 4)
+
+
+def test_shared_gpu_split_follows_hami_requests_when_every_sharer_is_known():
+    from gpuledger.collector.dcgm_source import PodFacts
+    page = (SHARED_PAGES / "nvidia-aicr-conformance-h100x8-pods.txt").read_text()
+    held = [line for line in page.splitlines() if 'pod="vllm-agg-0-vllmdecodeworker-s65j5"' in line]
+    extra = [line.replace("vllmdecodeworker-s65j5", "sliced-1") for line in held]
+    converter = DcgmPageConverter()
+    namespace = re.search(r'namespace="([^"]+)"', held[0]).group(1)
+    converter.pods = {(namespace, "vllm-agg-0-vllmdecodeworker-s65j5"): PodFacts("serving", 0.3),
+                      (namespace, "vllm-agg-0-sliced-1"): PodFacts(None, 0.6)}
+    got = converter.convert(page + "\n" + "\n".join(extra) + "\n", NOW, 10.0).to_pandas()
+    shared = got[got["pod"].notna()].set_index("pod")
+    assert shared.loc["vllm-agg-0-vllmdecodeworker-s65j5", "gpu_fraction"] == pytest.approx(1 / 3)
+    assert shared.loc["vllm-agg-0-sliced-1", "gpu_fraction"] == pytest.approx(2 / 3)
+    assert shared.loc["vllm-agg-0-vllmdecodeworker-s65j5", "team"] == "serving"  # the pod's team label wins
+    converter.pods.pop((namespace, "vllm-agg-0-sliced-1"))  # one request unknown: equal parts
+    got = converter.convert(page + "\n" + "\n".join(extra) + "\n", NOW, 10.0).to_pandas()
+    assert got[got["pod"].notna()]["gpu_fraction"].tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_the_kubernetes_node_a_scrape_config_attached_names_the_node():
+    page = (SHARED_PAGES / "dcgm-exporter-issue-58-titanv-podhostname.txt").read_text()
+    relabelled = page.replace('Hostname="', 'kubernetes_node="gpu-node-7",Hostname="')
+    got = DcgmPageConverter().convert(relabelled, NOW, 10.0).to_pandas()
+    assert set(got["node"]) == {"gpu-node-7"}
+
+
+def test_pcie_throughput_of_older_exporters_is_read_in_kb_per_second():
+    line = 'DCGM_FI_DEV_PCIE_TX_THROUGHPUT{gpu="0",UUID="GPU-1",modelName="Tesla V100-SXM2-32GB",Hostname="n"} 2048\n'
+    got = DcgmPageConverter().convert(line + line.replace("TX", "RX").replace("2048", "1024"), NOW, 10.0).to_pylist()
+    assert (got[0]["pcie_tx_bps"], got[0]["pcie_rx_bps"]) == (2048 * 1024.0, 1024 * 1024.0)

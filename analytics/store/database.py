@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuledger.analytics.store import lake, rollups
+from gpuledger.analytics.store import health, lake, rollups
 from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
     CHECKPOINT_SECONDS,
@@ -49,7 +49,7 @@ from gpuledger.analytics.store.schema import (
 )
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
-from gpuledger.collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
+from gpuledger.collector.samples import ADDED_COLUMNS, PROCESS_SCHEMA, SAMPLE_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,13 @@ class StoreError(GpuledgerError):
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Reorder and cast a batch to the store's schema; a missing or uncastable column is a clear error."""
+    """Reorder and cast a batch to the store's schema; a missing or uncastable column is a clear error, except the
+    columns added since the first agents shipped (an older agent's batch gets nulls there)."""
     present = set(table.column_names)
+    for field in schema:
+        if field.name not in present and field.name in ADDED_COLUMNS:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+            present.add(field.name)
     missing = [name for name in schema.names if name not in present]
     if missing:
         raise StoreError(f"batch is missing column(s) {missing}")
@@ -160,7 +165,7 @@ class Store:
                 tables = {row[0] for row in self._con.execute(
                     f"SELECT table_name FROM information_schema.tables WHERE {here}").fetchall()}
                 self._con.execute("BEGIN TRANSACTION")
-                for statement in table_migrations(tables) + DDL + rollups.DDL:
+                for statement in table_migrations(tables) + DDL + rollups.DDL + health.DDL:
                     self._con.execute(without_keys(statement) if self.lake else statement)
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
@@ -355,6 +360,10 @@ class Store:
             args = {"lo": lo, "hi": hi, "node": node, "idle_pct": state["idle_pct"]}
             cur.execute(rollups.DROP_MINUTES, {k: args[k] for k in ("lo", "hi", "node")})
             cur.execute(rollups.FOLD_MINUTES, args)
+            # a late reading can also be the "previous" of events up to the lookback after it
+            events = {"lo": lo, "hi": min(hi + timedelta(minutes=health.LOOKBACK_MIN), mwm), "node": node}
+            cur.execute(health.DROP, events)
+            cur.execute(health.FOLD, events)
             if lo < hwm:
                 hours = {"lo": floor_hour(lo), "hi": min(floor_hour(hi - timedelta(microseconds=1))
                                                          + timedelta(hours=1), hwm), "node": node}
@@ -380,6 +389,7 @@ class Store:
                 state = self.rollup_params(cur)
                 cur.execute(rollups.FOLD_MINUTES, {"lo": start, "hi": stop, "node": None,
                                                    "idle_pct": state["idle_pct"]})
+                cur.execute(health.FOLD, {"lo": start, "hi": stop, "node": None})
                 hour_from = state["hwm"] if state["hwm"] != NEG_INF else floor_hour(start)
                 hour_to = floor_hour(stop)
                 if hour_to > hour_from:
@@ -416,6 +426,7 @@ class Store:
                 lo = floor_hour(first)
                 cur.execute("DELETE FROM usage_minute WHERE bucket >= ?", [lo])
                 cur.execute("DELETE FROM usage_hour WHERE bucket >= ?", [lo])
+                cur.execute("DELETE FROM health_events WHERE ts >= ?", [lo])
                 cur.execute("UPDATE rollup_state SET minute_wm = $lo, hour_wm = CASE WHEN hour_wm IS NULL THEN NULL "
                             "ELSE least(hour_wm, $lo) END", {"lo": lo})
         return self.fold()

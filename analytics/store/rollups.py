@@ -95,7 +95,8 @@ MACROS = [
         SELECT date_trunc('minute', ts) AS bucket, {KEY}, ts, interval_s,
                interval_s * gpu_fraction AS gpu_s, util_pct, mem_used_mib, mem_total_mib,
                coalesce(power_avg_w, power_w) * interval_s AS energy_j,
-               (coalesce(nvlink_tx_bps, 0) + coalesce(nvlink_rx_bps, 0)) * interval_s AS nvlink_bytes,
+               coalesce(nvlink_tx_bps + nvlink_rx_bps, nvlink_tx_bps, nvlink_rx_bps, nvlink_bps, 0) * interval_s
+                   AS nvlink_bytes,
                allocated AND coalesce(util_pct, 0) < idle_pct AS idle,
                allocated AND coalesce(util_pct, 0) >= idle_pct AS busy
         FROM samples WHERE ts >= lo AND ts < hi AND (only_node IS NULL OR node = only_node)

@@ -85,7 +85,7 @@ def table_migrations(existing: set[str]) -> list[str]:
     return statements
 
 
-SCHEMA_VERSION = "5"  # 5: rollups (usage_minute, usage_hour, rollup_state)
+SCHEMA_VERSION = "6"  # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

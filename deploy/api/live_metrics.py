@@ -1,6 +1,6 @@
 """Per-team and per-node gauges on the server's /metrics, for Grafana: what the cluster does over the last hour.
 
-Computed from the store when Prometheus scrapes, at most once per `cache_s` (the fairshare factor reads the
+Also the GPU health events stored, per node and kind (a counter). Computed from the store when Prometheus scrapes, at most once per `cache_s` (the fairshare factor reads the
 algorithm's whole memory), so a 15 s scrape interval costs one evaluation a minute. Series are labelled
 `team` (including `unattributed` and `__idle__`, the idle capacity) or `node`.
 """
@@ -12,10 +12,11 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterator
 
 import pandas as pd
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuledger.analytics.config import Config
+from gpuledger.analytics.health import health_totals
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import node_gauges, team_gauges
 from gpuledger.analytics.windows import utc_now
@@ -35,6 +36,7 @@ NODE_GAUGES = (
     ("busy_gpus", "gpuledger_node_busy_gpus", "GPUs held and busy, average over the last hour"),
 )
 FAIRSHARE = "gpuledger_team_fairshare"
+HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total
 
 
 class StoreGauges(Collector):
@@ -45,16 +47,16 @@ class StoreGauges(Collector):
         self.config = config
         self.cache_s = cache_s
         self._lock = threading.Lock()
-        self._cached: tuple[float, list[GaugeMetricFamily]] | None = None
+        self._cached: tuple[float, list[GaugeMetricFamily | CounterMetricFamily]] | None = None
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         with self._lock:
             if self._cached is None or time.monotonic() - self._cached[0] >= self.cache_s:
                 self._cached = (time.monotonic(), self._families())
             families = self._cached[1]
         yield from families
 
-    def _families(self) -> list[GaugeMetricFamily]:
+    def _families(self) -> list[GaugeMetricFamily | CounterMetricFamily]:
         end = self.clock()
         families = _gauges(team_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "team", TEAM_GAUGES)
         families += _gauges(node_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "node", NODE_GAUGES)
@@ -63,6 +65,11 @@ class StoreGauges(Collector):
         for team, row in fairshare_at(self.store, self.config, end).iterrows():
             fair.add_metric([str(team)], float(row["fairshare"]))
         families.append(fair)
+        health = CounterMetricFamily(HEALTH_EVENTS, "GPU health events stored (XID, throttling starts, ECC and "
+                                                    "row-remap increases), per node and kind", labels=["node", "kind"])
+        for node, kind, events in health_totals(self.store).itertuples(index=False):
+            health.add_metric([str(node), str(kind)], float(events))
+        families.append(health)
         return families
 
 

@@ -231,3 +231,67 @@ class MultiBatchAnswer(BaseModel):
     duplicates: list[int] = Field(description="seqs already stored, acknowledged without storing")
     rejected: dict[str, dict[str, int]] = Field(description="by seq, rows refused by reason (batches with any)")
     nulled_values: dict[str, int] = Field(description="by seq, NaN/Inf values stored as NULL (batches with any)")
+
+
+class HealthEvent(BaseModel):
+    ts: datetime = Field(description="the reading that showed the change")
+    node: str
+    gpu_uuid: str
+    gpu_index: int | None
+    gpu_model: str | None
+    kind: str = Field(description="xid, thermal_throttle, power_throttle, hw_slowdown, ecc_sbe, ecc_dbe, "
+                                  "row_remap_corr, row_remap_uncorr or row_remap_failure")
+    code: int | None = Field(description="xid: the XID code; throttling: the reasons bitmask (NVML's bits)")
+    increase: int | None = Field(description="counters (ECC, remapped rows): by how much they rose; else 1")
+    job_id: str | None = Field(description="the job that held the GPU then; null when it was free")
+    team: str | None
+    user: str | None
+    meaning: str = Field(description="for XIDs: what the code usually means")
+
+
+class JobHealth(BaseModel):
+    job_id: str
+    team: str | None
+    events: int = Field(description="events on the GPUs the job held, while it held them")
+    xid: int
+    thermal_throttle: int
+    power_throttle: int
+    hw_slowdown: int
+    ecc_sbe: int
+    ecc_dbe: int
+    row_remap_corr: int
+    row_remap_uncorr: int
+    row_remap_failure: int
+    xid_codes: list[int] | None
+    gpus_affected: int
+    first_event: datetime
+    last_event: datetime
+    job_state: str | None = Field(description="the job's state as the scheduler recorded it, when known")
+
+
+class GpuHealth(BaseModel):
+    node: str
+    gpu_uuid: str
+    gpu_index: int | None
+    gpu_model: str | None
+    xid: int
+    thermal_throttle: int
+    power_throttle: int
+    hw_slowdown: int
+    ecc_sbe: int
+    ecc_dbe: int
+    row_remap_corr: int
+    row_remap_uncorr: int
+    row_remap_failure: int
+    last_xid: int | None
+    jobs_hit: int
+    last_event: datetime
+
+
+class HealthReport(BaseModel):
+    window: Window
+    events_until: datetime | None = Field(description="events are derived as minutes are folded: they reach this "
+                                                      "instant, a few minutes behind the newest sample")
+    events: list[HealthEvent] = Field(description="newest first, at most `limit`")
+    by_job: list[JobHealth]
+    by_gpu: list[GpuHealth]
