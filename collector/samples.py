@@ -51,7 +51,7 @@ SAMPLE_SCHEMA = pa.schema(
         ("nvlink_rx_bps", pa.float64()),
         ("pcie_tx_bps", pa.float64()),
         ("pcie_rx_bps", pa.float64()),
-        ("nvlink_bps", pa.float64()),  # both directions, where only a total is read (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL)
+        ("nvlink_bps", pa.float64()),  # both directions, where only a total is read (NVLINK_BANDWIDTH_TOTAL)
         ("namespace", pa.string()),
         ("pod", pa.string()),
         ("container", pa.string()),
