@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
-from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model
+from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model, vgpu_share
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.proc_attribution import describe_process
 from gpuledger.collector.samples import PROCESS_SCHEMA, rows_to_table
@@ -53,6 +53,9 @@ class NvmlSource:
         self.nvlink_links = nvlink_links or getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)
         self._initialised = False
         self._unsupported: set[tuple[str, str]] = set()
+        self._xid_events: Any = None  # NVML event set for XID errors (None: not created, or not supported)
+        self._xid_watched: set[str] = set()  # GPUs registered with it
+        self._last_xid: dict[str, int] = {}  # GPU UUID -> last XID seen, kept like DCGM's XID field (0: none)
         self.rates = RateTracker(interval_s)
         self.processes: pa.Table = PROCESS_SCHEMA.empty_table()
 
@@ -67,6 +70,12 @@ class NvmlSource:
 
     def close(self) -> None:
         if self._initialised:
+            if self._xid_events is not None:
+                try:
+                    self.nvml.nvmlEventSetFree(self._xid_events)
+                except self.nvml.NVMLError:
+                    pass
+                self._xid_events = None
             self.nvml.nvmlShutdown()
             self._initialised = False
 
@@ -107,13 +116,15 @@ class NvmlSource:
                 log.error("NVML: GPU %d unreadable: %s", index, exc)
                 continue
             model = normalize_model(model_name)
-            base = {"ts": now, "interval_s": self.interval_s, "node": self.node, "gpu_index": index,
+            self._watch_xids(handle, uuid)
+            health = self._health(handle, uuid)
+            base = {**health,"ts": now, "interval_s": self.interval_s, "node": self.node, "gpu_index": index,
                     "gpu_uuid": uuid, "gpu_model": model, "model_name": model_name, "source": "nvml"}
             mig_rows = self._mig_rows(handle, uuid, model, base, procs)
             if mig_rows:
                 rows.extend(mig_rows)
                 continue
-            row = dict(base, gpu_fraction=1.0)
+            row = dict(base, gpu_fraction=vgpu_share(model_name) or 1.0)  # a vGPU guest holds part of its card
             self._fill_device(handle, uuid, row, now.timestamp())
             self._attribute(handle, uuid, row, procs)
             rows.append(row)
@@ -142,6 +153,54 @@ class NvmlSource:
         energy_mj = self._read(uuid, "energy", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
         if energy_mj is not None:
             row["power_avg_w"] = self.rates.rate((uuid, "energy"), now_s, energy_mj / 1000.0)
+
+    def _watch_xids(self, handle: Any, uuid: str) -> None:
+        """Register the GPU for XID events once (they are events, not a readable field), then take the events the
+        driver queued since the last sample."""
+        nvml = self.nvml
+        if self._xid_events is None and ("*", "xid_events") not in self._unsupported:
+            self._xid_events = self._read("*", "xid_events", nvml.nvmlEventSetCreate)
+        if self._xid_events is None:
+            return
+        if uuid not in self._xid_watched:
+            self._read(uuid, "xid", lambda: nvml.nvmlDeviceRegisterEvents(
+                handle, nvml.nvmlEventTypeXidCriticalError, self._xid_events))
+            if (uuid, "xid") not in self._unsupported:
+                self._xid_watched.add(uuid)
+                self._last_xid.setdefault(uuid, 0)
+        while True:
+            try:
+                event = nvml.nvmlEventSetWait_v2(self._xid_events, 0)
+            except nvml.NVMLError_Timeout:
+                break
+            except nvml.NVMLError as exc:
+                log.warning("NVML: reading XID events failed: %s", exc)
+                break
+            owner = self._read("*", "xid_device", lambda e=event: _text(nvml.nvmlDeviceGetUUID(e.device)))
+            if owner is not None:
+                self._last_xid[owner] = int(event.eventData)
+                log.warning("NVML: XID %d on %s", event.eventData, owner)
+
+    def _health(self, handle: Any, uuid: str) -> dict[str, Any]:
+        """The GPU's health readings (collector/gpu_health.py says what they mean); absent ones are left out."""
+        nvml = self.nvml
+        out: dict[str, Any] = {}
+        if uuid in self._xid_watched:
+            out["xid"] = self._last_xid.get(uuid, 0)
+        reasons = self._read(uuid, "clocks_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+        if reasons is not None:
+            out["throttle_reasons"] = int(reasons)
+        for column, kind in (("ecc_sbe_total", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                             ("ecc_dbe_total", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+            count = self._read(uuid, column, lambda k=kind: nvml.nvmlDeviceGetTotalEccErrors(
+                handle, k, nvml.NVML_VOLATILE_ECC))
+            if count is not None:
+                out[column] = int(count)
+        remapped = self._read(uuid, "remapped_rows", lambda: nvml.nvmlDeviceGetRemappedRows(handle))
+        if remapped is not None:
+            out.update(remapped_rows_corr=int(remapped[0]), remapped_rows_uncorr=int(remapped[1]),
+                       row_remap_failed=bool(remapped[3]))
+        return out
 
     def _fill_memory(self, handle: Any, uuid: str, row: dict[str, Any]) -> None:
         nvml = self.nvml

@@ -7,6 +7,7 @@ exactly the types and exceptions it would see on a real node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pynvml
@@ -42,6 +43,16 @@ class FakeGpu:
     unsupported: set[str] = field(default_factory=set)  # names of nvml functions raising NotSupported
     migs: list[FakeMig] | None = None
     lost: bool = False
+    clocks_event_reasons: int = 0  # NVML's bitmask
+    ecc_corrected: int = 0  # volatile ECC counts since boot
+    ecc_uncorrected: int = 0
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # (correctable, uncorrectable, pending, failure)
+
+
+@dataclass
+class FakeEventSet:
+    registered: set[int] = field(default_factory=set)  # id() of the GPUs registered for XID events
+    pending: list[Any] = field(default_factory=list)  # events not yet waited for (c_nvmlEventData_t's fields)
 
 
 class FakeNvml:
@@ -51,9 +62,18 @@ class FakeNvml:
         self.gpus = gpus
         self.initialised = False
         self.init_error: int | None = None
+        self.event_sets: list[FakeEventSet] = []
+
+    def raise_xid(self, gpu: FakeGpu, code: int) -> None:
+        """The driver reports XID `code` on `gpu`: every event set it is registered with gets it."""
+        for events in self.event_sets:
+            if id(gpu) in events.registered:
+                events.pending.append(SimpleNamespace(device=gpu, eventType=pynvml.nvmlEventTypeXidCriticalError,
+                                                      eventData=code, gpuInstanceId=0xFFFFFFFF,
+                                                      computeInstanceId=0xFFFFFFFF))
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("nvmlDevice") or name in ("nvmlInit", "nvmlShutdown"):
+        if name.startswith(("nvmlDevice", "nvmlEventSet")) or name in ("nvmlInit", "nvmlShutdown"):
             raise AttributeError(f"fake NVML does not implement {name}")
         return getattr(pynvml, name)
 
@@ -166,3 +186,37 @@ class FakeNvml:
     def nvmlDeviceGetAttributes(self, handle: FakeMig) -> Any:
         self._check("nvmlDeviceGetAttributes", handle)
         return pynvml.c_nvmlDeviceAttributes(gpuInstanceSliceCount=handle.slices, memorySizeMB=handle.memory_mb)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        return handle.clocks_event_reasons
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeGpu, error_type: int, counter_type: int) -> int:
+        self._check("nvmlDeviceGetTotalEccErrors", handle)
+        assert counter_type in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)
+        return handle.ecc_corrected if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else handle.ecc_uncorrected
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeGpu) -> tuple[int, int, int, int]:
+        self._check("nvmlDeviceGetRemappedRows", handle)
+        return handle.remapped_rows
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._check("nvmlEventSetCreate", None)
+        events = FakeEventSet()
+        self.event_sets.append(events)
+        return events
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeGpu, event_types: int, event_set: FakeEventSet) -> None:
+        self._check("nvmlDeviceRegisterEvents", handle)
+        if event_types & pynvml.nvmlEventTypeXidCriticalError:
+            event_set.registered.add(id(handle))
+
+    def nvmlEventSetWait_v2(self, event_set: FakeEventSet, timeout_ms: int) -> Any:
+        self._check("nvmlEventSetWait_v2", None)
+        if not event_set.pending:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        return event_set.pending.pop(0)
+
+    def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
+        self._check("nvmlEventSetFree", None)
+        self.event_sets.remove(event_set)

@@ -115,3 +115,30 @@ def test_process_attribution_reads_slurm_and_pod_from_cgroup(tmp_path):
     (env / "environ").write_bytes(b"HOME=/root\0SLURM_JOB_ID=999\0")
     assert describe_process(78, tmp_path).job_id == "slurm:999"
     assert describe_process(31337, tmp_path).job_id is None  # vanished process: still describable
+
+
+def test_health_readings_and_xid_events_are_sampled_like_dcgm_reports_them():
+    """Throttle bits, volatile ECC counts and remapped rows are read each sample; XIDs arrive as NVML events and
+    the sample keeps the last one (0 until the first), as DCGM's XID field does. A GPU without ECC or remapping
+    (a consumer card) leaves those out."""
+    sick, plain = FakeGpu("GPU-a", clocks_event_reasons=0x40, ecc_corrected=3, remapped_rows=(1, 0, 0, 0)), \
+        FakeGpu("GPU-b", name="NVIDIA L4", unsupported={"nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows"})
+    nvml = FakeNvml([sick, plain])
+    source = NvmlSource(nvml, interval_s=10, node="n1")
+    first = rows(source)
+    a, b = first[("GPU-a", None)], first[("GPU-b", None)]
+    assert (a["xid"], a["throttle_reasons"], a["ecc_sbe_total"], a["ecc_dbe_total"]) == (0, 0x40, 3, 0)
+    assert (a["remapped_rows_corr"], a["remapped_rows_uncorr"], a["row_remap_failed"]) == (1, 0, False)
+    assert (b["xid"], b["ecc_sbe_total"], b["remapped_rows_corr"]) == (0, None, None)
+    nvml.raise_xid(sick, 79)
+    second = rows(source)
+    assert (second[("GPU-a", None)]["xid"], second[("GPU-b", None)]["xid"]) == (79, 0)
+    assert rows(source)[("GPU-a", None)]["xid"] == 79  # kept until the next XID
+    source.close()
+    assert nvml.event_sets == []
+
+
+def test_a_vgpu_guest_is_billed_its_profile():
+    source = NvmlSource(FakeNvml([FakeGpu("GPU-v", name="GRID A100-10C", total_mib=10240)]), node="n1")
+    row = rows(source)[("GPU-v", None)]
+    assert (row["gpu_model"], row["gpu_fraction"]) == ("A100-40GB", 0.25)
