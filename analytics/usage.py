@@ -166,3 +166,19 @@ def node_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: flo
 def _hours(start: datetime, end: datetime) -> float:
     """The window's length in hours, as the rollups see it (both ends floored to the minute)."""
     return (floor_minute(end) - floor_minute(start)).total_seconds() / 3600.0
+
+
+# optional telemetry, by what it takes to get it: shown per node so a dashboard can say why a chart is empty
+PROFILING_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")  # DCGM profiling (DCP) fields
+DEVICE_FIELDS = ("power_w", "temp_c", "nvlink_tx_bps", "nvlink_bps", "pcie_tx_bps", "xid", "throttle_reasons",
+                 "ecc_dbe_total")
+
+
+def telemetry_coverage(store: Store, before: datetime, minutes: float = 15.0) -> pd.DataFrame:
+    """Per node: the share of its samples in the `minutes` before `before` that carry each optional field. A
+    profiling field at 0 means the exporter does not collect it (dcgm-exporter's default counters do not)."""
+    shares = ", ".join(f"avg(({c} IS NOT NULL)::INT) AS {c}" for c in (*PROFILING_FIELDS, *DEVICE_FIELDS))
+    return store.query(f"""
+        SELECT node, count(*) AS samples, {shares} FROM samples
+        WHERE ts >= $before - to_microseconds(CAST($minutes * 60e6 AS BIGINT)) AND ts < $before
+        GROUP BY node ORDER BY node""", {"before": before, "minutes": minutes})

@@ -43,6 +43,8 @@ try:
     no_data = [r for r in advice["recommendations"] if r["status"] == "insufficient_data"]
     decided = fetch(BASE, "/v1/recommendations/history", limit=200)
     nodes = frame(fetch(BASE, "/v1/nodes"), ("last_seen",))
+    gpu_health = fetch(BASE, "/v1/health", days=days, limit=200)
+    coverage = frame(fetch(BASE, "/v1/nodes/telemetry"))
 except ApiUnavailable as exc:
     st.error(str(exc))
     st.stop()
@@ -67,8 +69,8 @@ col3.metric("GPUs allocated", f"{mean_alloc:.0%}")
 col4.metric("GPUs busy", f"{mean_used:.0%}")
 st.caption(f"Latest sample {health['latest_sample']} · {health['samples']:,} samples in store")
 
-tab_util, tab_cost, tab_fair, tab_recs, tab_nodes = st.tabs(
-    ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "Nodes"])
+tab_util, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
+    ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"])
 
 with tab_util:
     st.subheader("Cluster utilization over time")
@@ -134,7 +136,47 @@ with tab_recs:
                                     "decided at": r["decided_at"], "note": r["note"], "id": r["id"]}
                                    for r in decided]), hide_index=True, width="stretch")
 
+with tab_health:
+    st.subheader("GPU health events")
+    st.caption("XID errors (the driver's error codes), throttling starts (heat, power cap, hardware slowdown), ECC "
+               "and row-remap increases, each joined to the job that held the GPU. Events reach "
+               f"{gpu_health['events_until'] or 'nothing yet'} (derived as minutes are folded).")
+    by_gpu, by_job = frame(gpu_health["by_gpu"], ("last_event",)), frame(gpu_health["by_job"], ("last_event",))
+    if by_gpu.empty:
+        st.success(f"No health event in the last {days} day(s).")
+    else:
+        kinds = ["xid", "ecc_dbe", "row_remap_uncorr", "row_remap_failure", "thermal_throttle", "power_throttle",
+                 "hw_slowdown", "ecc_sbe", "row_remap_corr"]
+        shown = {"node": "Node", "gpu_index": "GPU", "gpu_model": "Model", "last_xid": "Last XID",
+                 **{k: k.replace("_", " ").capitalize() for k in kinds}, "jobs_hit": "Jobs hit",
+                 "last_event": "Last event"}
+        st.markdown("**GPUs**, most recent first")
+        st.dataframe(by_gpu[list(shown)].rename(columns=shown), hide_index=True, width="stretch")
+        if not by_job.empty:
+            st.markdown("**Jobs that held a GPU when an event hit it**")
+            jobs = by_job.assign(xid_codes=by_job["xid_codes"].map(
+                lambda c: ", ".join(str(int(x)) for x in c) if isinstance(c, list) and c else ""))
+            cols = {"job_id": "Job", "team": "Team", "job_state": "State", "events": "Events",
+                    "xid_codes": "XID codes", "thermal_throttle": "Thermal throttle",
+                    "power_throttle": "Power throttle", "gpus_affected": "GPUs", "last_event": "Last event"}
+            st.dataframe(jobs[list(cols)].rename(columns=cols), hide_index=True, width="stretch")
+        events = frame(gpu_health["events"], ("ts",))
+        with st.expander(f"The {len(events)} newest events"):
+            st.dataframe(events[["ts", "node", "gpu_index", "kind", "code", "meaning", "job_id", "team"]],
+                         hide_index=True, width="stretch")
+
 with tab_nodes:
+    if not coverage.empty:
+        missing = coverage[coverage["sm_active"] == 0]["node"].tolist()
+        if missing:
+            st.info(f"SM activity, SM occupancy, tensor and DRAM activity are DCGM profiling fields, not collected "
+                    f"on {', '.join(missing)}: dcgm-exporter's default counters leave them out. Enable them with "
+                    "its dcp-metrics-included.csv (DCGM_FI_PROF_*); until then, utilisation is DCGM_FI_DEV_GPU_UTIL "
+                    "only.")
+        st.subheader("Telemetry each node sends (share of the last 15 minutes' samples)")
+        st.dataframe(coverage, hide_index=True, width="stretch",
+                     column_config={c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.0f")
+                                    for c in coverage.columns if c not in ("node", "samples")})
     st.subheader("Agents pushing to this server")
     if nodes.empty:
         st.info("No agent has pushed a batch yet (this server may collect by itself).")

@@ -3,13 +3,19 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.collector.dcgm_source import DcgmPageConverter
 from gpuledger.deploy.dashboard_proc import APP, start_dashboard
+from gpuledger.deploy.server import ApiServer
+from tests.test_dcgm_pages import SHARED_PAGES
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -31,7 +37,8 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     metrics = {m.label: m.value for m in at.metric}
     assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy"}
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
-    assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "Nodes"]
+    assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "GPU health",
+                                          "Nodes"]
     subheaders = [s.value for s in at.subheader]
     for heading in ("Cluster utilization over time", "Cost per team", "Waste per team", "Recommendations",
                     "Decision history"):
@@ -39,6 +46,36 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     cost_table = at.dataframe[0].value
     assert "idle capacity" in set(cost_table["team"]) and "nlp" in set(cost_table["team"])
     assert any(exp.label.startswith(("quota:", "reclaim:", "resize:")) for exp in at.expander)
+
+
+def test_gpu_health_tab_lists_sick_gpus_and_the_jobs_they_hit(monkeypatch, api_url, sim_store):
+    sim_store.fold()  # events are derived as minutes are folded
+    at = app_against(monkeypatch, api_url)
+    assert not at.exception
+    assert "GPU health events" in [s.value for s in at.subheader]
+    tables = [d.value for d in at.dataframe]
+    gpus = next(t for t in tables if "Last XID" in t.columns)
+    assert len(gpus) > 0 and gpus["Thermal throttle"].sum() > 0
+    assert any("Jobs hit" in t.columns for t in tables) and any("XID codes" in t.columns for t in tables)
+
+
+def test_nodes_without_profiling_fields_are_named(monkeypatch, tmp_path):
+    """A real L4 page (dcgm-exporter's default counters: no SM activity) stored as a server would: the Nodes tab
+    says the profiling fields are not collected there instead of showing empty charts."""
+    page = (SHARED_PAGES / "k8s-ai-conformance-kops-L4.txt").read_text()
+    with Store(tmp_path / "l4.duckdb") as store:
+        now = datetime.now(timezone.utc)
+        for k in range(3):
+            store.append_samples(DcgmPageConverter().convert(page, now - timedelta(seconds=30 * k), 30.0))
+        server = ApiServer(store, Config(), port=0)
+        url = server.start()
+        try:
+            at = app_against(monkeypatch, url)
+            assert not at.exception
+            note = [i.value for i in at.info if "profiling fields" in i.value]
+            assert note and "i-030791dc5a37cd257" in note[0]
+        finally:
+            server.stop()
 
 
 def test_window_slider_changes_the_numbers(monkeypatch, api_url):

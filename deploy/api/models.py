@@ -295,3 +295,20 @@ class HealthReport(BaseModel):
     events: list[HealthEvent] = Field(description="newest first, at most `limit`")
     by_job: list[JobHealth]
     by_gpu: list[GpuHealth]
+
+
+class TelemetryCoverage(BaseModel):
+    node: str
+    samples: int = Field(description="samples of the node in the last `minutes`")
+    sm_active: float = Field(description="share of those samples carrying SM activity (a DCGM profiling field)")
+    sm_occupancy: float
+    tensor_active: float
+    dram_active: float
+    power_w: float
+    temp_c: float
+    nvlink_tx_bps: float = Field(description="NVLink per direction (profiling field or NVML)")
+    nvlink_bps: float = Field(description="NVLink total (dcgm-exporter's default NVLINK_BANDWIDTH_TOTAL)")
+    pcie_tx_bps: float
+    xid: float
+    throttle_reasons: float
+    ecc_dbe_total: float

@@ -1,14 +1,17 @@
 """Operations: health, Prometheus metrics and the agents pushing to this server."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pandas as pd
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from prometheus_client import generate_latest
 
 from gpuledger.analytics.records import json_safe, records
+from gpuledger.analytics.usage import telemetry_coverage
 from gpuledger.analytics.windows import utc_now
 from gpuledger.deploy.api.deps import StoreDep
-from gpuledger.deploy.api.models import Health, NodeStatus
+from gpuledger.deploy.api.models import Health, NodeStatus, TelemetryCoverage
 
 router = APIRouter(tags=["ops"])
 STALE_AFTER_INTERVALS = 3
@@ -39,3 +42,13 @@ def nodes(store: StoreDep) -> list[dict]:
     frame["seconds_since"] = (now - pd.to_datetime(frame["last_seen"], utc=True)).dt.total_seconds()
     frame["stale"] = frame["seconds_since"] > STALE_AFTER_INTERVALS * frame["interval_s"]
     return records(frame)
+
+
+@router.get("/v1/nodes/telemetry", response_model=list[TelemetryCoverage])
+def telemetry(store: StoreDep, minutes: float = Query(15.0, gt=0, le=1440, description="look back this far")) -> list:
+    """Per node, the share of recent samples that carry each optional field: which charts can have data, and
+    where profiling fields (SM activity, tensor activity) are not collected at all."""
+    latest = store.latest_ts()
+    if latest is None:
+        return []
+    return records(telemetry_coverage(store, latest + timedelta(microseconds=1), minutes))
