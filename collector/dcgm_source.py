@@ -136,7 +136,14 @@ def _pod_of(labels: Any) -> tuple[str | None, str | None]:
 class PodFacts:
     """What the cluster says about a pod beyond the exporter's labels."""
     team: str | None = None  # its team label (kube_pod_labels)
-    gpu_share: float | None = None  # the part of a shared GPU it requested (HAMi's gpucores %, or gpumem of card)
+    gpu_share: float | None = None  # the part of a shared GPU it requested (HAMi's nvidia.com/gpucores / 100)
+    gpu_mem_mib: float | None = None  # the GPU memory it requested (HAMi's nvidia.com/gpumem), when no gpucores
+
+    def share_of(self, card_mib: float | None) -> float | None:
+        """Its requested part of a card with `card_mib` of memory: gpucores first, else gpumem over the card's."""
+        if self.gpu_share:
+            return self.gpu_share
+        return self.gpu_mem_mib / card_mib if self.gpu_mem_mib and card_mib else None
 
 
 def _opt_int(value: str | None) -> int | None:
@@ -150,9 +157,11 @@ class DcgmPageConverter:
     """Folds parsed samples into rows keyed by GPU UUID, MIG instance and pod (a shared GPU repeats its series per
     pod). Separate from HTTP so it is testable on text."""
 
-    def __init__(self, attributor: Attributor | None = None, node: str | None = None) -> None:
+    def __init__(self, attributor: Attributor | None = None, node: str | None = None, source: str = "dcgm") -> None:
+        """`source`: what the rows' `source` column says (a Prometheus read-back says so, and resumes from it)."""
         self.attributor = attributor or Attributor()
         self.node = node
+        self.source = source
         self.parser = PromTextParser()
         self.last_parse: ParseResult | None = None
         self.rates: RateTracker | None = None
@@ -228,7 +237,7 @@ class DcgmPageConverter:
             "container": labels.get("container") or labels.get("container_name") or None,
             "job_id": job,
             "team": ((facts and facts.team) or self.attributor.team_for(namespace=namespace)) if allocated else None,
-            "source": "dcgm",
+            "source": self.source,
         }
 
     def _node(self, labels: Any) -> str:
@@ -306,7 +315,8 @@ def bill_each_gpu_once(rows: list[dict[str, Any]],
                 if whole["gpu_model"] == UNKNOWN_MODEL and len(models) == 1:  # the card, as its instances tell it
                     whole["gpu_model"] = next(iter(models))
         for members in slots.values():
-            asked = [getattr(pods.get((r["namespace"], r["pod"])), "gpu_share", None) for r in members]
+            facts = [pods.get((r["namespace"], r["pod"])) for r in members]
+            asked = [f.share_of(r.get("mem_total_mib")) if f else None for f, r in zip(facts, members)]
             if len(members) > 1 and all(a is not None and a > 0 for a in asked):
                 total = sum(asked)
                 for row, share in zip(members, asked):

@@ -7,7 +7,7 @@ import logging
 import os
 import socket
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -72,6 +72,18 @@ def _instant(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 instant: {text!r}") from exc
 
 
+def _duration(text: str) -> timedelta:
+    """`30d`, `12h`, `90m`, `45s`: a span of time."""
+    units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+    try:
+        value = float(text[:-1])
+        if text[-1:] not in units or value <= 0:
+            raise ValueError(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a span like 30d, 12h, 90m or 45s, got {text!r}") from exc
+    return timedelta(**{units[text[-1]]: value})
+
+
 def _positive(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -127,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--server", required=True, help="central server URL, e.g. http://gpuledger:8080")
     agent.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
                        help="bearer token for the server (default $GPULEDGER_TOKEN)")
-    agent.add_argument("--node", default=socket.gethostname(), help="node name (default: hostname)")
+    agent.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(),
+                       help="node name (default $NODE_NAME, which a DaemonSet sets to the pod's node from the "
+                            "downward API, else the hostname; in a pod the hostname is the pod's name)")
     agent.add_argument("--spool", type=Path, default=Path("/var/lib/gpuledger/spool"), help="spool directory")
     agent.add_argument("--spool-max-mb", type=_positive, default=256.0, help="spool bound in MiB (default 256)")
     agent.add_argument("--metrics-port", type=_port, default=9401,
@@ -207,15 +221,32 @@ NODE_HELP = ("the node a scraped dcgm-exporter runs on (default: the page's Host
 
 
 def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
-    """`receive_only`: offer `--source none`, for a central server that only stores what agents push."""
-    p.add_argument("--source", choices=["nvml", "dcgm", "simulator"] + ["none"] * receive_only, default="nvml",
-                   help="where samples come from (default nvml: the GPUs of this node"
-                        + ("; none: only receive agents' pushes)" if receive_only else ")"))
+    """`receive_only` (the server): also offer `--source none`, for a central server that only stores what agents
+    push, and `--source prometheus`, which backfills and then follows (a server's job, not a one-off read's)."""
+    p.add_argument("--source", choices=["nvml", "dcgm", "simulator"] + ["none", "prometheus"] * receive_only,
+                   default="nvml",
+                   help="where samples come from (default nvml: the GPUs of this node; dcgm: one dcgm-exporter page"
+                        + ("; prometheus: dcgm-exporter's series in Prometheus, history then new samples; none: only "
+                           "receive agents' pushes)" if receive_only else ")"))
     p.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics", help="dcgm-exporter /metrics URL")
-    p.add_argument("--interval", type=_positive, default=30.0, help="seconds between reads (default 30)")
+    p.add_argument("--interval", type=_positive, default=30.0,
+                   help="seconds between reads (default 30; with prometheus: its scrape interval for the exporters)")
+    if receive_only:
+        p.add_argument("--prometheus-url", default="http://127.0.0.1:9090",
+                       help="Prometheus base URL (default http://127.0.0.1:9090)")
+        p.add_argument("--since", type=_duration, default=timedelta(days=30),
+                       help="with prometheus: how much history to backfill, e.g. 30d, 12h (default 30d; a restarted "
+                            "server resumes after the newest sample it stored)")
+        p.add_argument("--team-label", default="team",
+                       help="with prometheus: the pod label naming a team, read from kube-state-metrics' "
+                            "kube_pod_labels as label_<name> (default team)")
 
 
 def _make_source(args: argparse.Namespace, config: Config) -> Source | None:
+    if args.source == "prometheus":
+        from gpuledger.collector.prometheus_source import PrometheusSource
+        return PrometheusSource(args.prometheus_url, args.interval, since=args.since, attributor=config.attributor(),
+                                team_label=args.team_label)
     if args.source == "dcgm":
         from gpuledger.collector.dcgm_source import DcgmExporterSource
         # the agent runs on the node it names; a central scrape takes the node from each page
@@ -424,6 +455,9 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     if args.token:
         use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another
     store = _open_store(args, config)
+    resume = getattr(source, "resume_after", None)
+    if resume:  # a source that reads history carries on after what it stored before
+        resume(store.latest_ts_of(source.source_name))
     api = ApiServer(store, config, host=args.host, port=args.port, token=args.token)
     url = api.start()
     scheduler = start_report_scheduler(store, config, args.reports)

@@ -69,7 +69,9 @@ class CollectLoop(threading.Thread):
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("collection from %s failed", self.source.name)
-            self.stop_event.wait(self.interval_s)
+            # a source reading history (Prometheus backfill) says so: read the next chunk at once
+            self.stop_event.wait(0 if getattr(self.source, "catching_up", False) and not self.last_error
+                                 else self.interval_s)
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -534,6 +534,10 @@ class Store:
                                  "$hwm, $idle_pct)", {"start": start or NEG_INF, "end": end or POS_INF})
         return int(frame["n"].iloc[0])
 
+    def latest_ts_of(self, source: str) -> datetime | None:
+        """The newest sample a source (the `source` column: nvml, dcgm, prometheus, ...) stored; where it resumes."""
+        return self.scalar("SELECT max(ts) FROM samples WHERE source = $source", {"source": source})
+
     def latest_ts(self, before: datetime | None = None) -> datetime | None:
         """The newest sample instant (before `before`, when given); None for an empty store."""
         return self.scalar("SELECT max(ts) FROM samples WHERE $before IS NULL OR ts < $before", {"before": before})
