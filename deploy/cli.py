@@ -209,6 +209,26 @@ def build_parser() -> argparse.ArgumentParser:
                          help="first rebuild the rollups from the raw samples kept (after a change of "
                               "[waste] idle_util_pct, or to check them)")
 
+    replay = sub.add_parser(
+        "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",
+        description="Places the trace's tasks one by one in a seeded random order, inflated with copies of its own "
+                    "tasks to 130%% of GPU capacity (no departures), as the FGD paper (Weng et al., ATC '23) "
+                    "evaluates policies; prints GPU allocated and fragmented (FGD's measure) as shares of capacity at "
+                    "10%% steps of arrived load, and a last line `final allocation NN.NN%% fragmentation@80%% "
+                    "NN.NN%%`.")
+    replay.add_argument("trace", choices=["openb"], help="openb: Alibaba's cluster-trace-gpu-v2023 (CC BY 4.0)")
+    replay.add_argument("--data", type=Path, required=True,
+                        help="the trace's csv folder, e.g. ../shared/traces/openb/csv")
+    replay.add_argument("--policy", choices=["fgd", "bestfit", "dotprod", "random"], default="fgd",
+                        help="placement policy (default fgd)")
+    replay.add_argument("--trace", dest="variant", default="default", metavar="POD_LIST",
+                        help="which pod list: default, gpushare20..100, multigpu20..50, gpuspec05..33, cpu0..300 "
+                             "(default: default, the real tasks)")
+    replay.add_argument("--seed", type=int, default=42, help="arrival order, inflation copies, random choices (42)")
+    replay.add_argument("--inflation", type=_positive, default=1.3,
+                        help="inflate the tasks to this share of GPU capacity (default 1.3)")
+    replay.add_argument("--json", action="store_true", help="print the whole result as JSON instead of a table")
+
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
     dash.add_argument("--host", default="127.0.0.1")
@@ -315,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "dashboard":
             return cmd_dashboard(args)
-        return COMMANDS[args.command](args, load_config(args.config))
+        return COMMANDS[args.command](args, load_config(getattr(args, "config", None)))
     except GpuledgerError as exc:
         print(f"gpuledger {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -406,6 +426,46 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
     with _open_existing(args, config) as store:
         rec = decide(store, args.id, args.decision, args.by, args.note)
     print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.collector.traces.openb import load_nodes, load_tasks
+    from gpuledger.policies.replay import replay
+    nodes, tasks = load_nodes(args.data), load_tasks(args.data, args.variant)
+    print(f"openb/{args.variant}: {len(nodes.names):,} nodes, {int(nodes.gpu_count.sum()):,} GPUs, {len(tasks):,} "
+          f"tasks; policy {args.policy}, seed {args.seed}, inflated to {args.inflation:.0%} of GPU capacity",
+          file=sys.stderr, flush=True)
+
+    shown = [-1]
+    live = sys.stderr.isatty()
+
+    def bar(done: int, total: int) -> None:  # a bar on a terminal, a line per 10% in a log
+        pct = 100 * done // total
+        if pct == shown[0] or (not live and pct % 10 and done < total):
+            return
+        shown[0] = pct
+        filled = 40 * done // total
+        print(f"{chr(13) if live else ''}[{'#' * filled}{'.' * (40 - filled)}] {pct:3d}% {done:,}/{total:,} tasks",
+              end="" if live else "\n", file=sys.stderr, flush=True)
+    result = replay(nodes, tasks, args.policy, seed=args.seed, inflation=args.inflation, progress=bar)
+    if live:
+        print(file=sys.stderr)
+    at80 = result.at(80)
+    if args.json:
+        print(json.dumps({"trace": f"openb/{args.variant}", "policy": args.policy, "seed": args.seed,
+                          "inflation": args.inflation, "tasks": result.tasks, "placed": result.placed,
+                          "capacity_gpus": result.capacity_gpus, "seconds": round(result.seconds, 2),
+                          "final_allocation_pct": round(result.final_allocation_pct, 2),
+                          "fragmentation_at_80_pct": round(at80[1], 2) if at80 else None,
+                          "steps": result.table()}, indent=2))
+        return 0
+    print(f"{'arrived':>8} {'allocated':>10} {'fragmented':>11}   (% of {result.capacity_gpus:,.0f} GPUs)")
+    for row in result.table():
+        print(f"{row['arrived_pct']:>7}% {row['allocated_pct']:>9.2f}% {row['fragmentation_pct']:>10.2f}%")
+    print(f"placed {result.placed:,} of {result.tasks:,} tasks in {result.seconds:.1f} s")
+    frag80 = f"{at80[1]:.2f}%" if at80 else "n/a"
+    print(f"final allocation {result.final_allocation_pct:.2f}% fragmentation@80% {frag80}")
     return 0
 
 
@@ -524,7 +584,7 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
-    "compact": cmd_compact,
+    "compact": cmd_compact, "replay": cmd_replay,
 }
 
 

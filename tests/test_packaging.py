@@ -31,6 +31,9 @@ def test_the_wheel_holds_only_the_gpuledger_namespace(tmp_path):
                    "gpuledger/analytics/store/ingest_writer.py", "gpuledger/collector/agent/spool.py",
                    "gpuledger/deploy/api/models.py"):
         assert needed in names
+    shipped = {f"gpuledger/{path.relative_to(ROOT).as_posix()}" for room in ROOMS
+               for path in (ROOT / room).rglob("*.py") if "__pycache__" not in path.parts}
+    assert shipped <= set(names), sorted(shipped - set(names))  # every subpackage is listed in pyproject
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "gpuledger = gpuledger.deploy.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
