@@ -18,4 +18,5 @@ def test_a_benchmark_starts_and_explains_itself(script):
 
 
 def test_every_benchmark_is_found():
-    assert {p.name for p in BENCHMARKS} >= {"analytics.py", "ingest.py", "dcgm_parser.py", "recommend_stability.py"}
+    assert {p.name for p in BENCHMARKS} >= {"analytics.py", "ingest.py", "dcgm_parser.py", "recommend_stability.py",
+                                            "replay.py"}
