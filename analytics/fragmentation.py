@@ -13,14 +13,21 @@ Definitions (../shared/docs/schedulers/fgd.md, from the authors' simulator):
 - The target workload M is the most common shapes covering 95% of tasks, with popularity p_m renormalised over them.
   F_n(M) = Σ p_m F_n(m); the cluster's is the sum over nodes.
 
-Everything is in milli-GPU and vectorised over nodes (and over candidate placements, for the FGD placer).
+Everything is in milli-GPU and vectorised over nodes (and over candidate placements, for the FGD placer). On a
+live cluster the state comes from the newest samples (what each GPU's jobs hold of it) and the workload from the
+recent jobs' shapes; GPU telemetry does not see CPU or memory, so there only GPUs constrain.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from gpuledger.analytics.store import Store
 
 MILLI = 1000  # one whole GPU
 DEFAULT_COVERAGE = 0.95  # the shapes kept cover this share of tasks (the authors' experiments)
@@ -78,6 +85,7 @@ class NodeArrays:
     gpu_free: np.ndarray  # (N, G) milli-GPU per slot
     gpu_count: np.ndarray  # (N,) GPUs the node has
     cpu_total: np.ndarray = field(default=None)  # type: ignore[assignment]
+    gpu_ids: list[list[str]] | None = None  # per node, what each slot is (GPU index and UUID), when known
 
     def __post_init__(self) -> None:
         if self.cpu_total is None:
@@ -137,4 +145,101 @@ def cluster_fragmentation(nodes: NodeArrays, workload: Workload) -> tuple[np.nda
     return per_node, FragReport(float(per_node.sum()), float(nodes.gpu_free.sum()), capacity)
 
 
-__all__ = ["MILLI", "TaskShape", "Workload", "NodeArrays", "fragmentation", "cluster_fragmentation", "FragReport"]
+
+
+# --- the store's side: allocation state, the workload of recent jobs, history -----------------------------------
+
+def allocation_state(store: "Store", at: datetime, stale: timedelta = timedelta(minutes=10)) -> NodeArrays:
+    """Each node's GPUs as its newest samples before `at` show them (within `stale`): a GPU's free milli is what
+    no job holds of it (MIG instances and shared pods hold their fractions). GPU telemetry says nothing of CPU or
+    memory, so those are left unconstrained."""
+    frame = store.query("""
+        WITH newest AS (SELECT node, max(ts) AS ts FROM samples WHERE ts <= $at AND ts > $since GROUP BY node)
+        SELECT s.node, s.gpu_uuid, any_value(s.gpu_model) AS gpu_model, min(s.gpu_index) AS gpu_index,
+               coalesce(sum(s.gpu_fraction) FILTER (WHERE s.allocated), 0) AS held, sum(s.gpu_fraction) AS present
+        FROM samples s JOIN newest USING (node, ts)
+        GROUP BY s.node, s.gpu_uuid ORDER BY s.node, gpu_index, s.gpu_uuid""", {"at": at, "since": at - stale})
+    return _node_arrays(frame)
+
+
+def _node_arrays(frame: pd.DataFrame) -> NodeArrays:
+    if frame.empty:
+        return NodeArrays([], np.array([], dtype=object), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                          np.zeros((0, 1), np.int64), np.zeros(0, np.int64))
+    free = np.clip(np.round((frame["present"].clip(upper=1.0) - frame["held"]) * MILLI), 0, MILLI).astype(np.int64)
+    frame = frame.assign(free=free, slot=frame.groupby("node").cumcount())
+    names = list(dict.fromkeys(frame["node"]))
+    width = int(frame["slot"].max()) + 1
+    grid = np.zeros((len(names), width), dtype=np.int64)
+    row = {n: i for i, n in enumerate(names)}
+    rows = frame["node"].map(row).to_numpy()
+    grid[rows, frame["slot"].to_numpy()] = frame["free"].to_numpy()
+    first = frame.groupby("node", sort=False)
+    unlimited = np.full(len(names), UNLIMITED, dtype=np.int64)
+    ids = frame.groupby("node", sort=False)["gpu_uuid"].agg(list).reindex(names).tolist()
+    return NodeArrays(names, first["gpu_model"].first().reindex(names).to_numpy(dtype=object), unlimited,
+                      unlimited.copy(), grid, first.size().reindex(names).to_numpy(dtype=np.int64), gpu_ids=ids)
+
+
+UNLIMITED = 1 << 40  # CPU and memory the telemetry does not know: never the constraint
+
+
+def recent_workload(store: "Store", start: datetime, end: datetime, coverage: float = DEFAULT_COVERAGE
+                    ) -> Workload | None:
+    """The target workload from the jobs of [start, end): each job's shape is the GPUs it held and the part of
+    each (its mean fraction, to 10 milli: MIG slices and shared GPUs are parts), every job counted once. None when
+    no job held a GPU."""
+    jobs = store.query_usage("""
+        SELECT job_id, count(DISTINCT gpu_uuid || coalesce(mig_instance::VARCHAR, '')) AS gpus,
+               median(fraction) AS fraction, arg_max(gpu_model, gpu_s) AS gpu_model
+        FROM (SELECT job_id, gpu_uuid, mig_instance, gpu_model, sum(gpu_s) AS gpu_s,
+                     sum(gpu_s) / nullif(sum(samples * interval_s), 0) AS fraction
+              FROM usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)
+              WHERE allocated AND job_id IS NOT NULL GROUP BY ALL)
+        GROUP BY job_id""", {"start": start, "end": end})
+    if jobs.empty:
+        return None
+    shapes = []
+    for gpus, fraction in jobs[["gpus", "fraction"]].itertuples(index=False):
+        milli = int(min(MILLI, max(10, round((fraction or 1.0) * 100) * 10)))
+        shapes.append(TaskShape(0, milli, int(gpus) if milli == MILLI else 1))
+    return Workload.typical(shapes, coverage)
+
+
+def node_report(nodes: NodeArrays, workload: Workload) -> pd.DataFrame:
+    """Per node: GPUs, idle and fragmented GPUs (FGD), and the share of its idle GPU that is fragmented."""
+    per_node = fragmentation(nodes.gpu_free, nodes.cpu_free, nodes.model, workload)
+    idle = nodes.gpu_free.sum(axis=1) / MILLI
+    return pd.DataFrame({"node": nodes.names, "gpu_model": nodes.model, "gpus": nodes.gpu_count.astype(float),
+                         "idle_gpus": idle, "fragmented_gpus": per_node / MILLI,
+                         "fragmented_share": np.where(idle > 0, per_node / MILLI / np.maximum(idle, 1e-9), 0.0)})
+
+
+def record(store: "Store", at: datetime, lookback: timedelta = timedelta(days=7)) -> int:
+    """Store each node's fragmentation at `at` (workload: the jobs of the `lookback` before it); rows stored."""
+    workload = recent_workload(store, at - lookback, at)
+    nodes = allocation_state(store, at)
+    if workload is None or not nodes.names:
+        return 0
+    frame = node_report(nodes, workload).drop(columns="fragmented_share")
+    frame.insert(0, "ts", pd.Timestamp(at))
+    return store.append_fragmentation(frame)
+
+
+def history(store: "Store", start: datetime, end: datetime, node: str | None = None) -> pd.DataFrame:
+    """Recorded fragmentation over [start, end): per instant, the cluster's (or one node's) GPUs, idle and
+    fragmented GPUs."""
+    return store.query("""
+        SELECT ts, sum(gpus) AS gpus, sum(idle_gpus) AS idle_gpus, sum(fragmented_gpus) AS fragmented_gpus
+        FROM fragmentation_history WHERE ts >= $start AND ts < $end AND ($node IS NULL OR node = $node)
+        GROUP BY ts ORDER BY ts""", {"start": start, "end": end, "node": node})
+
+
+def backfill(store: "Store", start: datetime, end: datetime, step: timedelta = timedelta(hours=1)) -> int:
+    """Record the fragmentation at every `step` of [start, end) that has samples (a store built from history:
+    the demo, an imported trace); rows stored."""
+    stored, at = 0, start + step
+    while at <= end:
+        stored += record(store, at)
+        at += step
+    return stored

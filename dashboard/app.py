@@ -45,6 +45,7 @@ try:
     nodes = frame(fetch(BASE, "/v1/nodes"), ("last_seen",))
     gpu_health = fetch(BASE, "/v1/health", days=days, limit=200)
     coverage = frame(fetch(BASE, "/v1/nodes/telemetry"))
+    fragments = fetch(BASE, "/v1/fragmentation", days=days)
 except ApiUnavailable as exc:
     st.error(str(exc))
     st.stop()
@@ -166,6 +167,30 @@ with tab_health:
                          hide_index=True, width="stretch")
 
 with tab_nodes:
+    st.subheader("Fragmentation: idle GPU the typical job cannot use")
+    if not fragments["enough_data"]:
+        st.info(f"Not enough data to measure fragmentation: {fragments['reason']}.")
+    else:
+        f1, f2, f3 = st.columns(3)
+        f1.metric("Fragmented GPUs", f"{fragments['fragmented_gpus']:.1f} of {fragments['idle_gpus']:.1f} idle",
+                  help="FGD (Weng et al., ATC '23): idle GPU that the job shapes covering 95% of this window's jobs "
+                       "could not use (too little left on a GPU, too few free GPUs on the node)")
+        f2.metric("Share of idle GPU fragmented", f"{fragments['fragmented_share_of_idle']:.0%}")
+        f3.metric("Stranded capacity cost", f"${fragments['stranded_usd_per_day']:,.0f} per day",
+                  help="fragmented GPUs x their model's rate x 24 h")
+        per_node = frame(fragments["nodes"])
+        shown = {"node": "Node", "gpu_model": "Model", "gpus": "GPUs", "idle_gpus": "Idle GPUs",
+                 "fragmented_gpus": "Fragmented GPUs", "fragmented_share": "Fragmented share of idle",
+                 "stranded_usd_per_day": "Stranded $/day"}
+        st.dataframe(per_node[list(shown)].rename(columns=shown), hide_index=True, width="stretch",
+                     column_config={"Idle GPUs": st.column_config.NumberColumn(format="%.2f"),
+                                    "Fragmented GPUs": st.column_config.NumberColumn(format="%.2f"),
+                                    "Fragmented share of idle": st.column_config.ProgressColumn(
+                                        min_value=0.0, max_value=1.0, format="percent"),
+                                    "Stranded $/day": st.column_config.NumberColumn(format="$%.2f")})
+        history = frame(fragments["history"], ("ts",))
+        if not history.empty:
+            st.line_chart(history.set_index("ts")[["idle_gpus", "fragmented_gpus"]], y_label="GPUs")
     if not coverage.empty:
         missing = coverage[coverage["sm_active"] == 0]["node"].tolist()
         if missing:

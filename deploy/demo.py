@@ -6,6 +6,7 @@ import math
 from datetime import timedelta
 from pathlib import Path
 
+from gpuledger.analytics import fragmentation
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.windows import utc_now
@@ -61,6 +62,8 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     minutes = store.fold()
     echo(f"  rollups: {minutes:,} minute(s) folded")
     store.upsert_jobs(sim.jobs_frame(now))
+    rows = fragmentation.backfill(store, now - timedelta(days=days), now)
+    echo(f"  fragmentation: {rows:,} node reading(s), hourly")
     return store, sim
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
+from gpuledger.analytics import fragmentation
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.report import ReportFiles, write_weekly_report
 from gpuledger.analytics.store import Store, StoreError
@@ -27,6 +29,7 @@ from gpuledger.policies.recommender import Evaluation, evaluate
 
 log = logging.getLogger(__name__)
 WEEKLY_REPORT_JOB = "weekly-cost-report"
+FRAGMENTATION_EVERY_MIN = 10  # how often the server records the cluster's fragmentation
 
 
 class ApiServer:
@@ -84,11 +87,23 @@ def scheduled_weekly_report(store: Store, config: Config, out_dir: str | Path) -
         return None
 
 
+def record_fragmentation(store: Store) -> int:
+    """The cluster's fragmentation now, per node, into its history (a failure is logged, never raised)."""
+    try:
+        return fragmentation.record(store, utc_now())
+    except Exception:  # noqa: BLE001 - a scheduled job must not die; the traceback is in the log
+        log.exception("fragmentation not recorded")
+        return 0
+
+
 def start_report_scheduler(store: Store, config: Config, out_dir: str | Path) -> BackgroundScheduler:
-    """Every Monday 01:00 UTC, report the ISO week that just ended."""
+    """Every Monday 01:00 UTC, report the ISO week that just ended; every FRAGMENTATION_EVERY_MIN minutes,
+    record the cluster's fragmentation."""
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(scheduled_weekly_report, CronTrigger(day_of_week="mon", hour=1, minute=0, timezone="UTC"),
                       args=[store, config, out_dir], id=WEEKLY_REPORT_JOB, name="weekly cost report",
                       misfire_grace_time=6 * 3600, coalesce=True)
+    scheduler.add_job(record_fragmentation, IntervalTrigger(minutes=FRAGMENTATION_EVERY_MIN), args=[store],
+                      id="fragmentation", name="fragmentation history", coalesce=True, max_instances=1)
     scheduler.start()
     return scheduler

@@ -35,7 +35,9 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     assert not at.exception and not at.error
     assert "gpuledger" in at.title[0].value
     metrics = {m.label: m.value for m in at.metric}
-    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy"}
+    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy",  # the header
+                            "Fragmented GPUs", "Share of idle GPU fragmented", "Stranded capacity cost"}  # Nodes tab
+    assert metrics["Stranded capacity cost"].startswith("$") and "of" in metrics["Fragmented GPUs"]
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
     assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "GPU health",
                                           "Nodes"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +126,35 @@ def test_the_replay_command_prints_its_table_and_the_final_line(openb):
     text = subprocess.run([GPULEDGER, "replay", "openb", "--data", str(OPENB), "--policy", "random",
                            "--trace", "gpushare100"], capture_output=True, text=True, timeout=300)
     assert text.returncode == 0 and text.stdout.splitlines()[-1].startswith("final allocation ")
+
+
+def test_the_api_measures_the_live_cluster_and_ranks_placements(sim_store, api_url):
+    """The simulated cluster at SIM_END: fragmentation against its recent jobs, its history once recorded, a
+    placement ranked by FGD score, and clear answers to bad requests."""
+    import requests
+
+    from gpuledger.analytics import fragmentation as frag
+    from tests.conftest import SIM_END
+    frag.backfill(sim_store, SIM_END - timedelta(hours=6), SIM_END)
+    body = requests.get(api_url + "/v1/fragmentation", params={"days": 2, "end": SIM_END.isoformat()},
+                        timeout=60).json()
+    assert body["enough_data"] and body["workload"] and abs(sum(w["share"] for w in body["workload"]) - 1) < 1e-9
+    assert body["gpus"] == 48 and 0 <= body["fragmented_gpus"] <= body["idle_gpus"] <= 48
+    assert body["fragmented_gpus"] == pytest.approx(sum(n["fragmented_gpus"] for n in body["nodes"]))
+    # hourly readings from 6 h before the end; the one at the end itself is outside [start, end)
+    assert len(body["history"]) == 5 and all(p["gpus"] == 48 for p in body["history"])
+    priced = [n for n in body["nodes"] if n["stranded_usd_per_day"] is not None]
+    assert body["stranded_usd_per_day"] == pytest.approx(sum(n["stranded_usd_per_day"] for n in priced))
+    ask = requests.post(api_url + "/v1/placement", json={"gpus": 1, "limit": 5}, timeout=60).json()
+    if ask["candidates"]:
+        scores = [c["score"] for c in ask["candidates"]]
+        assert scores == sorted(scores, reverse=True) and len(ask["candidates"][0]["gpus"]) == 1
+        assert ask["feasible"] >= len(ask["candidates"])
+    else:
+        assert ask["reason"]
+    metrics = requests.get(api_url + "/metrics", timeout=60).text
+    assert "gpuledger_cluster_fragmented_gpus " in metrics and 'gpuledger_node_fragmented_gpus{node="' in metrics
+    for bad in ({"gpus": 2, "gpu_fraction": 0.5}, {"gpus": 0}, {"mig_profile": "big"},
+                {"gpu_fraction": 0.5, "mig_profile": "1g.10gb"}):
+        refused = requests.post(api_url + "/v1/placement", json=bad, timeout=60)
+        assert refused.status_code == 422 and refused.json()["detail"], bad

@@ -464,6 +464,10 @@ class Store:
             self._latest = None  # a node whose samples were all dropped has no newest sample any more
         return dropped
 
+    def append_fragmentation(self, rows: pd.DataFrame) -> int:
+        """Per-node fragmentation at one instant (analytics/fragmentation.py records it)."""
+        return self._insert("fragmentation_history", rows)
+
     def append_processes(self, table: pa.Table) -> int:
         return self._insert("processes", conform(table, PROCESS_SCHEMA))
 

@@ -51,6 +51,10 @@ DDL = [
     id VARCHAR NOT NULL, created TIMESTAMPTZ NOT NULL, kind VARCHAR NOT NULL, team VARCHAR NOT NULL,
     gpu_model VARCHAR, job_id VARCHAR, action JSON NOT NULL, evidence JSON NOT NULL, reason VARCHAR NOT NULL,
     status VARCHAR NOT NULL, decided_by VARCHAR, decided_at TIMESTAMPTZ, note VARCHAR)""",
+    # FGD fragmentation per node at an instant, recorded every few minutes (analytics/fragmentation.py); schema 6
+    """CREATE TABLE IF NOT EXISTS fragmentation_history (
+    ts TIMESTAMPTZ NOT NULL, node VARCHAR NOT NULL, gpu_model VARCHAR, gpus DOUBLE NOT NULL,
+    idle_gpus DOUBLE NOT NULL, fragmented_gpus DOUBLE NOT NULL)""",
 ]
 
 
@@ -85,7 +89,7 @@ def table_migrations(existing: set[str]) -> list[str]:
     return statements
 
 
-SCHEMA_VERSION = "6"  # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events
+SCHEMA_VERSION = "6"  # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

@@ -1,4 +1,5 @@
-"""The HTTP API, one router per area: ops, ingest, usage, cost, fairness, recommendations, GPU health.
+"""The HTTP API, one router per area: ops, ingest, usage, cost, fairness, recommendations, GPU health,
+fragmentation and placement.
 
 The server process owns the DuckDB file (DuckDB admits one writer), so the dashboard and any
 other reader go through these endpoints rather than opening the file.
@@ -20,7 +21,7 @@ from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
 from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
 from gpuledger.collector.metrics import exported
-from gpuledger.deploy.api import cost, fairness, gpu_health, ingest, ops, recommendations, usage
+from gpuledger.deploy.api import cost, fairness, gpu_health, ingest, ops, placement, recommendations, usage
 from gpuledger.deploy.api.live_metrics import StoreGauges
 from gpuledger.policies.recommender import RecommendationService
 
@@ -50,7 +51,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.state.token = token
     app.state.metrics = metrics or exported(COLLECTOR_METRICS, STORE_METRICS, StoreGauges(store, config))
     app.state.recommender = RecommendationService(store, config)
-    for area in (ops, ingest, usage, cost, fairness, recommendations, gpu_health):
+    for area in (ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement):
         app.include_router(area.router)
     return app
 

@@ -15,6 +15,7 @@ import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuledger.analytics import fragmentation as frag
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.health import health_totals
 from gpuledger.analytics.store import Store
@@ -37,6 +38,7 @@ NODE_GAUGES = (
 )
 FAIRSHARE = "gpuledger_team_fairshare"
 HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total
+NODE_FRAGMENTED, CLUSTER_FRAGMENTED = "gpuledger_node_fragmented_gpus", "gpuledger_cluster_fragmented_gpus"
 
 
 class StoreGauges(Collector):
@@ -70,7 +72,30 @@ class StoreGauges(Collector):
         for node, kind, events in health_totals(self.store).itertuples(index=False):
             health.add_metric([str(node), str(kind)], float(events))
         families.append(health)
+        families += _fragmentation(self.store, end)
         return families
+
+
+def _fragmentation(store: Store, end: datetime) -> list[GaugeMetricFamily]:
+    """Fragmented GPUs (FGD) at the newest samples, per node and in all, against the last week's jobs; nothing
+    before there is data."""
+    latest = store.latest_ts()
+    if latest is None:
+        return []
+    end = min(end, latest + timedelta(microseconds=1))
+    nodes = frag.allocation_state(store, end)
+    workload = frag.recent_workload(store, end - timedelta(days=7), end)
+    if workload is None or not nodes.names:
+        return []
+    report = frag.node_report(nodes, workload)
+    per_node = GaugeMetricFamily(NODE_FRAGMENTED, "Idle GPU the typical job of the last week cannot use (FGD), GPUs",
+                                 labels=["node"])
+    for node, value in zip(report["node"], report["fragmented_gpus"]):
+        per_node.add_metric([str(node)], float(value))
+    cluster = GaugeMetricFamily(CLUSTER_FRAGMENTED, "Idle GPU the typical job of the last week cannot use (FGD), "
+                                                    "GPUs, whole cluster")
+    cluster.add_metric([], float(report["fragmented_gpus"].sum()))
+    return [per_node, cluster]
 
 
 def _gauges(frame: pd.DataFrame, label: str, specs: tuple[tuple[str, str, str], ...]) -> list[GaugeMetricFamily]:

@@ -312,3 +312,68 @@ class TelemetryCoverage(BaseModel):
     xid: float
     throttle_reasons: float
     ecc_dbe_total: float
+
+
+class WorkloadShape(BaseModel):
+    gpus: int = Field(description="GPUs the task holds")
+    gpu_milli: int = Field(description="milli-GPU of each (1000: whole GPUs; less: a MIG slice or shared GPU)")
+    share: float = Field(description="how common the shape is among the recent jobs kept (sums to 1)")
+
+
+class NodeFragmentation(BaseModel):
+    node: str
+    gpu_model: str | None
+    gpus: float
+    idle_gpus: float = Field(description="GPU no job holds, in GPUs (parts of shared or MIG GPUs count)")
+    fragmented_gpus: float = Field(description="idle GPU the typical job cannot use (FGD): stranded capacity")
+    fragmented_share: float = Field(description="fragmented / idle, 0..1")
+    stranded_usd_per_day: float | None = Field(description="fragmented GPUs x the model's rate x 24 h; null unpriced")
+
+
+class FragmentationPoint(BaseModel):
+    ts: datetime
+    gpus: float
+    idle_gpus: float
+    fragmented_gpus: float
+
+
+class Fragmentation(BaseModel):
+    at: datetime | None = Field(description="the instant the state is read at (each node's newest sample)")
+    enough_data: bool = Field(description="false when no job held a GPU in the window (no workload to measure "
+                                          "against) or no node reported in the last 10 minutes")
+    reason: str | None = None
+    workload: list[WorkloadShape] = Field(description="the job shapes covering 95% of the window's jobs")
+    gpus: float
+    idle_gpus: float
+    fragmented_gpus: float
+    fragmented_share_of_idle: float
+    fragmented_share_of_capacity: float
+    stranded_usd_per_day: float = Field(description="what the fragmented GPUs cost per day at the rate card")
+    nodes: list[NodeFragmentation] = Field(description="most fragmented first")
+    history: list[FragmentationPoint] = Field(description="the cluster's fragmentation as the server recorded it")
+
+
+class PlacementRequest(BaseModel):
+    gpus: int = Field(1, ge=1, le=64, description="GPUs the task needs")
+    gpu_fraction: float | None = Field(None, gt=0, le=1, description="part of one GPU (a shared GPU; gpus must be 1)")
+    mig_profile: str | None = Field(None, max_length=32, pattern=r"^\d+g\.\d+gb$",
+                                    description="a MIG profile, e.g. 1g.10gb (gpus must be 1)")
+    gpu_model: list[str] | None = Field(None, max_length=16, description="allowed GPU models (rate-card names)")
+    limit: int = Field(10, ge=1, le=1000, description="how many ranked candidates to return")
+
+
+class PlacementCandidate(BaseModel):
+    node: str
+    gpu_model: str | None
+    gpus: list[str] = Field(description="the GPUs (UUIDs) the task would take")
+    score: int = Field(description="FGD score 0..100: 50 = fragmentation unchanged, higher = it falls")
+    fragmentation_before_gpus: float
+    fragmentation_after_gpus: float
+
+
+class PlacementAnswer(BaseModel):
+    at: datetime | None
+    request_gpu_milli: int = Field(description="milli-GPU per GPU the request was read as")
+    candidates: list[PlacementCandidate] = Field(description="best first; ties to the lowest node name")
+    feasible: int = Field(description="places the task could go in all")
+    reason: str | None = Field(None, description="why there is no candidate")

@@ -43,6 +43,7 @@ class ClusterState:
         self.mem_free = nodes.mem_free[order].astype(np.int64)
         self.gpu_free = nodes.gpu_free[order].astype(np.int64)
         self.gpu_count = nodes.gpu_count[order].astype(np.int64)
+        self.gpu_ids = [nodes.gpu_ids[i] for i in order] if nodes.gpu_ids is not None else None
         self.model_id = np.unique(self.model, return_inverse=True)[1].reshape(-1)  # models as small integers
         self.workload = workload
         self.access = _access(self.model, workload.shapes)  # (N, M), fixed: models do not change

@@ -7,10 +7,12 @@ the lowest node name wins. That rounding is part of the policy's measured result
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpuledger.analytics.fragmentation import MILLI, fragmentation
-from gpuledger.policies.placers.base import ClusterState, Placement, Task, least_room_slots, lowest_best
+from gpuledger.policies.placers.base import ClusterState, Placement, Task, least_room_slots
 
 
 def _scores(before: np.ndarray, after: np.ndarray) -> np.ndarray:
@@ -28,24 +30,50 @@ def _frag_of(state: ClusterState, rows: np.ndarray, gpu: np.ndarray, cpu: np.nda
     return values[inverse.reshape(-1)]
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """Every placement FGD considered for a task, best first: node rows, the score and the node's fragmentation
+    (milli-GPU) before and after; `slots(i)` the GPU slots of the i-th."""
+    state: ClusterState
+    task: Task
+    nodes: np.ndarray
+    shared_slot: np.ndarray | None  # the GPU of each candidate, for a shared-GPU task
+    score: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+
+    def slots(self, i: int) -> tuple[int, ...]:
+        if self.shared_slot is not None:
+            return (int(self.shared_slot[i]),)
+        return tuple(int(s) for s in least_room_slots(self.state.gpu_free[self.nodes[i]], self.task.shape))
+
+
+def rank(state: ClusterState, task: Task) -> Candidates:
+    """Score every place the task could go: each feasible node, and for a shared GPU each GPU of it that fits;
+    best first, ties to the lowest node name and then the lowest GPU."""
+    rows = np.nonzero(state.feasible(task))[0]
+    shape = task.shape
+    shared = None
+    if shape.gpus == 1 and shape.gpu_milli < MILLI:
+        cand_row, shared = np.nonzero(state.gpu_free[rows] >= shape.gpu_milli)  # nodes, then GPUs, ascending
+        nodes = rows[cand_row]
+        gpu, cpu = state.after(nodes, task, shared)
+    else:
+        nodes = rows
+        gpu, cpu = state.after(rows, task)
+    after = _frag_of(state, nodes, gpu, cpu) if len(nodes) else np.zeros(0)
+    before = state.frag[nodes]
+    score = _scores(before, after)
+    order = np.argsort(-score, kind="stable")  # candidates are in (node, GPU) order: stable keeps ties lowest
+    return Candidates(state, task, nodes[order], None if shared is None else shared[order], score[order],
+                      before[order], after[order])
+
+
 class FgdPlacer:
     name = "fgd"
 
     def place(self, state: ClusterState, task: Task) -> Placement | None:
-        rows = np.nonzero(state.feasible(task))[0]
-        if not len(rows):
+        ranked = rank(state, task)
+        if not len(ranked.nodes):
             return None
-        shape = task.shape
-        if shape.gpus == 1 and shape.gpu_milli < MILLI:  # a shared GPU: every GPU that fits is a candidate
-            free = state.gpu_free[rows]
-            cand_row, cand_slot = np.nonzero(free >= shape.gpu_milli)  # row-major: nodes, then slots, ascending
-            nodes = rows[cand_row]
-            gpu, cpu = state.after(nodes, task, cand_slot)
-            score = _scores(state.frag[nodes], _frag_of(state, nodes, gpu, cpu))
-            best = score.max()
-            pick = int(np.nonzero(score == best)[0][0])  # lowest node, then lowest GPU, among the best
-            return Placement(int(nodes[pick]), (int(cand_slot[pick]),))
-        gpu, cpu = state.after(rows, task)
-        score = _scores(state.frag[rows], _frag_of(state, rows, gpu, cpu))
-        node = lowest_best(score, rows)
-        return Placement(node, tuple(int(i) for i in least_room_slots(state.gpu_free[node], shape)))
+        return Placement(int(ranked.nodes[0]), ranked.slots(0))

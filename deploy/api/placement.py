@@ -1,0 +1,95 @@
+"""Fragmentation of the cluster (FGD's measure) and placement advice a scheduler extender or plugin can call.
+
+The state is each node's newest samples: which GPUs (and which parts of them) jobs hold. The target workload is the
+shapes of the jobs of the window. GPU telemetry does not see CPU or memory, so only GPUs constrain a placement here;
+a scheduler applies its own CPU and memory filters to the nodes it gets back.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from fastapi import APIRouter, HTTPException
+
+from gpuledger.analytics import fragmentation as frag
+from gpuledger.analytics.records import records
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.gpu_catalog import mig_fraction, model_for_profile
+from gpuledger.deploy.api.deps import Days, End, StoreDep, window
+from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, PlacementRequest
+from gpuledger.policies.placers import ClusterState, Task
+from gpuledger.policies.placers.fgd import rank
+
+router = APIRouter(tags=["placement"])
+
+
+def _state(store: Store, end: datetime | None, days: float) -> tuple[datetime, frag.NodeArrays, frag.Workload | None]:
+    at = min(end or utc_now(), (store.latest_ts() or utc_now()) + timedelta(microseconds=1))
+    return at, frag.allocation_state(store, at), frag.recent_workload(store, at - timedelta(days=days), at)
+
+
+@router.get("/v1/fragmentation", response_model=Fragmentation)
+def fragmentation(store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
+    """How much idle GPU the typical job of the window cannot use, per node and in all, what it costs per day at
+    the rate card, and its recorded history over the window."""
+    start, stop, _ = window(days, end)
+    at, nodes, workload = _state(store, end, days)
+    hist = records(frag.history(store, start, stop))
+    empty = {"at": at, "workload": [], "gpus": float(nodes.gpu_count.sum()), "idle_gpus": 0.0,
+             "fragmented_gpus": 0.0, "fragmented_share_of_idle": 0.0, "fragmented_share_of_capacity": 0.0,
+             "stranded_usd_per_day": 0.0, "nodes": [], "history": hist, "enough_data": False}
+    if not nodes.names:
+        return {**empty, "reason": "no node has reported in the last 10 minutes"}
+    if workload is None:
+        return {**empty, "reason": f"no job held a GPU in the last {days:g} day(s): no workload to measure against"}
+    per_node = frag.node_report(nodes, workload)
+    rates = dict(store.rate_card().itertuples(index=False))
+    per_node["stranded_usd_per_day"] = [g * rates[m] * 24 if m in rates else None
+                                        for g, m in zip(per_node["fragmented_gpus"], per_node["gpu_model"])]
+    idle, fragmented, gpus = (float(per_node[c].sum()) for c in ("idle_gpus", "fragmented_gpus", "gpus"))
+    return {"at": at, "enough_data": True, "reason": None,
+            "workload": [{"gpus": s.gpus, "gpu_milli": s.gpu_milli, "share": p}
+                         for s, p in zip(workload.shapes, workload.popularity)],
+            "gpus": gpus, "idle_gpus": idle, "fragmented_gpus": fragmented,
+            "fragmented_share_of_idle": fragmented / idle if idle else 0.0,
+            "fragmented_share_of_capacity": fragmented / gpus if gpus else 0.0,
+            "stranded_usd_per_day": float(per_node["stranded_usd_per_day"].fillna(0).sum()),
+            "nodes": records(per_node.sort_values(["fragmented_gpus", "node"], ascending=[False, True])),
+            "history": hist}
+
+
+@router.post("/v1/placement", response_model=PlacementAnswer)
+def placement(request: PlacementRequest, store: StoreDep, days: float = Days) -> dict:
+    """Where a task should go: every node (and, for a part of a GPU, every GPU) that can take it now, ranked by
+    how little it raises the cluster's fragmentation (FGD), with each alternative's score. A scheduler extender's
+    prioritize call, or a KAI/Volcano plugin, can take the first candidate or weigh the scores with its own."""
+    milli = 1000
+    if request.gpu_fraction is not None and request.mig_profile is not None:
+        raise HTTPException(422, "give gpu_fraction or mig_profile, not both")
+    if (request.gpu_fraction is not None or request.mig_profile) and request.gpus != 1:
+        raise HTTPException(422, "a part of a GPU (gpu_fraction, mig_profile) is for one GPU: set gpus to 1")
+    if request.gpu_fraction is not None:
+        milli = max(1, round(request.gpu_fraction * 1000))
+    elif request.mig_profile:
+        model = (request.gpu_model or [None])[0] or model_for_profile(request.mig_profile) or ""
+        milli = round(mig_fraction(model, request.mig_profile) * 1000)
+    at, nodes, workload = _state(store, None, days)
+    answer = {"at": at, "request_gpu_milli": milli, "candidates": [], "feasible": 0}
+    if not nodes.names:
+        return {**answer, "reason": "no node has reported in the last 10 minutes"}
+    if workload is None:
+        return {**answer, "reason": f"no job held a GPU in the last {days:g} day(s): nothing to score against"}
+    state = ClusterState(nodes, workload)
+    shape = frag.TaskShape(0, milli, request.gpus, frozenset(request.gpu_model or ()))
+    ranked = rank(state, Task("request", shape, 0))
+    if not len(ranked.nodes):
+        return {**answer, "reason": "no node has the GPUs free that the request needs"}
+    out = []
+    for i in range(min(request.limit, len(ranked.nodes))):
+        n = int(ranked.nodes[i])
+        ids = state.gpu_ids[n] if state.gpu_ids else []
+        out.append({"node": state.names[n], "gpu_model": state.model[n],
+                    "gpus": [ids[s] if s < len(ids) else str(s) for s in ranked.slots(i)],
+                    "score": int(ranked.score[i]), "fragmentation_before_gpus": float(ranked.before[i]) / 1000,
+                    "fragmentation_after_gpus": float(ranked.after[i]) / 1000})
+    return {**answer, "candidates": out, "feasible": len(ranked.nodes)}
