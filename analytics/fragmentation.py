@@ -243,3 +243,25 @@ def backfill(store: "Store", start: datetime, end: datetime, step: timedelta = t
         stored += record(store, at)
         at += step
     return stored
+
+
+def holders(store: "Store", at: datetime, stale: timedelta = timedelta(minutes=10)) -> pd.DataFrame:
+    """Who holds what at each node's newest samples before `at`: one row per GPU and job (a free GPU: a row with
+    no job), with the part of the GPU held."""
+    return store.query("""
+        WITH newest AS (SELECT node, max(ts) AS ts FROM samples WHERE ts <= $at AND ts > $since GROUP BY node)
+        SELECT s.node, s.gpu_uuid, any_value(s.gpu_model) AS gpu_model, s.job_id, any_value(s.team) AS team,
+               sum(s.gpu_fraction) AS fraction, bool_or(s.allocated) AS allocated
+        FROM samples s JOIN newest USING (node, ts)
+        GROUP BY s.node, s.gpu_uuid, s.job_id ORDER BY s.node, s.gpu_uuid""", {"at": at, "since": at - stale})
+
+
+def job_traffic(store: "Store", start: datetime, end: datetime) -> pd.DataFrame:
+    """Per job of [start, end): nodes and GPUs it held, and its NVLink bytes per second per GPU (0 where the
+    telemetry has none)."""
+    return store.query_usage("""
+        SELECT job_id, any_value(team) AS team, any_value(gpu_model) AS gpu_model,
+               count(DISTINCT node) AS nodes, count(DISTINCT gpu_uuid) AS gpus,
+               coalesce(sum(nvlink_bytes), 0) / nullif(sum(gpu_s), 0) AS nvlink_bytes_per_gpu_s
+        FROM usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)
+        WHERE allocated AND job_id IS NOT NULL GROUP BY job_id""", {"start": start, "end": end})

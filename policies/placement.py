@@ -15,6 +15,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import interval_at
 from gpuledger.analytics.waste import idle_runs, oversized_jobs
+from gpuledger.policies.consolidation import colocate_advice, consolidate_advice
 from gpuledger.policies.quota import HOURS_PER_WEEK
 from gpuledger.policies.recommendation import Recommendation
 
@@ -77,10 +78,12 @@ def resize_advice(store: Store, config: Config, start: datetime, at: datetime, l
 
 
 def placement_advice(store: Store, config: Config, at: datetime) -> list[Recommendation]:
-    """Reclaim and resize advice for what runs at `at`, from the policy window before it."""
+    """Reclaim, resize, consolidation and co-location advice for what runs at `at`, from the policy window
+    before it."""
     latest = store.latest_ts(before=at)
     if latest is None:
         return []
     start = at - timedelta(days=config.policy_window_days)
     reclaim = reclaim_advice(store, config, start, at, latest)
-    return reclaim + resize_advice(store, config, start, at, latest, {r.job_id for r in reclaim})
+    return (reclaim + resize_advice(store, config, start, at, latest, {r.job_id for r in reclaim})
+            + consolidate_advice(store, config, at, latest) + colocate_advice(store, config, at, latest))

@@ -1,0 +1,149 @@
+"""Placement advice from the cluster's layout: consolidate to make room for a waiting gang job, co-locate a job
+spread over nodes. Both join the recommendation stream with quota, reclaim and resize advice (same evidence,
+storage and decisions).
+
+Consolidate: a multi-GPU job has waited, and no node of its model has that many GPUs free, yet on some node the
+GPUs it needs are held by a few small jobs that fit elsewhere. The advice names the node, the jobs to move and
+where each fits, and the GPUs that frees; the node chosen is the one that moves the fewest GPUs (then jobs, then
+the lowest name).
+
+Co-locate: a running multi-GPU job whose GPUs are on more than one node talks over the network instead of
+NVLink. When one node of its model has room for all of it (its own GPUs there plus free ones), the advice names
+that node; the evidence carries the NVLink traffic the job shows per GPU.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pandas as pd
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.fragmentation import holders, job_traffic
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import pending_jobs
+from gpuledger.collector.gpu_catalog import MODELS
+from gpuledger.policies.recommendation import Recommendation
+
+FULL = 0.999  # a GPU counts as free when no job holds any of it
+
+
+def _layout(held: pd.DataFrame) -> tuple[dict[str, set[str]], dict[str, str], dict[str, dict[str, set[str]]]]:
+    """(free GPUs per node, model per node, per node each job's GPUs there)."""
+    jobs_rows = held[held["allocated"] & held["job_id"].notna()]
+    used = jobs_rows.groupby(["node", "gpu_uuid"])["fraction"].sum()
+    free: dict[str, set[str]] = {}
+    model: dict[str, str] = {}
+    for (node, gpu), gpu_model in held.groupby(["node", "gpu_uuid"])["gpu_model"].first().items():
+        model[node] = gpu_model
+        free.setdefault(node, set())
+        if used.get((node, gpu), 0.0) < 1 - FULL:
+            free[node].add(gpu)
+    jobs: dict[str, dict[str, set[str]]] = {}
+    for row in jobs_rows.itertuples(index=False):
+        jobs.setdefault(row.node, {}).setdefault(row.job_id, set()).add(row.gpu_uuid)
+    return free, model, jobs
+
+
+def _fits_elsewhere(moves: list[tuple[str, int]], free: dict[str, set[str]], model: dict[str, str], node: str,
+                    gpu_model: str) -> dict[str, str] | None:
+    """Where each moved job (job, GPUs) goes: nodes of the same model, most free GPUs first; None if one does not
+    fit."""
+    room = {n: len(g) for n, g in free.items() if n != node and model.get(n) == gpu_model}
+    placed = {}
+    for job, gpus in sorted(moves, key=lambda m: -m[1]):
+        target = max((n for n in sorted(room) if room[n] >= gpus), key=lambda n: room[n], default=None)
+        if target is None:
+            return None
+        room[target] -= gpus
+        placed[job] = target
+    return placed
+
+
+def consolidate_advice(store: Store, config: Config, at: datetime, latest: datetime) -> list[Recommendation]:
+    """Moves that free a node's GPUs for each waiting gang job that no node can take now."""
+    waiting = pending_jobs(store, at, config.pending_min_wait_minutes)
+    waiting = waiting[waiting["gpus"].fillna(0) >= 2]
+    if waiting.empty:
+        return []
+    held = holders(store, latest + timedelta(microseconds=1))
+    if held.empty:
+        return []
+    free, model, jobs = _layout(held)
+    spans = held[held["job_id"].notna()].groupby("job_id")["node"].nunique()
+    out = []
+    for pending in waiting.itertuples(index=False):
+        need = int(pending.gpus)
+        wanted = [n for n in sorted(free) if pending.gpu_model in (None, model[n]) or pd.isna(pending.gpu_model)]
+        if any(len(free[n]) >= need for n in wanted):
+            continue  # it fits somewhere now: the scheduler's to place, not a layout problem
+        best = None
+        for node in wanted:
+            size = len(free[node]) + sum(len(g) for g in jobs.get(node, {}).values())
+            if size < need:
+                continue
+            movable = sorted(((j, g) for j, g in jobs.get(node, {}).items() if spans.get(j, 1) == 1),
+                             key=lambda jg: (len(jg[1]), jg[0]))
+            freed, moves = set(free[node]), []
+            for job, gpus in movable:
+                if len(freed) >= need:
+                    break
+                moves.append((job, len(gpus)))
+                freed |= gpus
+            if len(freed) < need:
+                continue
+            where = _fits_elsewhere(moves, free, model, node, model[node])
+            if where is None:
+                continue
+            cost = (sum(g for _, g in moves), len(moves), node)
+            if best is None or cost < best[0]:
+                best = (cost, node, moves, where, len(free[node]))
+        if best is None:
+            continue
+        (moved_gpus, _, _), node, moves, where, free_now = best
+        out.append(Recommendation(
+            kind="consolidate", team=str(pending.team), gpu_model=model[node], job_id=str(pending.job_id),
+            action={"node": node, "frees_gpus": need,
+                    "move": [{"job_id": j, "gpus": g, "to_node": where[j]} for j, g in moves]},
+            evidence={"waiting_job": str(pending.job_id), "gpus_needed": need,
+                      "waited_minutes": float(pending.waited_minutes), "free_gpus_on_node": free_now,
+                      "most_free_gpus_on_any_node": max((len(free[n]) for n in wanted), default=0),
+                      "gpus_moved": moved_gpus, "at": latest},
+            reason=(f"{pending.job_id} has waited {pending.waited_minutes:.0f} min for {need} GPUs, and no "
+                    f"{model[node]} node has {need} free; moving {len(moves)} job(s) ({moved_gpus} GPU(s)) off "
+                    f"{node} frees {need} there")))
+    return out
+
+
+def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime) -> list[Recommendation]:
+    """Running multi-GPU jobs spread over nodes that one node of their model could hold whole."""
+    held = holders(store, latest + timedelta(microseconds=1))
+    if held.empty:
+        return []
+    running = held[held["allocated"] & held["job_id"].notna()]
+    spread = running.groupby("job_id")["node"].nunique()
+    spread = spread[spread > 1]
+    if spread.empty:
+        return []
+    free, model, jobs = _layout(held)
+    traffic = job_traffic(store, at - timedelta(hours=1), at).set_index("job_id")
+    out = []
+    for job in spread.index:
+        mine = running[running["job_id"] == job]
+        gpus, gpu_model = int(mine["gpu_uuid"].nunique()), str(mine["gpu_model"].iloc[0])
+        candidates = [(len(free[n]) + len(jobs.get(n, {}).get(job, set())), n) for n in sorted(free)
+                      if model[n] == gpu_model]
+        fitting = [(room, n) for room, n in candidates if room >= gpus]
+        if not fitting:
+            continue
+        node = min(fitting, key=lambda rn: (-len(jobs.get(rn[1], {}).get(job, set())), rn[1]))[1]
+        per_node = mine.groupby("node")["gpu_uuid"].nunique().to_dict()
+        nvlink = traffic["nvlink_bytes_per_gpu_s"].get(job) if job in traffic.index else None
+        has_nvlink = bool(getattr(MODELS.get(gpu_model), "nvlink", False))
+        out.append(Recommendation(
+            kind="colocate", team=str(mine["team"].iloc[0]), gpu_model=gpu_model, job_id=str(job),
+            action={"node": node, "gpus": gpus},
+            evidence={"gpus_per_node": per_node, "nvlink_bytes_per_gpu_s": None if pd.isna(nvlink) else nvlink,
+                      "target_has_nvlink": has_nvlink, "at": latest},
+            reason=(f"{job} runs {gpus} GPUs over {len(per_node)} nodes ({', '.join(sorted(per_node))}); "
+                    f"{node} has room for all of it" + (", over NVLink" if has_nvlink else ""))))
+    return out

@@ -1,0 +1,74 @@
+"""Consolidation and co-location advice on a hand-built cluster whose right answer can be worked out by hand."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+
+from gpuledger.analytics.config import Config
+from gpuledger.policies.consolidation import colocate_advice, consolidate_advice
+from gpuledger.policies.recommender import evaluate
+from tests.helpers import T0, gpu_rows, table
+
+MINUTES = 20
+AT = T0 + timedelta(minutes=MINUTES)
+
+
+def cluster(layout: dict[str, list[str | None]], model: str = "H100") -> list[dict]:
+    """`layout`: node -> the job holding each of its GPUs (None: free)."""
+    rows = []
+    for node, holders in layout.items():
+        for gpu, job in enumerate(holders):
+            rows += gpu_rows(node, gpu, model, MINUTES, 60.0, util=80.0 if job else 0.0, job=job,
+                             team="vision" if job else None)
+    return rows
+
+
+def test_moving_the_fewest_gpus_frees_a_node_for_a_waiting_gang_job(open_store):
+    """A waiting 6-GPU job; most free on any node is 5 (c). Freeing c takes one 1-GPU job moved (to a, which has
+    the most room), a would take two, b one 5-GPU job: c it is."""
+    layout = {"a": [None] * 4 + ["a1", "a2", "a3", "a4"],
+              "b": [None] * 3 + ["big"] * 5,
+              "c": [None] * 5 + ["c1", "c2", "c3"]}
+    with open_store("cons") as s:
+        s.append_samples(table(cluster(layout)))
+        s.upsert_jobs(pd.DataFrame([{"job_id": "gang", "team": "nlp", "user": None, "namespace": "nlp", "pod": None,
+                                     "node": None, "gpu_model": "H100", "gpus": 6, "submit_ts": T0,
+                                     "start_ts": None, "end_ts": None, "state": "pending"}]))
+        latest = s.latest_ts()
+        (advice,) = consolidate_advice(s, Config(), AT, latest)
+        assert (advice.kind, advice.job_id, advice.team) == ("consolidate", "gang", "nlp")
+        assert advice.action == {"node": "c", "frees_gpus": 6, "move": [{"job_id": "c1", "gpus": 1, "to_node": "a"}]}
+        assert advice.evidence["most_free_gpus_on_any_node"] == 5 and advice.evidence["gpus_moved"] == 1
+        assert advice.evidence["waited_minutes"] >= 19
+        assert "gang" in advice.reason and "frees 6" in advice.reason
+        kinds = {r.kind for r in evaluate(s, Config(), AT).placement}
+        assert "consolidate" in kinds  # it joins the recommendation stream
+
+
+def test_no_advice_when_the_job_fits_or_nothing_can_move(open_store):
+    with open_store("none") as s:
+        s.append_samples(table(cluster({"a": [None] * 6 + ["x", "y"], "b": ["z"] * 8})))
+        pending = {"job_id": "gang", "team": "nlp", "user": None, "namespace": "nlp", "pod": None, "node": None,
+                   "gpu_model": "H100", "gpus": 6, "submit_ts": T0, "start_ts": None, "end_ts": None,
+                   "state": "pending"}
+        s.upsert_jobs(pd.DataFrame([pending]))
+        assert consolidate_advice(s, Config(), AT, s.latest_ts()) == []  # a has 6 free: it fits now
+        s.upsert_jobs(pd.DataFrame([dict(pending, gpus=8)]))  # 8: a's two jobs have nowhere to go (b is full)
+        assert consolidate_advice(s, Config(), AT, s.latest_ts()) == []
+
+
+def test_a_job_spread_over_nodes_is_advised_onto_one_that_holds_it_whole(open_store):
+    """A 3-GPU job with one GPU on d and two on e: e has no GPU free (room 2), d has two free besides its own
+    (room 3): move it to d. A job on one node gets no such advice."""
+    layout = {"d": ["spread", None, None, "other"], "e": ["spread", "spread", "busy", "busy"]}
+    with open_store("colo") as s:
+        s.append_samples(table(cluster(layout)))
+        (advice,) = colocate_advice(s, Config(), AT, s.latest_ts())
+        assert (advice.kind, advice.job_id, advice.action) == ("colocate", "spread", {"node": "d", "gpus": 3})
+        assert advice.evidence["gpus_per_node"] == {"d": 1, "e": 2} and advice.evidence["target_has_nvlink"]
+        assert "over 2 nodes" in advice.reason
+        full = {"d": ["spread", "x", "x", "other"], "e": ["spread", "spread", "busy", "busy"]}
+    with open_store("colo-full") as s:
+        s.append_samples(table(cluster(full)))
+        assert colocate_advice(s, Config(), AT, s.latest_ts()) == []  # nowhere holds it whole
