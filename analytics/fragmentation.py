@@ -149,16 +149,24 @@ def cluster_fragmentation(nodes: NodeArrays, workload: Workload) -> tuple[np.nda
 
 # --- the store's side: allocation state, the workload of recent jobs, history -----------------------------------
 
-def allocation_state(store: "Store", at: datetime, stale: timedelta = timedelta(minutes=10)) -> NodeArrays:
-    """Each node's GPUs as its newest samples before `at` show them (within `stale`): a GPU's free milli is what
-    no job holds of it (MIG instances and shared pods hold their fractions). GPU telemetry says nothing of CPU or
-    memory, so those are left unconstrained."""
-    frame = store.query("""
-        WITH newest AS (SELECT node, max(ts) AS ts FROM samples WHERE ts <= $at AND ts > $since GROUP BY node)
-        SELECT s.node, s.gpu_uuid, any_value(s.gpu_model) AS gpu_model, min(s.gpu_index) AS gpu_index,
-               coalesce(sum(s.gpu_fraction) FILTER (WHERE s.allocated), 0) AS held, sum(s.gpu_fraction) AS present
-        FROM samples s JOIN newest USING (node, ts)
-        GROUP BY s.node, s.gpu_uuid ORDER BY s.node, gpu_index, s.gpu_uuid""", {"at": at, "since": at - stale})
+# the samples that stand for instant $at: each sample covers [ts, ts + interval_s) (with one interval of slack for
+# a late agent), the newest per GPU, MIG instance and holder; samples over $since old are not looked at
+_LIVE = """
+    WITH live AS (
+        SELECT *, row_number() OVER (PARTITION BY node, gpu_uuid, mig_instance, job_id, pod ORDER BY ts DESC) AS k
+        FROM samples
+        WHERE ts <= $at AND ts > $since AND epoch(ts) + 2 * interval_s > epoch($at))"""
+
+
+def allocation_state(store: "Store", at: datetime, stale: timedelta = timedelta(hours=2)) -> NodeArrays:
+    """Each node's GPUs as the samples standing for `at` show them: a GPU's free milli is what no job holds of it
+    (MIG instances and shared pods hold their fractions). GPU telemetry says nothing of CPU or memory, so those are
+    left unconstrained."""
+    frame = store.query(_LIVE + """
+        SELECT node, gpu_uuid, any_value(gpu_model) AS gpu_model, min(gpu_index) AS gpu_index,
+               coalesce(sum(gpu_fraction) FILTER (WHERE allocated), 0) AS held, sum(gpu_fraction) AS present
+        FROM live WHERE k = 1
+        GROUP BY node, gpu_uuid ORDER BY node, gpu_index, gpu_uuid""", {"at": at, "since": at - stale})
     return _node_arrays(frame)
 
 
@@ -245,15 +253,14 @@ def backfill(store: "Store", start: datetime, end: datetime, step: timedelta = t
     return stored
 
 
-def holders(store: "Store", at: datetime, stale: timedelta = timedelta(minutes=10)) -> pd.DataFrame:
-    """Who holds what at each node's newest samples before `at`: one row per GPU and job (a free GPU: a row with
-    no job), with the part of the GPU held."""
-    return store.query("""
-        WITH newest AS (SELECT node, max(ts) AS ts FROM samples WHERE ts <= $at AND ts > $since GROUP BY node)
-        SELECT s.node, s.gpu_uuid, any_value(s.gpu_model) AS gpu_model, s.job_id, any_value(s.team) AS team,
-               sum(s.gpu_fraction) AS fraction, bool_or(s.allocated) AS allocated
-        FROM samples s JOIN newest USING (node, ts)
-        GROUP BY s.node, s.gpu_uuid, s.job_id ORDER BY s.node, s.gpu_uuid""", {"at": at, "since": at - stale})
+def holders(store: "Store", at: datetime, stale: timedelta = timedelta(hours=2)) -> pd.DataFrame:
+    """Who holds what in the samples standing for `at`: one row per GPU and job (a free GPU: a row with no job),
+    with the part of the GPU held."""
+    return store.query(_LIVE + """
+        SELECT node, gpu_uuid, any_value(gpu_model) AS gpu_model, job_id, any_value(team) AS team,
+               sum(gpu_fraction) AS fraction, bool_or(allocated) AS allocated
+        FROM live WHERE k = 1
+        GROUP BY node, gpu_uuid, job_id ORDER BY node, gpu_uuid""", {"at": at, "since": at - stale})
 
 
 def job_traffic(store: "Store", start: datetime, end: datetime) -> pd.DataFrame:

@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
     demo.add_argument("--no-dashboard", action="store_true", help="do not start the Streamlit dashboard")
     demo.add_argument("--duration", type=_positive, help="stop after this many seconds (default: run until Ctrl-C)")
+    demo.add_argument("--trace", choices=["openb", "philly", "helios", "genai"],
+                      help="serve a public trace's history instead of the simulator (see `gpuledger import`)")
+    demo.add_argument("--trace-data", type=Path, help="the trace's folder (default ../shared/traces/<trace>)")
 
     serve = sub.add_parser("serve", help="collect from a source and serve the API (one writer per DuckDB file)")
     _add_common(serve)
@@ -208,6 +211,21 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("--rebuild", action="store_true",
                          help="first rebuild the rollups from the raw samples kept (after a change of "
                               "[waste] idle_util_pct, or to check them)")
+
+    imp = sub.add_parser(
+        "import", help="load a public cluster trace into the store as jobs and samples",
+        description="Loads a trace's history (../shared/traces) so every analytic, the dashboard and the weekly "
+                    "report run on it: openb (Alibaba GPU-sharing, QoS classes as teams, fractional GPUs billed in "
+                    "milli-GPU, pods placed with FGD as scheduled), philly (Microsoft, VCs as teams), helios "
+                    "(SenseTime Earth, VCs as teams, hourly allocation and quotas), genai (Alibaba inference pods, "
+                    "real per-minute GPU utilisation). Times are moved so the trace ends now. Each import says what "
+                    "the history is evidence of.")
+    _add_common(imp)
+    imp.add_argument("trace", choices=["openb", "philly", "helios", "genai"], help="which trace")
+    imp.add_argument("path", type=Path, nargs="?",
+                     help="the trace's folder (default: ../shared/traces/<trace> beside the checkout)")
+    imp.add_argument("--days", type=_positive,
+                     help="only the trace's last N days (default: openb 7, the others all of it)")
 
     replay = sub.add_parser(
         "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",
@@ -363,7 +381,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     return run_demo(args.db, config, days=args.days, seed=args.seed, host=args.host,
                     api_port=args.api_port, dashboard_port=args.dashboard_port, interval_s=args.interval,
                     reports=args.reports, dashboard=not args.no_dashboard, duration_s=args.duration,
-                    echo=lambda line: print(line, flush=True))
+                    echo=lambda line: print(line, flush=True), trace=args.trace, trace_data=args.trace_data)
 
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
@@ -426,6 +444,18 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
     with _open_existing(args, config) as store:
         rec = decide(store, args.id, args.decision, args.by, args.note)
     print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.trace_import import default_path, import_trace
+    path = args.path or default_path(args.trace)
+    if not path.exists():  # before the database is created: a wrong path leaves no empty file
+        raise InputError(f"{path} not found: give the {args.trace} trace's folder")
+    with _open_store(args, config) as store:
+        counts = import_trace(store, args.trace, path, args.days, echo=lambda line: print(line, flush=True))
+    print(f"imported {args.trace}: {counts['samples']:,} samples, {counts['jobs']:,} jobs, "
+          f"{counts['fragmentation_readings']:,} fragmentation readings into {args.db}")
     return 0
 
 
@@ -584,7 +614,7 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
-    "compact": cmd_compact, "replay": cmd_replay,
+    "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import,
 }
 
 

@@ -1,4 +1,5 @@
-"""`gpuledger demo`: a simulated cluster, its history in a DuckDB file, live collection, API and dashboard."""
+"""`gpuledger demo`: a simulated cluster (or a public trace), its history in a DuckDB file, live collection, API
+and dashboard."""
 from __future__ import annotations
 
 import logging
@@ -67,12 +68,31 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     return store, sim
 
 
+def build_trace_store(path: Path, config: Config, trace: str, data: Path | None, echo=print) -> Store:
+    """A demo database holding a public trace's history instead of the simulator's."""
+    from gpuledger.deploy.trace_import import import_trace
+    _check_is_demo_db(path)
+    for stale in (path, path.with_name(path.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    store = Store(path)
+    store.set_meta(DEMO_MARK, "true")
+    store.set_rates(config.rates)
+    import_trace(store, trace, data, echo=echo)
+    return store
+
+
 def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: str = "127.0.0.1",
              api_port: int = 8080, dashboard_port: int = 8501, interval_s: float = 15.0,
              reports: Path = Path("gpuledger-data/reports"), dashboard: bool = True,
-             duration_s: float | None = None, echo=print) -> int:
-    echo(f"gpuledger demo: simulating {days:g} days of a 48-GPU cluster (seed {seed}) into {db}")
-    store, sim = build_demo_store(db, config, days, seed, step_s=60.0, echo=echo)
+             duration_s: float | None = None, echo=print, trace: str | None = None,
+             trace_data: Path | None = None) -> int:
+    """The demo: the simulator's history and live collection, or (`trace`) a public trace's history, served."""
+    if trace:
+        echo(f"gpuledger demo: importing the {trace} trace into {db}")
+        store, sim = build_trace_store(db, config, trace, trace_data, echo=echo), None
+    else:
+        echo(f"gpuledger demo: simulating {days:g} days of a 48-GPU cluster (seed {seed}) into {db}")
+        store, sim = build_demo_store(db, config, days, seed, step_s=60.0, echo=echo)
     api = ApiServer(store, config, host=host, port=api_port)
     api_url = api.start()
     try:
@@ -80,10 +100,13 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     except StoreError:  # a short demo has no complete week yet: report the one in progress, marked as such
         files = weekly_report(store, config, reports, "current")
     scheduler = start_report_scheduler(store, config, reports)
-    source = SimulatorSource(sim, interval_s=interval_s)
-    loop = CollectLoop(source, store, interval_s, after_batch=lambda: store.upsert_jobs(sim.jobs_frame(utc_now())))
-    api.app.state.collection = loop  # /healthz reports degraded while it keeps failing
-    loop.start()
+    loop = None
+    if sim is not None:  # a trace is history only: nothing to collect live
+        source = SimulatorSource(sim, interval_s=interval_s)
+        loop = CollectLoop(source, store, interval_s,
+                           after_batch=lambda: store.upsert_jobs(sim.jobs_frame(utc_now())))
+        api.app.state.collection = loop  # /healthz reports degraded while it keeps failing
+        loop.start()
     proc = None
     if dashboard:
         proc, dash_url = start_dashboard(api_url, host=host, port=dashboard_port)
@@ -94,19 +117,21 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     if dashboard:
         echo(f"  dashboard:      {dash_url}")
     echo(f"  weekly report:  {files.html}")
-    echo(f"  database:       {db} ({store.sample_count():,} samples; live every {interval_s:g}s)")
+    live = f"live every {interval_s:g}s" if loop else f"the {trace} trace's history, no live collection"
+    echo(f"  database:       {db} ({store.sample_count():,} samples; {live})")
     echo(f"  then:           gpuledger report --db {db}   (after Ctrl-C: DuckDB lets one process hold the file)")
     echo(f"                  gpuledger recommend --db {db}; gpuledger emit --target kueue --db {db}")
     echo("Press Ctrl-C to stop." if duration_s is None else f"Stopping after {duration_s:g}s.")
     wait_for_stop(duration_s)
     echo("stopping…")
-    loop.stop()
-    loop.join(timeout=10)
+    if loop:
+        loop.stop()
+        loop.join(timeout=10)
     scheduler.shutdown(wait=False)
     if proc is not None:
         proc.terminate()
         proc.wait(timeout=10)
     api.stop()
     store.close()
-    echo(f"stopped; {loop.batches} live batch(es) collected, data kept in {db}")
+    echo(f"stopped; {loop.batches if loop else 0} live batch(es) collected, data kept in {db}")
     return 0

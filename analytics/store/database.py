@@ -538,6 +538,13 @@ class Store:
                                  "$hwm, $idle_pct)", {"start": start or NEG_INF, "end": end or POS_INF})
         return int(frame["n"].iloc[0])
 
+    def span_of(self, source: str) -> tuple[datetime | None, datetime | None]:
+        """The oldest and newest sample of a source (an imported trace: `trace:openb`)."""
+        row = self.query("SELECT min(ts) AS lo, max(ts) AS hi FROM samples WHERE source = $source",
+                         {"source": source}).iloc[0]
+        return (None if pd.isna(row["lo"]) else row["lo"].to_pydatetime(),
+                None if pd.isna(row["hi"]) else row["hi"].to_pydatetime())
+
     def latest_ts_of(self, source: str) -> datetime | None:
         """The newest sample a source (the `source` column: nvml, dcgm, prometheus, ...) stored; where it resumes."""
         return self.scalar("SELECT max(ts) FROM samples WHERE source = $source", {"source": source})

@@ -90,6 +90,19 @@ class ClusterState:
         for slot in placement.slots:
             self.gpu_free[n, slot] -= shape.gpu_milli
         self.allocated_milli += shape.total_gpu_milli
+        self._refresh(n)
+
+    def release(self, task: Task, placement: Placement) -> None:
+        """A placed task leaves: its node gets back what it held."""
+        n, shape = placement.node, task.shape
+        self.cpu_free[n] += shape.cpu_milli
+        self.mem_free[n] += task.mem_mib
+        for slot in placement.slots:
+            self.gpu_free[n, slot] += shape.gpu_milli
+        self.allocated_milli -= shape.total_gpu_milli
+        self._refresh(n)
+
+    def _refresh(self, n: int) -> None:
         self.frag[n] = fragmentation(self.gpu_free[n:n + 1], self.cpu_free[n:n + 1], self.model[n:n + 1],
                                      self.workload, self.access[n:n + 1])[0]
 
