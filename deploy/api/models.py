@@ -249,10 +249,8 @@ class HealthEvent(BaseModel):
     meaning: str = Field(description="for XIDs: what the code usually means")
 
 
-class JobHealth(BaseModel):
-    job_id: str
-    team: str | None
-    events: int = Field(description="events on the GPUs the job held, while it held them")
+class HealthCounts(BaseModel):
+    """Events per kind (collector/gpu_health.py)."""
     xid: int
     thermal_throttle: int
     power_throttle: int
@@ -262,6 +260,12 @@ class JobHealth(BaseModel):
     row_remap_corr: int
     row_remap_uncorr: int
     row_remap_failure: int
+
+
+class JobHealth(HealthCounts):
+    job_id: str
+    team: str | None
+    events: int = Field(description="events on the GPUs the job held, while it held them")
     xid_codes: list[int] | None
     gpus_affected: int
     first_event: datetime
@@ -269,20 +273,11 @@ class JobHealth(BaseModel):
     job_state: str | None = Field(description="the job's state as the scheduler recorded it, when known")
 
 
-class GpuHealth(BaseModel):
+class GpuHealth(HealthCounts):
     node: str
     gpu_uuid: str
     gpu_index: int | None
     gpu_model: str | None
-    xid: int
-    thermal_throttle: int
-    power_throttle: int
-    hw_slowdown: int
-    ecc_sbe: int
-    ecc_dbe: int
-    row_remap_corr: int
-    row_remap_uncorr: int
-    row_remap_failure: int
     last_xid: int | None
     jobs_hit: int
     last_event: datetime

@@ -130,6 +130,22 @@ def lowest_best(scores: np.ndarray, rows: np.ndarray) -> int:
     return int(rows[np.nonzero(scores == best)[0][0]])
 
 
+class ScoredPlacer:
+    """A policy that scores every feasible node at once: the best goes, ties to the lowest name; a shared task
+    takes the fitting GPU with the least room."""
+    name = "scored"
+
+    def scores(self, state: ClusterState, task: Task, rows: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def place(self, state: ClusterState, task: Task) -> Placement | None:
+        rows = np.nonzero(state.feasible(task))[0]
+        if not len(rows):
+            return None
+        node = lowest_best(self.scores(state, task, rows), rows)
+        return Placement(node, best_fit_slot(state.gpu_free[node], task.shape))
+
+
 class Placer(Protocol):
     """A placement policy: where a task goes now, or None when no node can take it."""
     name: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuledger.policies.placers.base import ClusterState, Placement, Task, best_fit_slot, lowest_best
+from gpuledger.policies.placers.base import ClusterState, ScoredPlacer, Task
 
 MAX_CPU_MILLI, MAX_GPU_MILLI = 128_000, 8_000
 
@@ -16,16 +16,11 @@ def normalise(raw: np.ndarray) -> np.ndarray:
     return np.zeros_like(raw) if hi == lo else (raw - lo) * 100 // (hi - lo)
 
 
-class BestFitPlacer:
+class BestFitPlacer(ScoredPlacer):
     name = "bestfit"
 
-    def place(self, state: ClusterState, task: Task) -> Placement | None:
-        rows = np.nonzero(state.feasible(task))[0]
-        if not len(rows):
-            return None
+    def scores(self, state: ClusterState, task: Task, rows: np.ndarray) -> np.ndarray:
         shape = task.shape
         left = ((state.cpu_free[rows] - shape.cpu_milli) / MAX_CPU_MILLI * 0.5
                 + (state.gpu_free[rows].sum(axis=1) - shape.total_gpu_milli) / MAX_GPU_MILLI * 0.5)
-        raw = np.trunc((1.0 - left) * 100).astype(np.int64)
-        node = lowest_best(normalise(raw), rows)
-        return Placement(node, best_fit_slot(state.gpu_free[node], shape))
+        return normalise(np.trunc((1.0 - left) * 100).astype(np.int64))

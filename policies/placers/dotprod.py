@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuledger.policies.placers.base import ClusterState, Placement, Task, best_fit_slot, lowest_best
+from gpuledger.policies.placers.base import ClusterState, ScoredPlacer, Task
 from gpuledger.policies.placers.bestfit import MAX_CPU_MILLI, MAX_GPU_MILLI
 
 
-class DotProductPlacer:
+class DotProductPlacer(ScoredPlacer):
     name = "dotprod"
 
-    def place(self, state: ClusterState, task: Task) -> Placement | None:
-        rows = np.nonzero(state.feasible(task))[0]
-        if not len(rows):
-            return None
+    def scores(self, state: ClusterState, task: Task, rows: np.ndarray) -> np.ndarray:
         shape = task.shape
         dot = (state.cpu_free[rows] / MAX_CPU_MILLI * shape.cpu_milli / MAX_CPU_MILLI
                + state.gpu_free[rows].sum(axis=1) / MAX_GPU_MILLI * shape.total_gpu_milli / MAX_GPU_MILLI)
-        score = np.trunc(100 * (1 - dot / 2)).astype(np.int64)
-        node = lowest_best(score, rows)
-        return Placement(node, best_fit_slot(state.gpu_free[node], shape))
+        return np.trunc(100 * (1 - dot / 2)).astype(np.int64)
