@@ -59,6 +59,8 @@ class Config:
     min_change_fraction: float = 0.10
     refresh_minutes: float = 60.0  # stored recommendations are re-evaluated at most this often
     pending_min_wait_minutes: float = 5.0  # a queued job counts as demand once it has waited this long
+    # teams or namespaces whose jobs are latency-sensitive (inference): they should not share a GPU with others
+    latency_sensitive: tuple[str, ...] = ("LS", "inference", "serving")
     raw_days: float = RAW_DAYS  # raw samples are kept this long (and ingest refuses older ones)
     minute_days: float = MINUTE_DAYS  # minute rollups are kept this long; hour rollups forever
 
@@ -125,7 +127,8 @@ SETTINGS: tuple[Setting, ...] = (
 )
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "teams", "attribution", *dict.fromkeys(s.section for s in SETTINGS))
+SECTIONS = ("rates", "teams", "attribution", "placement", *dict.fromkeys(s.section for s in SETTINGS))
+PLACEMENT_KEYS = ("latency_sensitive",)
 
 
 def _number(where: str, key: str, value: Any, minimum: float = 0.0, maximum: float | None = None) -> float:
@@ -215,6 +218,13 @@ def load_config(path: str | Path | None) -> Config:
     _known_keys("attribution", attribution, ATTRIBUTION_KEYS)
     for key in ATTRIBUTION_KEYS:
         getattr(config, key).update(_names(f"attribution.{key}", attribution.get(key, {})))
+    placement = _table("placement", data.get("placement", {}))
+    _known_keys("placement", placement, PLACEMENT_KEYS)
+    if "latency_sensitive" in placement:
+        names = placement["latency_sensitive"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"[placement] latency_sensitive must be a list of team or namespace names, got {names!r}")
+        config.latency_sensitive = tuple(names)
     for section in dict.fromkeys(s.section for s in SETTINGS):
         values = _table(section, data.get(section, {}))
         settings = [s for s in SETTINGS if s.section == section]

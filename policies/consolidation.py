@@ -7,6 +7,9 @@ GPUs it needs are held by a few small jobs that fit elsewhere. The advice names 
 where each fits, and the GPUs that frees; the node chosen is the one that moves the fewest GPUs (then jobs, then
 the lowest name).
 
+Separate: a latency-sensitive job (a team or namespace listed in `[placement] latency_sensitive`) sharing a GPU
+with other work gets advice to move to a GPU of its own.
+
 Co-locate: a running multi-GPU job whose GPUs are on more than one node talks over the network instead of
 NVLink. When one node of its model has room for all of it (its own GPUs there plus free ones), the advice names
 that node; the evidence carries the NVLink traffic the job shows per GPU.
@@ -146,4 +149,42 @@ def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime
                       "target_has_nvlink": has_nvlink, "at": latest},
             reason=(f"{job} runs {gpus} GPUs over {len(per_node)} nodes ({', '.join(sorted(per_node))}); "
                     f"{node} has room for all of it" + (", over NVLink" if has_nvlink else ""))))
+    return out
+
+
+def _latency_sensitive(job: str, team: str | None, names: tuple[str, ...]) -> bool:
+    """A job of a latency-sensitive team or namespace (the part of its id before '/')."""
+    wanted = {n.lower() for n in names}
+    return (team or "").lower() in wanted or job.split("/", 1)[0].lower() in wanted
+
+
+def separate_advice(store: Store, config: Config, at: datetime, latest: datetime) -> list[Recommendation]:
+    """Latency-sensitive jobs sharing a GPU with other work: move them to a GPU of their own (a free one of the
+    same model, when there is one)."""
+    held = holders(store, latest + timedelta(microseconds=1))
+    running = held[held["allocated"] & held["job_id"].notna()]
+    if running.empty:
+        return []
+    free, model, _ = _layout(held)
+    out = []
+    for (node, gpu), sharers in running.groupby(["node", "gpu_uuid"]):
+        if sharers["job_id"].nunique() < 2:
+            continue
+        sensitive = [r for r in sharers.itertuples(index=False)
+                     if _latency_sensitive(str(r.job_id), r.team, config.latency_sensitive)]
+        others = sorted({str(j) for j in sharers["job_id"]} - {str(r.job_id) for r in sensitive})
+        if not sensitive or not others:
+            continue
+        target = next((n for n in sorted(free, key=lambda n: (n != node, n)) if model[n] == model[node] and free[n]),
+                      None)
+        for job in sensitive:
+            out.append(Recommendation(
+                kind="separate", team=str(job.team), gpu_model=model[node], job_id=str(job.job_id),
+                action={"from_gpu": gpu, "node": node, "to_node": target},
+                evidence={"shares_gpu_with": others, "share_held": float(job.fraction),
+                          "free_gpus_of_model": sum(len(free[n]) for n in free if model[n] == model[node]),
+                          "latency_sensitive": list(config.latency_sensitive), "at": latest},
+                reason=(f"{job.job_id} is latency-sensitive and shares GPU {gpu} on {node} with "
+                        f"{', '.join(others)}; " + (f"a free {model[node]} GPU on {target} would give it one of its "
+                                                   "own" if target else f"no {model[node]} GPU is free now"))))
     return out

@@ -15,7 +15,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import interval_at
 from gpuledger.analytics.waste import idle_runs, oversized_jobs
-from gpuledger.policies.consolidation import colocate_advice, consolidate_advice
+from gpuledger.policies.consolidation import colocate_advice, consolidate_advice, separate_advice
 from gpuledger.policies.quota import HOURS_PER_WEEK
 from gpuledger.policies.recommendation import Recommendation
 
@@ -86,4 +86,5 @@ def placement_advice(store: Store, config: Config, at: datetime) -> list[Recomme
     start = at - timedelta(days=config.policy_window_days)
     reclaim = reclaim_advice(store, config, start, at, latest)
     return (reclaim + resize_advice(store, config, start, at, latest, {r.job_id for r in reclaim})
-            + consolidate_advice(store, config, at, latest) + colocate_advice(store, config, at, latest))
+            + consolidate_advice(store, config, at, latest) + colocate_advice(store, config, at, latest)
+            + separate_advice(store, config, at, latest))

@@ -2,7 +2,8 @@
 
 Kinds: `quota` (a team's guarantee and limit for one GPU model), `reclaim` (GPUs a job holds idle),
 `resize` (a running job whose memory fits a MIG slice or a smaller card), `consolidate` (jobs to move so a waiting
-gang job fits), `colocate` (a job spread over nodes that one node can hold). Status: `proposed` when
+gang job fits), `colocate` (a job spread over nodes that one node can hold), `separate` (a latency-sensitive job
+sharing a GPU with other work). Status: `proposed` when
 made, then `accepted`, `rejected` or `applied` by a decision, or `superseded` by a newer one for the
 same team, model and job; `insufficient_data` is never stored (it carries no number, only the reason);
 `preview` is an evaluation at a chosen instant, not stored.

@@ -72,3 +72,22 @@ def test_a_job_spread_over_nodes_is_advised_onto_one_that_holds_it_whole(open_st
     with open_store("colo-full") as s:
         s.append_samples(table(cluster(full)))
         assert colocate_advice(s, Config(), AT, s.latest_ts()) == []  # nowhere holds it whole
+
+
+def test_a_latency_sensitive_job_sharing_a_gpu_is_advised_a_gpu_of_its_own(open_store, tmp_path):
+    """GPU 0 of f holds an inference pod (team serving) and a training job at half each; g has a free GPU."""
+    from gpuledger.analytics.config import load_config
+    from gpuledger.policies.consolidation import separate_advice
+    rows = []
+    for job, team in (("serving/chat", "serving"), ("train-1", "research")):
+        rows += [dict(r, gpu_fraction=0.5, pod=job) for r in
+                 gpu_rows("f", 0, "H100", MINUTES, 60.0, util=60.0, job=job, team=team)]
+    rows += cluster({"g": [None, "x"]})
+    with open_store("sep") as s:
+        s.append_samples(table(rows))
+        (advice,) = separate_advice(s, Config(), AT, s.latest_ts())
+        assert (advice.kind, advice.job_id, advice.action) == (
+            "separate", "serving/chat", {"from_gpu": "GPU-f-0", "node": "f", "to_node": "g"})
+        assert advice.evidence["shares_gpu_with"] == ["train-1"] and advice.evidence["share_held"] == 0.5
+        (tmp_path / "c.toml").write_text("[placement]\nlatency_sensitive = [\"nobody\"]\n")
+        assert separate_advice(s, load_config(tmp_path / "c.toml"), AT, s.latest_ts()) == []

@@ -18,7 +18,7 @@ router = APIRouter(tags=["recommendations"])
 
 @router.get("/v1/recommendations", response_model=Recommendations)
 def recommendations(request: Request, end: datetime | None = End,
-                    kind: str | None = Query(None, pattern="^(quota|reclaim|resize|consolidate|colocate)$"),
+                    kind: str | None = Query(None, pattern="^(quota|reclaim|resize|consolidate|colocate|separate)$"),
                     team: str | None = None) -> dict:
     """The open recommendations (proposed or accepted) and, per team and GPU model without enough data, an
     `insufficient_data` note with the reason instead of a number.
