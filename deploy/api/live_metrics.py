@@ -1,7 +1,8 @@
 """Per-team and per-node gauges on the server's /metrics, for Grafana: what the cluster does over the last hour.
 
-Also the GPU health events stored, per node and kind (a counter). Computed from the store when Prometheus
-scrapes, at most once per `cache_s` (the fairshare factor reads the algorithm's whole memory), so a 15 s scrape interval costs one evaluation a minute. Series are labelled
+Also the GPU health events stored, per node and kind (a counter), and the fragmented GPUs (FGD). Computed from the
+store when Prometheus scrapes, at most once per `cache_s` (the fairshare factor reads the algorithm's whole
+memory), so a 15 s scrape interval costs one evaluation a minute. Series are labelled
 `team` (including `unattributed` and `__idle__`, the idle capacity) or `node`.
 """
 from __future__ import annotations
