@@ -166,3 +166,34 @@ def _per_team(runs: pd.DataFrame, over: pd.DataFrame) -> pd.DataFrame:
     merged = merged.fillna({"idle_gpu_hours": 0.0, "idle_cost_usd": 0.0, "idle_stretches": 0,
                             "oversized_jobs": 0, "oversized_gpu_hours": 0.0})
     return merged.sort_values("idle_cost_usd", ascending=False).reset_index(drop=True)
+
+
+# a job is flagged when at least this share of its GPU-hours was idle
+WASTE_FLAG_IDLE_SHARE = 0.5
+
+
+def job_table(store: Store, start: datetime, end: datetime, team: str | None = None, search: str | None = None,
+              limit: int = 500, mem_fraction: float = 0.25) -> pd.DataFrame:
+    """One row per job of [start, end), like Princeton's jobstats: GPUs, model, GPU-hours, cost, mean and p95
+    utilisation, peak memory against the card's, the idle share of its GPU-hours, and a waste flag (idle share at
+    least WASTE_FLAG_IDLE_SHARE, or peak memory under `mem_fraction` of the card). Most costly first."""
+    sql = f"""
+        SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value("user") AS "user",
+               arg_max(gpu_model, gpu_s) AS gpu_model,
+               count(DISTINCT gpu_uuid || coalesce(mig_instance::VARCHAR, '')) AS gpus,
+               any_value(mig_profile) AS mig_profile, min(first_ts) AS first_ts, max(end_ts) AS last_ts,
+               sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd,
+               coalesce(sum(util_sum), 0) / nullif(sum(samples), 0) AS mean_util_pct,
+               max(mem_used_max) AS peak_mem_mib, max(mem_total_max) AS mem_total_mib,
+               sum(idle_gpu_s) / nullif(sum(gpu_s), 0) AS idle_share
+        FROM {PRICED}
+        WHERE allocated AND job_id IS NOT NULL AND ($team IS NULL OR owner(team, $unattributed) = $team)
+          AND ($search IS NULL OR contains(lower(job_id), lower($search)) OR contains(lower(coalesce("user", '')),
+                                                                                      lower($search)))
+        GROUP BY job_id ORDER BY cost_usd DESC, gpu_hours DESC, job_id LIMIT $limit"""
+    jobs = store.query_usage(sql, {"start": start, "end": end, "team": team, "search": search or None,
+                                   "limit": limit, "unattributed": UNATTRIBUTED})
+    jobs = with_p95(store, jobs, start, end) if len(jobs) else jobs.assign(p95_util_pct=pd.Series(dtype=float))
+    small = (jobs["peak_mem_mib"] / jobs["mem_total_mib"]) < mem_fraction
+    jobs["waste"] = (jobs["idle_share"].fillna(0) >= WASTE_FLAG_IDLE_SHARE) | small.fillna(False)
+    return jobs

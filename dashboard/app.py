@@ -8,12 +8,18 @@ import pandas as pd
 import streamlit as st
 
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
-from gpuledger.dashboard.client import ApiUnavailable, api_base, frame, get_json
+from gpuledger.dashboard.client import ApiUnavailable, admin_token, api_base, frame, get_json, post_decision
 
 FAIRSHARE_TITLES = {
     "slurm_classic": "Slurm classic, F = 2^(-U/S): 0.5 = used exactly its share, lower = over-served",
     "slurm_fair_tree": "Slurm Fair Tree: mean rank-based FairShare of the team's users, 1 = first in line",
     "kai_time_based": "KAI time-based: the team's part of over-quota GPUs, P = max(0, W + k(W - U))",
+}
+GLOSSARY = {
+    "allocated": "held by a job, busy or not",
+    "busy": "allocated and at or over the idle threshold of utilisation ([waste] idle_util_pct)",
+    "idle capacity": "GPUs no job held: the cluster's unused capacity, its own line of the bill",
+    "idle allocation": "GPUs a job held under the idle threshold: waste charged to the team",
 }
 st.set_page_config(page_title="gpuledger", page_icon="📊", layout="wide")
 BASE = api_base()
@@ -46,6 +52,11 @@ try:
     gpu_health = fetch(BASE, "/v1/health", days=days, limit=200)
     coverage = frame(fetch(BASE, "/v1/nodes/telemetry"))
     fragments = fetch(BASE, "/v1/fragmentation", days=days)
+    before = costs["window"]["start"]  # the previous period, for the deltas
+    costs_before = fetch(BASE, "/v1/costs", days=days, end=before)
+    util_before = frame(fetch(BASE, "/v1/cluster/utilization", days=days, bucket_minutes=bucket, end=before))
+    daily = frame(fetch(BASE, "/v1/costs/daily", days=days), ("day",))
+    teams = frame(fetch(BASE, "/v1/teams"))
 except ApiUnavailable as exc:
     st.error(str(exc))
     st.stop()
@@ -61,25 +72,125 @@ if not nodes.empty and nodes["stale"].any():
 cost_df = frame(costs["teams"])
 idle_line = cost_df[cost_df["team"] == IDLE_CAPACITY]
 cost_df["team"] = cost_df["team"].map(owner_label)
+
+
+def shares(series: pd.DataFrame) -> tuple[float, float]:
+    """Mean allocated and used share of the GPUs present over a utilisation series."""
+    if series.empty or not series["total_gpus"].mean():
+        return 0.0, 0.0
+    total = series["total_gpus"].mean()
+    return float(series["allocated_gpus"].mean() / total), float(series["used_gpus"].mean() / total)
+
+
+idle_before = sum(t["cost_usd"] for t in costs_before["teams"] if t["team"] == IDLE_CAPACITY)
+(mean_alloc, mean_used), (alloc_before, used_before) = shares(util), shares(util_before)
+had_before = costs_before["total_usd"] > 0
 col1, col2, col3, col4 = st.columns(4)
-col1.metric("Total cost", f"${costs['total_usd']:,.0f}", help=f"last {days} day(s), rate card prices")
-col2.metric("Idle capacity cost", f"${float(idle_line['cost_usd'].sum()):,.0f}")
-mean_alloc = float(util["allocated_gpus"].mean() / util["total_gpus"].mean()) if not util.empty else 0.0
-mean_used = float(util["used_gpus"].mean() / util["total_gpus"].mean()) if not util.empty else 0.0
-col3.metric("GPUs allocated", f"{mean_alloc:.0%}")
-col4.metric("GPUs busy", f"{mean_used:.0%}")
+col1.metric("Total cost", f"${costs['total_usd']:,.0f}", help=f"last {days} day(s), rate card prices; the change "
+            f"is against the {days} day(s) before",
+            delta=f"${costs['total_usd'] - costs_before['total_usd']:,.0f}" if had_before else None,
+            delta_color="inverse")
+col2.metric("Idle capacity cost", f"${float(idle_line['cost_usd'].sum()):,.0f}", help=GLOSSARY["idle capacity"],
+            delta=f"${float(idle_line['cost_usd'].sum()) - idle_before:,.0f}" if had_before else None,
+            delta_color="inverse")
+col3.metric("GPUs allocated", f"{mean_alloc:.0%}", help=GLOSSARY["allocated"],
+            delta=f"{(mean_alloc - alloc_before) * 100:+.1f} pts" if had_before else None)
+col4.metric("GPUs busy", f"{mean_used:.0%}", help=GLOSSARY["busy"],
+            delta=f"{(mean_used - used_before) * 100:+.1f} pts" if had_before else None)
 st.caption(f"Latest sample {health['latest_sample']} · {health['samples']:,} samples in store")
 
-tab_util, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
-    ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"])
+tab_util, tab_teams, tab_jobs, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
+    ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"])
+MONEY = st.column_config.NumberColumn(format="$%.2f")
+HOURS = st.column_config.NumberColumn(format="%.1f")
+PCT = st.column_config.NumberColumn(format="%.0f%%")
+SHARE = st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")
 
 with tab_util:
+    st.subheader("Cost per day by team")
+    st.caption("Stacked: each team, the unattributed bucket, and the idle capacity (GPUs no job held).")
+    if daily.empty:
+        st.info("No cost in this window.")
+    else:
+        wide = daily.assign(team=daily["team"].map(owner_label)).pivot_table(
+            index="day", columns="team", values="cost_usd", aggfunc="sum").fillna(0.0)
+        st.area_chart(wide, y_label="USD per day")
+    top = frame(waste["by_team"])
+    if not top.empty and "idle_cost_usd" in top:
+        st.subheader("Top waste")
+        st.dataframe(top.sort_values("idle_cost_usd", ascending=False).head(5), hide_index=True, width="stretch")
     st.subheader("Cluster utilization over time")
     if util.empty:
         st.info("No samples in this window.")
     else:
         st.line_chart(util.set_index("bucket")[["total_gpus", "allocated_gpus", "used_gpus"]],
                       y_label="GPUs (average concurrent)")
+
+with tab_teams:
+    names = sorted(t for t in teams["team"].tolist()) if not teams.empty else []
+    if not names:
+        st.info("No team has a share or usage yet.")
+    else:
+        chosen = st.selectbox("Team", names, format_func=owner_label)
+        try:
+            usage = fetch(BASE, f"/v1/teams/{chosen}/usage", days=days, bucket_minutes=bucket)
+            team_jobs = frame(fetch(BASE, "/v1/jobs", days=days, team=chosen, limit=200), ("first_ts", "last_ts"))
+        except ApiUnavailable as exc:
+            st.error(str(exc))
+            st.stop()
+        totals = usage["totals"]
+        t1, t2, t3, t4 = st.columns(4)
+        t1.metric("Cost", f"${totals['cost_usd']:,.0f}")
+        t2.metric("GPU-hours allocated", f"{totals['allocated_gpu_hours']:,.0f}", help=GLOSSARY["allocated"])
+        t3.metric("Efficiency", f"{totals['efficiency']:.0%}", help="used GPU-hours (weighted by utilisation) over "
+                  "allocated GPU-hours")
+        t4.metric("Jobs", f"{totals['jobs']:,}")
+        series = frame(usage["series"], ("bucket",))
+        quota = teams.set_index("team").get("quota_gpus", pd.Series(dtype=float)).get(chosen)
+        if not series.empty:
+            plot = series.set_index("bucket")[["allocated_gpus", "used_gpus"]]
+            if quota is not None and pd.notna(quota):
+                plot["quota_gpus"] = float(quota)
+            st.line_chart(plot, y_label="GPUs (average concurrent)")
+        mine = fair[fair["team"] == chosen] if not fair.empty else fair
+        if not mine.empty:
+            st.markdown("**Fairshare** (the line at 0.5 is at share for Slurm's classic factor)")
+            line = mine.set_index("hour")[["fairshare"]]
+            if fairness["algorithm"] == "slurm_classic":
+                line["at share"] = 0.5
+            st.line_chart(line)
+        st.markdown("**Cost by GPU model**")
+        st.dataframe(frame(usage["by_model"]), hide_index=True, width="stretch",
+                     column_config={"cost_usd": MONEY, "gpu_hours": HOURS, "usd_per_gpu_hour": MONEY})
+        st.markdown("**Jobs**")
+        st.dataframe(team_jobs, hide_index=True, width="stretch",
+                     column_config={"cost_usd": MONEY, "gpu_hours": HOURS, "mean_util_pct": PCT,
+                                    "p95_util_pct": PCT, "idle_share": SHARE})
+        theirs = [r for r in recs if r["team"] == chosen]
+        st.markdown(f"**Recommendations** ({len(theirs)})")
+        for r in theirs:
+            st.write(f"- {r['kind']}: {r['reason']}")
+
+with tab_jobs:
+    st.subheader("Jobs")
+    st.caption("One row per job, most costly first, like jobstats. Waste: idle share at least 50% (an idle "
+               "allocation), or peak memory under the oversized threshold of the card.")
+    query = st.text_input("Search job id or user", "")
+    try:
+        listing = frame(fetch(BASE, "/v1/jobs", days=days, q=query or None, limit=1000), ("first_ts", "last_ts"))
+    except ApiUnavailable as exc:
+        st.error(str(exc))
+        st.stop()
+    if listing.empty:
+        st.info("No job matches in this window.")
+    else:
+        listing["team"] = listing["team"].map(owner_label)
+        st.dataframe(listing, hide_index=True, width="stretch",
+                     column_config={"job_id": "job", "cost_usd": MONEY, "gpu_hours": HOURS, "mean_util_pct": PCT,
+                                    "p95_util_pct": PCT, "idle_share": SHARE,
+                                    "peak_mem_mib": st.column_config.NumberColumn("peak memory (MiB)", format="%.0f"),
+                                    "mem_total_mib": st.column_config.NumberColumn("card memory (MiB)",
+                                                                                   format="%.0f")})
 
 with tab_cost:
     st.subheader("Cost per team")
@@ -118,13 +229,32 @@ with tab_recs:
     if not recs:
         st.success("Nothing to change: quotas match demand and no GPU is held idle.")
     else:
-        table = pd.DataFrame([{"id": r["id"], "status": r["status"], "kind": r["kind"], "team": r["team"],
-                               "GPU model": r.get("gpu_model"), "job": r.get("job_id"), "reason": r["reason"]}
-                              for r in recs])
-        st.dataframe(table, hide_index=True, width="stretch")
-        for r in recs[:20]:
+        def impact(r: dict) -> float:
+            """$ per week freed or granted, where the evidence says it."""
+            return float(r["evidence"].get("effect_usd_per_week") or 0.0)
+        ranked = sorted(recs, key=impact, reverse=True)
+        table = pd.DataFrame([{"id": r["id"], "status": r["status"], "kind": r["kind"], "team": owner_label(r["team"]),
+                               "GPU model": r.get("gpu_model"), "job": r.get("job_id"),
+                               "$ per week": impact(r) or None, "reason": r["reason"]} for r in ranked])
+        st.dataframe(table, hide_index=True, width="stretch", column_config={"$ per week": MONEY})
+        token = admin_token()
+        if not token:
+            st.caption("Start the dashboard with the server's token (GPULEDGER_TOKEN) to decide here.")
+        for r in ranked[:20]:
             with st.expander(f"{r['kind']}: {r['reason']}"):
-                st.json({"action": r["action"], "evidence": r["evidence"]})
+                st.markdown("  \n".join(f"**{k.replace('_', ' ')}**: {v}" for k, v in r["action"].items()))
+                st.caption("; ".join(f"{k.replace('_', ' ')}: {round(v, 2) if isinstance(v, float) else v}"
+                                     for k, v in r["evidence"].items() if not isinstance(v, (dict, list))))
+                if token and r["status"] == "proposed":
+                    accept, reject = st.columns(2)
+                    for column, choice in ((accept, "accept"), (reject, "reject")):
+                        if column.button(choice.capitalize(), key=f"{choice}-{r['id']}"):
+                            try:
+                                post_decision(BASE, r["id"], choice, "dashboard", token)
+                                st.cache_data.clear()
+                                st.success(f"{choice}ed {r['id']}")
+                            except ApiUnavailable as exc:
+                                st.error(str(exc))
     if no_data:
         st.warning(f"{len(no_data)} team and GPU model pair(s) get no quota advice for lack of data: "
                    + no_data[0]["reason"] + ("; ..." if len(no_data) > 1 else ""))

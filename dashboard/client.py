@@ -26,6 +26,24 @@ def get_json(base: str, path: str, **params: Any) -> Any:
     return response.json()
 
 
+def admin_token() -> str | None:
+    """The token decisions need (the server's), when the dashboard was started with one."""
+    return os.environ.get("GPULEDGER_TOKEN") or None
+
+
+def post_decision(base: str, rec_id: str, decision: str, by: str, token: str, note: str | None = None) -> dict:
+    """Record a decision through the API; the API's refusal (401, 404, 409) comes back as ApiUnavailable's text."""
+    try:
+        response = requests.post(f"{base}/v1/recommendations/{rec_id}/decision", timeout=60,
+                                 json={"decision": decision, "by": by, "note": note},
+                                 headers={"Authorization": f"Bearer {token}"})
+    except requests.RequestException as exc:
+        raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
+    if not response.ok:
+        raise ApiUnavailable(f"the decision was refused ({response.status_code}): {response.text[:300]}")
+    return response.json()
+
+
 def frame(rows: list[dict[str, Any]], time_columns: tuple[str, ...] = ()) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     for column in time_columns:

@@ -15,9 +15,12 @@ from gpuledger.collector.errors import GpuledgerError
 APP = Path(dashboard.__file__).with_name("app.py")
 
 
-def start_dashboard(api_url: str, host: str = "127.0.0.1", port: int = 8501,
-                    timeout_s: float = 60.0) -> tuple[subprocess.Popen, str]:
+def start_dashboard(api_url: str, host: str = "127.0.0.1", port: int = 8501, timeout_s: float = 60.0,
+                    token: str | None = None) -> tuple[subprocess.Popen, str]:
+    """The Streamlit app against `api_url`; with `token` (the server's), its decision buttons work."""
     env = dict(os.environ, GPULEDGER_API=api_url)
+    if token:
+        env["GPULEDGER_TOKEN"] = token
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",
            "--server.address", host, "--server.port", str(port), "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"]

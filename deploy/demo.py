@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import secrets
 from datetime import timedelta
 from pathlib import Path
 
@@ -93,7 +95,8 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     else:
         echo(f"gpuledger demo: simulating {days:g} days of a 48-GPU cluster (seed {seed}) into {db}")
         store, sim = build_demo_store(db, config, days, seed, step_s=60.0, echo=echo)
-    api = ApiServer(store, config, host=host, port=api_port)
+    token = os.environ.get("GPULEDGER_TOKEN") or secrets.token_urlsafe(16)  # decisions (the dashboard's buttons)
+    api = ApiServer(store, config, host=host, port=api_port, token=token)
     api_url = api.start()
     try:
         files = weekly_report(store, config, reports)
@@ -109,7 +112,7 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
         loop.start()
     proc = None
     if dashboard:
-        proc, dash_url = start_dashboard(api_url, host=host, port=dashboard_port)
+        proc, dash_url = start_dashboard(api_url, host=host, port=dashboard_port, token=token)
     echo("")
     echo(f"  API:            {api_url}/v1/recommendations")
     echo(f"  API docs:       {api_url}/docs")
@@ -117,6 +120,7 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     if dashboard:
         echo(f"  dashboard:      {dash_url}")
     echo(f"  weekly report:  {files.html}")
+    echo(f"  admin token:    {token} (decisions: POST /v1/recommendations/ID/decision; the dashboard has it)")
     live = f"live every {interval_s:g}s" if loop else f"the {trace} trace's history, no live collection"
     echo(f"  database:       {db} ({store.sample_count():,} samples; {live})")
     echo(f"  then:           gpuledger report --db {db}   (after Ctrl-C: DuckDB lets one process hold the file)")

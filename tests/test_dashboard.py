@@ -36,18 +36,58 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     assert "gpuledger" in at.title[0].value
     metrics = {m.label: m.value for m in at.metric}
     assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy",  # the header
+                            "Cost", "GPU-hours allocated", "Efficiency", "Jobs",  # the Teams tab's first team
                             "Fragmented GPUs", "Share of idle GPU fragmented", "Stranded capacity cost"}  # Nodes tab
     assert metrics["Stranded capacity cost"].startswith("$") and "of" in metrics["Fragmented GPUs"]
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
-    assert [t.label for t in at.tabs] == ["Utilization", "Cost & waste", "Fairshare", "Recommendations", "GPU health",
-                                          "Nodes"]
+    assert [t.label for t in at.tabs] == ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations",
+                                          "GPU health", "Nodes"]
     subheaders = [s.value for s in at.subheader]
     for heading in ("Cluster utilization over time", "Cost per team", "Waste per team", "Recommendations",
                     "Decision history"):
         assert heading in subheaders
-    cost_table = at.dataframe[0].value
-    assert "idle capacity" in set(cost_table["team"]) and "nlp" in set(cost_table["team"])
+    cost_table = next(d.value for d in at.dataframe if {"team", "cost_usd"} <= set(d.value.columns)
+                      and "idle capacity" in set(d.value["team"]))
+    assert "nlp" in set(cost_table["team"])
     assert any(exp.label.startswith(("quota:", "reclaim:", "resize:")) for exp in at.expander)
+
+
+def test_overview_teams_and_jobs_pages(monkeypatch, api_url):
+    at = app_against(monkeypatch, api_url)
+    assert not at.exception
+    subheaders = [s.value for s in at.subheader]
+    assert {"Cost per day by team", "Jobs"} <= set(subheaders)
+    deltas = {m.label: m.delta for m in at.metric}
+    assert deltas["Total cost"] is not None  # against the previous period (the simulated store has 3 days)
+    jobs = next(d.value for d in at.dataframe if "job_id" in d.value.columns and "idle_share" in d.value.columns)
+    assert len(jobs) > 0 and jobs["waste"].dtype == bool and (jobs["cost_usd"].diff().dropna() <= 1e-9).all()
+    at.selectbox[0].set_value("nlp").run()  # the team drill-down
+    assert not at.exception
+    assert any(m.label == "Efficiency" for m in at.metric)
+    at.text_input[0].set_value("no-such-job").run()
+    assert not at.exception and any("No job matches" in i.value for i in at.info)
+
+
+def test_a_decision_button_records_a_decision(monkeypatch, sim_store):
+    """With the server's token the Recommendations tab accepts advice through the API, as an admin would."""
+    from gpuledger.policies.recommendation import stored
+    from tests.conftest import SITE
+    server = ApiServer(sim_store, SITE, port=0, token="t0k")
+    url = server.start()
+    try:
+        monkeypatch.setenv("GPULEDGER_TOKEN", "t0k")
+        at = app_against(monkeypatch, url)
+        assert not at.exception
+        accept = [b for b in at.button if b.label == "Accept"]
+        if not accept:
+            pytest.skip("no proposed recommendation on the simulated cluster to decide")
+        rec_id = accept[0].key.split("-", 1)[1]
+        accept[0].click().run()
+        assert not at.exception
+        decided = {r.id: r for r in stored(sim_store)}
+        assert decided[rec_id].status == "accepted" and decided[rec_id].decided_by == "dashboard"
+    finally:
+        server.stop()
 
 
 def test_gpu_health_tab_lists_sick_gpus_and_the_jobs_they_hit(monkeypatch, api_url, sim_store):
@@ -130,18 +170,25 @@ def test_dashboard_in_headless_chromium(api_url, tmp_path):
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000},
                                     user_agent="gpuledger-test")
+            errors: list[str] = []
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
             page.goto(url)
             page.get_by_text("Cluster utilization over time").wait_for(timeout=90_000)
             page.get_by_text("Total cost").first.wait_for(state="visible", timeout=30_000)
             page.get_by_text("Idle capacity cost").first.wait_for(state="visible", timeout=30_000)
-            page.get_by_role("tab", name="Cost & waste").click()
-            page.get_by_text("Waste per team").wait_for(timeout=30_000)
-            page.get_by_role("tab", name="Recommendations").click()
-            page.get_by_text("quota:", exact=False).first.wait_for(timeout=30_000)
-            page.screenshot(path=str(tmp_path / "recommendations.png"), full_page=True)
+            every_page = {"Overview": "Cost per day by team", "Teams": "Cost by GPU model", "Jobs": "Search job id",
+                          "Cost & waste": "Waste per team", "Fairshare": "Fairshare factor per team",
+                          "Recommendations": "Decision history", "GPU health": "GPU health events",
+                          "Nodes": "Fragmentation: idle GPU"}
+            for tab, text in every_page.items():
+                page.get_by_role("tab", name=tab).click()
+                page.get_by_text(text).first.wait_for(state="visible", timeout=30_000)
+                page.screenshot(path=str(tmp_path / f"{tab.split()[0].lower()}.png"), full_page=True)
             assert not page.get_by_text("Traceback").count()
+            assert not errors, errors
             browser.close()
-        assert (tmp_path / "recommendations.png").stat().st_size > 10_000
+        for tab in every_page:
+            assert (tmp_path / f"{tab.split()[0].lower()}.png").stat().st_size > 10_000
     finally:
         proc.terminate()
         proc.wait(timeout=20)

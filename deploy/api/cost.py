@@ -1,15 +1,16 @@
-"""Chargeback: cost per team at the rate card, and waste (idle allocations, memory-oversized jobs)."""
+"""Chargeback: cost per team at the rate card (in all and per day), waste (idle allocations, memory-oversized
+jobs), and one row per job."""
 from __future__ import annotations
 
 from datetime import datetime
 
 from fastapi import APIRouter, Query
 
-from gpuledger.analytics.cost import cost_by_team
+from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
 from gpuledger.analytics.records import records
-from gpuledger.analytics.waste import waste
+from gpuledger.analytics.waste import job_table, waste
 from gpuledger.deploy.api.deps import ConfigDep, Days, End, StoreDep, window
-from gpuledger.deploy.api.models import Costs, Waste
+from gpuledger.deploy.api.models import Costs, DailyCost, JobRow, Waste
 
 router = APIRouter(tags=["cost"])
 
@@ -37,3 +38,21 @@ def waste_view(store: StoreDep, config: ConfigDep, days: float = Days, end: date
         "idle_runs": records(found.runs.head(limit)),
         "oversized_jobs": records(found.oversized.head(limit)),
     }
+
+
+@router.get("/v1/costs/daily", response_model=list[DailyCost])
+def daily_costs(store: StoreDep, days: float = Days, end: datetime | None = End) -> list[dict]:
+    """Cost per UTC day and bill line: each team, the unattributed bucket and the idle capacity."""
+    start, stop, _ = window(days, end)
+    return records(daily_cost_by_team(store, start, stop))
+
+
+@router.get("/v1/jobs", response_model=list[JobRow])
+def jobs(store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
+         team: str | None = Query(None, max_length=253, description="only this team's jobs"),
+         q: str | None = Query(None, max_length=253, description="only jobs whose id or user contains this"),
+         limit: int = Query(500, ge=1, le=10000, description="most rows, most costly first")) -> list[dict]:
+    """One row per job of the window, like jobstats: GPUs, model, GPU-hours, cost, mean and p95 utilisation,
+    peak memory of the card's, idle share and a waste flag."""
+    start, stop, _ = window(days, end)
+    return records(job_table(store, start, stop, team, q, limit, config.oversized_mem_fraction))

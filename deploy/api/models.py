@@ -372,3 +372,28 @@ class PlacementAnswer(BaseModel):
     candidates: list[PlacementCandidate] = Field(description="best first; ties to the lowest node name")
     feasible: int = Field(description="places the task could go in all")
     reason: str | None = Field(None, description="why there is no candidate")
+
+
+class JobRow(BaseModel):
+    job_id: str
+    team: str
+    user: str | None
+    gpu_model: str | None
+    gpus: int = Field(description="distinct GPUs (and MIG instances) it held in the window")
+    mig_profile: str | None
+    first_ts: datetime
+    last_ts: datetime = Field(description="when its last sample's interval ended")
+    gpu_hours: float
+    cost_usd: float
+    mean_util_pct: float | None
+    p95_util_pct: float | None = Field(description="95th percentile of its per-minute mean utilisation (whole GPUs)")
+    peak_mem_mib: float | None
+    mem_total_mib: float | None = Field(description="the card's (or instance's) memory")
+    idle_share: float | None = Field(description="share of its GPU-hours under the idle threshold")
+    waste: bool = Field(description="idle share at least 0.5, or peak memory under the oversized threshold")
+
+
+class DailyCost(BaseModel):
+    day: datetime
+    team: str = Field(description="a team, 'unattributed', or '__idle__' (GPUs no job held)")
+    cost_usd: float

@@ -18,7 +18,7 @@ router = APIRouter(tags=["usage"])
 @router.get("/v1/teams", response_model=list[Team])
 def teams(store: StoreDep) -> list[dict]:
     """Every team with a share or with GPU usage, and the unattributed bucket when it has usage."""
-    seen = pd.DataFrame({"team": store.teams()})
+    seen = pd.DataFrame({"team": pd.Series(store.teams(), dtype=object)})  # typed even when empty
     return records(seen.merge(store.team_table(), on="team", how="left"))
 
 
