@@ -4,6 +4,8 @@ Run with `gpuledger dashboard --api URL` (or `gpuledger demo`, which starts it f
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pandas as pd
 import streamlit as st
 
@@ -37,29 +39,53 @@ st.sidebar.caption(f"API: {BASE}")
 if st.sidebar.button("Refresh"):
     st.cache_data.clear()
 
+@st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
+def fetch_all(base: str, days: int, bucket: int, end: str) -> dict:
+    """Every call the pages need, at once: the API serves reads concurrently, so a redraw costs the slowest call,
+    not their sum. `end` pins every window (and the previous period's) to the same instant."""
+    before = (pd.Timestamp(end) - pd.Timedelta(days=days)).isoformat()
+    calls = {
+        "health": ("/healthz", {}),
+        "util": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": end}),
+        "costs": ("/v1/costs", {"days": days, "end": end}),
+        "waste": ("/v1/waste", {"days": days, "limit": 100, "end": end}),
+        "fairness": ("/v1/fairshare", {"days": days, "end": end}),
+        "advice": ("/v1/recommendations", {}),
+        "decided": ("/v1/recommendations/history", {"limit": 200}),
+        "nodes": ("/v1/nodes", {}),
+        "gpu_health": ("/v1/health", {"days": days, "limit": 200, "end": end}),
+        "coverage": ("/v1/nodes/telemetry", {}),
+        "fragments": ("/v1/fragmentation", {"days": days, "end": end}),
+        "costs_before": ("/v1/costs", {"days": days, "end": before}),
+        "util_before": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": before}),
+        "daily": ("/v1/costs/daily", {"days": days, "end": end}),
+        "teams": ("/v1/teams", {}),
+        "jobs": ("/v1/jobs", {"days": days, "limit": 1000, "end": end}),
+    }
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = {name: pool.submit(get_json, base, path, **params) for name, (path, params) in calls.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+END = pd.Timestamp.now(tz="UTC").floor("min").isoformat()  # the window's end, the same for every call of a redraw
 try:
-    health = fetch(BASE, "/healthz")
-    util = frame(fetch(BASE, "/v1/cluster/utilization", days=days, bucket_minutes=bucket), ("bucket",))
-    costs = fetch(BASE, "/v1/costs", days=days)
-    waste = fetch(BASE, "/v1/waste", days=days, limit=100)
-    fairness = fetch(BASE, "/v1/fairshare", days=days)
-    fair = frame(fairness["history"], ("hour",))
-    advice = fetch(BASE, "/v1/recommendations")
-    recs = [r for r in advice["recommendations"] if r["status"] != "insufficient_data"]
-    no_data = [r for r in advice["recommendations"] if r["status"] == "insufficient_data"]
-    decided = fetch(BASE, "/v1/recommendations/history", limit=200)
-    nodes = frame(fetch(BASE, "/v1/nodes"), ("last_seen",))
-    gpu_health = fetch(BASE, "/v1/health", days=days, limit=200)
-    coverage = frame(fetch(BASE, "/v1/nodes/telemetry"))
-    fragments = fetch(BASE, "/v1/fragmentation", days=days)
-    before = costs["window"]["start"]  # the previous period, for the deltas
-    costs_before = fetch(BASE, "/v1/costs", days=days, end=before)
-    util_before = frame(fetch(BASE, "/v1/cluster/utilization", days=days, bucket_minutes=bucket, end=before))
-    daily = frame(fetch(BASE, "/v1/costs/daily", days=days), ("day",))
-    teams = frame(fetch(BASE, "/v1/teams"))
+    got = fetch_all(BASE, days, bucket, END)
 except ApiUnavailable as exc:
     st.error(str(exc))
     st.stop()
+health, costs, waste, fairness, advice = (got[k] for k in ("health", "costs", "waste", "fairness", "advice"))
+util = frame(got["util"], ("bucket",))
+fair = frame(fairness["history"], ("hour",))
+recs = [r for r in advice["recommendations"] if r["status"] != "insufficient_data"]
+no_data = [r for r in advice["recommendations"] if r["status"] == "insufficient_data"]
+decided = got["decided"]
+nodes = frame(got["nodes"], ("last_seen",))
+gpu_health, fragments, costs_before = got["gpu_health"], got["fragments"], got["costs_before"]
+coverage = frame(got["coverage"])
+util_before = frame(got["util_before"])
+daily = frame(got["daily"], ("day",))
+teams = frame(got["teams"])
+all_jobs = frame(got["jobs"], ("first_ts", "last_ts"))
 
 if health["samples"] == 0:
     st.warning("The store holds no samples yet. Start a collector (`gpuledger serve`) or run `gpuledger demo`.")
@@ -83,15 +109,22 @@ def shares(series: pd.DataFrame) -> tuple[float, float]:
 
 
 idle_before = sum(t["cost_usd"] for t in costs_before["teams"] if t["team"] == IDLE_CAPACITY)
+
+
+def usd_change(now: float, then: float) -> str:
+    """A signed dollar change, sign first so the delta arrow points the right way."""
+    change = now - then
+    return f"{'-' if change < 0 else '+'}${abs(change):,.0f}"
+
 (mean_alloc, mean_used), (alloc_before, used_before) = shares(util), shares(util_before)
 had_before = costs_before["total_usd"] > 0
 col1, col2, col3, col4 = st.columns(4)
 col1.metric("Total cost", f"${costs['total_usd']:,.0f}", help=f"last {days} day(s), rate card prices; the change "
             f"is against the {days} day(s) before",
-            delta=f"${costs['total_usd'] - costs_before['total_usd']:,.0f}" if had_before else None,
+            delta=usd_change(costs['total_usd'], costs_before['total_usd']) if had_before else None,
             delta_color="inverse")
 col2.metric("Idle capacity cost", f"${float(idle_line['cost_usd'].sum()):,.0f}", help=GLOSSARY["idle capacity"],
-            delta=f"${float(idle_line['cost_usd'].sum()) - idle_before:,.0f}" if had_before else None,
+            delta=usd_change(float(idle_line['cost_usd'].sum()), idle_before) if had_before else None,
             delta_color="inverse")
 col3.metric("GPUs allocated", f"{mean_alloc:.0%}", help=GLOSSARY["allocated"],
             delta=f"{(mean_alloc - alloc_before) * 100:+.1f} pts" if had_before else None)
@@ -105,6 +138,10 @@ MONEY = st.column_config.NumberColumn(format="$%.2f")
 HOURS = st.column_config.NumberColumn(format="%.1f")
 PCT = st.column_config.NumberColumn(format="%.0f%%")
 SHARE = st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")
+WHEN = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")
+# the columns people read first, first: cost and how well the GPUs were used, then who and when
+JOB_COLUMNS = ("job_id", "team", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "p95_util_pct",
+               "idle_share", "waste", "peak_mem_mib", "mem_total_mib", "user", "mig_profile", "first_ts", "last_ts")
 
 with tab_util:
     st.subheader("Cost per day by team")
@@ -114,11 +151,17 @@ with tab_util:
     else:
         wide = daily.assign(team=daily["team"].map(owner_label)).pivot_table(
             index="day", columns="team", values="cost_usd", aggfunc="sum").fillna(0.0)
-        st.area_chart(wide, y_label="USD per day")
+        st.area_chart(wide, y_label="USD per day", stack=True)
     top = frame(waste["by_team"])
     if not top.empty and "idle_cost_usd" in top:
         st.subheader("Top waste")
-        st.dataframe(top.sort_values("idle_cost_usd", ascending=False).head(5), hide_index=True, width="stretch")
+        top = top.sort_values("idle_cost_usd", ascending=False).head(5).assign(team=lambda f: f["team"].map(owner_label))
+        st.dataframe(top, hide_index=True, width="stretch", column_config={
+            "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f",
+                                                            help=GLOSSARY["idle allocation"]),
+            "idle_cost_usd": st.column_config.NumberColumn("idle cost", format="$%.2f"),
+            "idle_stretches": "idle stretches", "oversized_jobs": "oversized jobs",
+            "oversized_gpu_hours": st.column_config.NumberColumn("oversized GPU-hours", format="%.1f")})
     st.subheader("Cluster utilization over time")
     if util.empty:
         st.info("No samples in this window.")
@@ -133,8 +176,8 @@ with tab_teams:
     else:
         chosen = st.selectbox("Team", names, format_func=owner_label)
         try:
-            usage = fetch(BASE, f"/v1/teams/{chosen}/usage", days=days, bucket_minutes=bucket)
-            team_jobs = frame(fetch(BASE, "/v1/jobs", days=days, team=chosen, limit=200), ("first_ts", "last_ts"))
+            usage = fetch(BASE, f"/v1/teams/{chosen}/usage", days=days, bucket_minutes=bucket, end=END)
+            team_jobs = all_jobs[all_jobs["team"] == chosen] if not all_jobs.empty else all_jobs
         except ApiUnavailable as exc:
             st.error(str(exc))
             st.stop()
@@ -163,8 +206,8 @@ with tab_teams:
         st.dataframe(frame(usage["by_model"]), hide_index=True, width="stretch",
                      column_config={"cost_usd": MONEY, "gpu_hours": HOURS, "usd_per_gpu_hour": MONEY})
         st.markdown("**Jobs**")
-        st.dataframe(team_jobs, hide_index=True, width="stretch",
-                     column_config={"cost_usd": MONEY, "gpu_hours": HOURS, "mean_util_pct": PCT,
+        st.dataframe(team_jobs, hide_index=True, width="stretch", column_order=JOB_COLUMNS,
+                     column_config={"first_ts": WHEN, "last_ts": WHEN, "cost_usd": MONEY, "gpu_hours": HOURS, "mean_util_pct": PCT,
                                     "p95_util_pct": PCT, "idle_share": SHARE})
         theirs = [r for r in recs if r["team"] == chosen]
         st.markdown(f"**Recommendations** ({len(theirs)})")
@@ -176,17 +219,18 @@ with tab_jobs:
     st.caption("One row per job, most costly first, like jobstats. Waste: idle share at least 50% (an idle "
                "allocation), or peak memory under the oversized threshold of the card.")
     query = st.text_input("Search job id or user", "")
-    try:
-        listing = frame(fetch(BASE, "/v1/jobs", days=days, q=query or None, limit=1000), ("first_ts", "last_ts"))
-    except ApiUnavailable as exc:
-        st.error(str(exc))
-        st.stop()
+    listing = all_jobs
+    if query and not all_jobs.empty:
+        needle = query.lower()
+        listing = all_jobs[all_jobs["job_id"].str.lower().str.contains(needle, regex=False)
+                           | all_jobs["user"].fillna("").str.lower().str.contains(needle, regex=False)]
     if listing.empty:
         st.info("No job matches in this window.")
     else:
         listing["team"] = listing["team"].map(owner_label)
-        st.dataframe(listing, hide_index=True, width="stretch",
+        st.dataframe(listing, hide_index=True, width="stretch", column_order=JOB_COLUMNS,
                      column_config={"job_id": "job", "cost_usd": MONEY, "gpu_hours": HOURS, "mean_util_pct": PCT,
+                                    "first_ts": WHEN, "last_ts": WHEN,
                                     "p95_util_pct": PCT, "idle_share": SHARE,
                                     "peak_mem_mib": st.column_config.NumberColumn("peak memory (MiB)", format="%.0f"),
                                     "mem_total_mib": st.column_config.NumberColumn("card memory (MiB)",
