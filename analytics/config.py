@@ -8,6 +8,7 @@ that is not in the table is refused with the nearest valid one, so a typo such a
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -37,6 +38,53 @@ class TeamConfig:
 
 
 @dataclass
+class EmailConfig:
+    """Where the weekly report is mailed (`[report.email]`): an SMTP server, who gets the admin report, and
+    per team who gets that team's page. Credentials are read from the environment, never from the file."""
+    host: str
+    port: int = 587
+    starttls: bool = True
+    sender: str = "gpuledger@localhost"
+    username_env: str | None = None  # name of the variable holding the SMTP user
+    password_env: str | None = None  # and the password
+    admins: tuple[str, ...] = ()
+    teams: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+EMAIL_KEYS = ("host", "port", "starttls", "from", "username_env", "password_env", "admins", "teams")
+
+
+def _addresses(where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) and re.fullmatch(r"[^@\s]+@[^@\s]+", a)
+                                              for a in value):
+        raise ConfigError(f"[{where}] must be a list of e-mail addresses, got {value!r}")
+    return tuple(value)
+
+
+def _email(data: Any) -> EmailConfig | None:
+    """`[report.email]`, validated; None when the file has none."""
+    report = _table("report", data.get("report", {}))
+    _known_keys("report", report, ("email",))
+    if "email" not in report:
+        return None
+    email = _table("report.email", report["email"])
+    _known_keys("report.email", email, EMAIL_KEYS)
+    if not isinstance(email.get("host"), str) or not email["host"]:
+        raise ConfigError("[report.email] host (the SMTP server) is required")
+    port = email.get("port", 587)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ConfigError(f"[report.email] port must be 1 to 65535, got {port!r}")
+    if not isinstance(email.get("starttls", True), bool):
+        raise ConfigError("[report.email] starttls must be true or false")
+    teams = _table("report.email.teams", email.get("teams", {}))
+    return EmailConfig(host=email["host"], port=port, starttls=email.get("starttls", True),
+                       sender=str(email.get("from", "gpuledger@localhost")),
+                       username_env=email.get("username_env"), password_env=email.get("password_env"),
+                       admins=_addresses("report.email.admins", email.get("admins", [])),
+                       teams={t: _addresses(f"report.email.teams.{t}", a) for t, a in teams.items()})
+
+
+@dataclass
 class Config:
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
     teams: dict[str, TeamConfig] = field(default_factory=dict)
@@ -61,6 +109,7 @@ class Config:
     pending_min_wait_minutes: float = 5.0  # a queued job counts as demand once it has waited this long
     # teams or namespaces whose jobs are latency-sensitive (inference): they should not share a GPU with others
     latency_sensitive: tuple[str, ...] = ("LS", "inference", "serving")
+    email: EmailConfig | None = None  # [report.email]: mail the weekly report
     raw_days: float = RAW_DAYS  # raw samples are kept this long (and ingest refuses older ones)
     minute_days: float = MINUTE_DAYS  # minute rollups are kept this long; hour rollups forever
 
@@ -127,7 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "teams", "attribution", "placement", *dict.fromkeys(s.section for s in SETTINGS))
+SECTIONS = ("rates", "teams", "attribution", "placement", "report", *dict.fromkeys(s.section for s in SETTINGS))
 PLACEMENT_KEYS = ("latency_sensitive",)
 
 
@@ -218,6 +267,7 @@ def load_config(path: str | Path | None) -> Config:
     _known_keys("attribution", attribution, ATTRIBUTION_KEYS)
     for key in ATTRIBUTION_KEYS:
         getattr(config, key).update(_names(f"attribution.{key}", attribution.get(key, {})))
+    config.email = _email(data)
     placement = _table("placement", data.get("placement", {}))
     _known_keys("placement", placement, PLACEMENT_KEYS)
     if "latency_sensitive" in placement:

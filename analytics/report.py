@@ -1,4 +1,4 @@
-"""The weekly cost report teams receive: one HTML page for everyone and one CSV per team.
+"""The weekly cost report: one HTML page for admins, and per team its own page and CSV.
 
 The CSVs are what finance imports (one line per GPU model, priced), the HTML is what a
 team lead reads: cost, efficiency, idle waste and the recommendations that concern them.
@@ -16,7 +16,7 @@ import pandas as pd
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.waste import waste
+from gpuledger.analytics.waste import job_table, waste
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 
@@ -27,6 +27,45 @@ class ReportFiles:
     html: Path
     summary_csv: Path
     team_csvs: dict[str, Path] = field(default_factory=dict)
+    team_pages: dict[str, Path] = field(default_factory=dict)  # each team's own page (its line, jobs, advice)
+    pdf: Path | None = None  # the admin page as PDF, when a renderer was at hand (deploy/report_delivery.py)
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2rem;color:#222}table{border-collapse:collapse;margin:1rem 0}
+td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}"""
+
+
+def _page(title: str, body: str) -> str:
+    """A self-contained HTML page: inline style and charts, nothing fetched when it is opened."""
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>")
+
+
+def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.DataFrame, by_model: pd.DataFrame,
+               jobs: pd.DataFrame, idle: pd.DataFrame, recs: pd.DataFrame, chart: str, unfinished: str) -> str:
+    """What one team lead reads: the team's line of the bill, its cost per day, models, costliest jobs, idle
+    allocations and the advice that concerns it."""
+    name = owner_label(team)
+    mine = recs[recs["team"] == team] if not recs.empty else recs
+    row = line.iloc[0] if not line.empty else None
+    headline = (f"Cost <strong>${row['cost_usd']:,.2f}</strong>, {row['gpu_hours']:,.1f} GPU-hours allocated, "
+                f"efficiency {row['efficiency']:.0%}" + (f", {row['cost_change']:+.0%} on the week before"
+                                                          if pd.notna(row["cost_change"]) else "")
+                if row is not None else "No usage this week.")
+    body = f"""<h1>GPU cost report — {html.escape(name)} — week {html.escape(label)}</h1>
+<p>{start:%Y-%m-%d} to {end:%Y-%m-%d} (UTC).{unfinished} {headline}.</p>
+<h2>Cost per day</h2>
+{chart}
+<h2>Cost per GPU model</h2>
+{_table(by_model.drop(columns=["team", "week"], errors="ignore"), money=("usd_per_gpu_hour", "cost_usd"))}
+<h2>Costliest jobs</h2>
+{_table(jobs, money=("cost_usd",), percent=("idle_share",))}
+<h2>Largest idle allocations</h2>
+{_table(idle, money=("idle_cost_usd",))}
+<h2>Recommendations</h2>
+{_table(mine[["kind", "reason"]]) if not mine.empty else "<p><em>None.</em></p>"}"""
+    return _page(f"gpuledger {name} {label}", body)
 
 
 def _safe(name: str) -> str:
@@ -141,12 +180,7 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     rec_html = _table(recs[["kind", "team", "reason"]]) if not recs.empty else "<p><em>None.</em></p>"
     rec_note = ("Quota advice as the policy stood at the week's end." if end <= now
                 else "Open advice as of now.")
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>gpuledger weekly cost report {html.escape(label)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2rem;color:#222}}table{{border-collapse:collapse;margin:1rem 0}}
-td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}th{{background:#f3f3f3}}
-td:first-child,th:first-child{{text-align:left}}</style></head><body>
-<h1>GPU cost report — week {html.escape(label)}</h1>
+    body = f"""<h1>GPU cost report — week {html.escape(label)}</h1>
 <p>{html.escape(start.strftime('%Y-%m-%d'))} to {html.escape(end.strftime('%Y-%m-%d'))} (UTC).{unfinished}
 Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${idle_cost:,.2f}</strong>.</p>
 <h2>Cost per day</h2>
@@ -160,7 +194,20 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <h2>Recommendations</h2>
 <p>{rec_note}</p>
 {rec_html}
-<p>Per-team CSV files sit next to this page. Rates: USD per GPU-hour from the site rate card.</p>
-</body></html>"""
+<p>Per-team pages and CSV files sit next to this page. Rates: USD per GPU-hour from the site rate card.</p>"""
+    page = _page(f"gpuledger weekly cost report {label}", body)
+    daily = daily_cost_by_team(store, start, end)
+    all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.oversized_mem_fraction)
+    idle_jobs = _idle_by_job(found.runs)
+    job_columns = ["job_id", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "idle_share"]
+    for team in sorted(set(summary["team"]) - {IDLE_CAPACITY}):
+        path = out / f"team-{_safe(str(team))}.html"
+        team_jobs = all_jobs[all_jobs["team"] == team][job_columns].head(15) if not all_jobs.empty else all_jobs
+        team_idle = idle_jobs[idle_jobs["team"] == team].head(15) if not idle_jobs.empty else idle_jobs
+        path.write_text(_team_page(
+            str(team), label, start, end, summary[summary["team"] == team],
+            by_model[by_model["team"] == team], team_jobs, team_idle, recs,
+            _cost_chart(daily[daily["team"] == team]), unfinished), encoding="utf-8")
+        files.team_pages[str(team)] = path
     files.html.write_text(page, encoding="utf-8")
     return files

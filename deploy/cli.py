@@ -159,12 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--count", type=int, default=1, help="number of reads (default 1)")
     collect.add_argument("--node", help=NODE_HELP)
 
-    report = sub.add_parser("report", help="write the weekly cost report (HTML + a CSV per team)")
+    report = sub.add_parser("report", help="write the weekly cost report (HTML for admins, a page and CSV per team)")
     _add_common(report)
     report.add_argument("--week", nargs="?", const="last", default="last", metavar="YYYY-Www",
                         help="ISO week to report, e.g. 2026-W48, 'last' (the default: the last complete week) or "
                              "'current' (the week in progress, marked as such); a week with no samples is an error")
     report.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
+    report.add_argument("--pdf", action="store_true", help="also print the admin page to PDF (headless Chromium)")
+    report.add_argument("--send", action="store_true",
+                        help="mail it as [report.email] in --config says (admins: page, PDF, summary CSV; each team: "
+                             "its page and CSV)")
 
     rec = sub.add_parser("recommend", help="re-evaluate, store and print the open recommendations as JSON",
                          description="Evaluates the policy now over the policy window ([quota] window_days, default "
@@ -395,7 +399,15 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
     print(f"report {files.label}: {files.html}")
     print(f"summary: {files.summary_csv}")
     for team, path in sorted(files.team_csvs.items()):
-        print(f"  {team}: {path}")
+        print(f"  {team}: {files.team_pages.get(team, path)} and {path.name}")
+    if args.pdf or args.send:
+        from gpuledger.deploy.report_delivery import render_pdf, send
+        pdf = render_pdf(files)
+        print(f"pdf: {pdf}" if pdf else "pdf: not written (no Chromium found; see the log)")
+        if args.send:
+            if config.email is None:
+                raise InputError("--send needs [report.email] in the --config file (host, admins, teams)")
+            print(f"mailed {send(config.email, files)} message(s) through {config.email.host}:{config.email.port}")
     return 0
 
 

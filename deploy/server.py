@@ -24,6 +24,7 @@ from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.windows import iso_week, utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.deploy.api import create_app
+from gpuledger.deploy.report_delivery import deliver
 from gpuledger.policies.quota import evaluate_quotas
 from gpuledger.policies.recommender import Evaluation, evaluate
 
@@ -79,12 +80,15 @@ def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str |
 
 
 def scheduled_weekly_report(store: Store, config: Config, out_dir: str | Path) -> ReportFiles | None:
-    """The Monday job: the last complete week's report, or a warning when that week has no samples."""
+    """The Monday job: the last complete week's report, as PDF too, mailed when `[report.email]` says where; or
+    a warning when that week has no samples."""
     try:
-        return weekly_report(store, config, out_dir)
+        files = weekly_report(store, config, out_dir)
     except StoreError as exc:
         log.warning("weekly report not written: %s", exc)
         return None
+    deliver(config.email, files)
+    return files
 
 
 def record_fragmentation(store: Store) -> int:

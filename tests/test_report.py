@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import csv
+import os
+import re
 from datetime import timedelta
+from email import message_from_bytes
+from email.policy import default as email_policy
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +77,72 @@ def test_report_has_a_chart_week_over_week_and_idle_rows_per_job(sim_store, tmp_
     assert jobs and len(jobs) == len(set(jobs))  # one row per job, its GPUs counted, not a row per GPU
     if iso_week(week)[1] <= SIM_END:  # a week that is over: no advice about what runs now
         assert "reclaim" not in page.split("<h2>Recommendations</h2>")[1]
+
+
+def test_each_team_gets_its_own_page_and_a_pdf_is_printed(sim_store, tmp_path):
+    from gpuledger.deploy.report_delivery import CHROMIUM, render_pdf
+    week = (SIM_END - timedelta(days=1)).strftime("%G-W%V")
+    files = weekly_report(sim_store, Config(), tmp_path, week)
+    assert set(files.team_pages) == set(files.team_csvs)
+    nlp = files.team_pages["nlp"].read_text()
+    assert "nlp" in nlp and "Costliest jobs" in nlp and "<svg" in nlp
+    assert not re.search(r'(src|href)="https?:', nlp)  # self-contained: nothing fetched when opened
+    assert "vision/" not in nlp  # another team's jobs are not on this page
+    if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
+        pytest.skip("Debian chromium not installed (CI installs it)")
+    pdf = render_pdf(files)
+    assert pdf is not None and pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 10_000
+
+
+def test_the_report_is_mailed_through_a_real_smtp_server(sim_store, tmp_path, monkeypatch):
+    """aiosmtpd on 127.0.0.1: admins get the page, the PDF (when Chromium is here) and the summary; a team gets
+    only its page and CSV; the credentials come from the environment."""
+    from aiosmtpd.controller import Controller
+
+    from gpuledger.analytics.config import load_config
+    from gpuledger.deploy.report_delivery import DeliveryError, send
+    from tests.procs import free_port
+
+    received = []
+
+    class Inbox:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's handler API
+            received.append((envelope.rcpt_tos, message_from_bytes(envelope.content, policy=email_policy)))
+            return "250 OK"
+    port = free_port()
+    controller = Controller(Inbox(), hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        (tmp_path / "site.toml").write_text(f"""
+[report.email]
+host = "127.0.0.1"
+port = {port}
+starttls = false
+from = "gpuledger@example.org"
+admins = ["admin@example.org"]
+[report.email.teams]
+nlp = ["nlp-lead@example.org", "nlp-finance@example.org"]
+""")
+        config = load_config(tmp_path / "site.toml")
+        week = (SIM_END - timedelta(days=1)).strftime("%G-W%V")
+        files = weekly_report(sim_store, config, tmp_path / "out", week)
+        assert send(config.email, files) == 2
+    finally:
+        controller.stop()
+    by_rcpt = {tuple(sorted(to)): msg for to, msg in received}
+    admin = by_rcpt[("admin@example.org",)]
+    names = {part.get_filename() for part in admin.iter_attachments()}
+    assert files.html.name in names and "summary.csv" in names
+    team = by_rcpt[("nlp-finance@example.org", "nlp-lead@example.org")]
+    team_names = {part.get_filename() for part in team.iter_attachments()}
+    assert team_names == {files.team_pages["nlp"].name, files.team_csvs["nlp"].name}
+    assert "nlp" in team["Subject"] and team["From"] == "gpuledger@example.org"
+    closed = tmp_path / "closed.toml"
+    closed.write_text(f'[report.email]\nhost = "127.0.0.1"\nport = {free_port()}\nstarttls = false\n'
+                      'admins = ["a@example.org"]\n')
+    with pytest.raises(DeliveryError, match="cannot mail"):
+        send(load_config(closed).email, files)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[report.email]\nhost = "x"\nadmins = ["not-an-address"]\n')
+    with pytest.raises(Exception, match="e-mail addresses"):
+        load_config(bad)

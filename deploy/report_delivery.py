@@ -1,0 +1,114 @@
+"""The weekly report delivered: the admin page as PDF, and e-mail to admins and to each team.
+
+PDF: the admin page printed by headless Chromium (Debian's /usr/bin/chromium, or Playwright's own), a real
+engine, so charts and tables look as in a browser. Where neither is installed the report goes without a PDF and
+the log says so. E-mail: `[report.email]` in the config; admins get the admin page (as the message body and
+attached), its PDF and the summary CSV; each team's recipients get their team's page and CSV only.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import smtplib
+from email.message import EmailMessage
+from pathlib import Path
+
+from gpuledger.analytics.config import EmailConfig
+from gpuledger.analytics.report import ReportFiles
+from gpuledger.collector.errors import GpuledgerError
+
+log = logging.getLogger(__name__)
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+
+
+class DeliveryError(GpuledgerError):
+    """The report could not be mailed (SMTP refused, credentials missing)."""
+
+
+def render_pdf(files: ReportFiles) -> Path | None:
+    """The admin page as PDF beside it; None (with a warning) when no Chromium is at hand."""
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError:
+        log.warning("no PDF: playwright is not installed")
+        return None
+    target = files.html.with_suffix(".pdf")
+    try:
+        with sync_playwright() as p:
+            options = {"executable_path": CHROMIUM} if Path(CHROMIUM).exists() else {}
+            browser = p.chromium.launch(args=CHROMIUM_FLAGS, **options)
+            page = browser.new_page()
+            page.goto(files.html.resolve().as_uri())
+            page.pdf(path=str(target), format="A4", print_background=True,
+                     margin={"top": "1cm", "bottom": "1cm", "left": "1cm", "right": "1cm"})
+            browser.close()
+    except Error as exc:
+        log.warning("no PDF of %s: %s", files.html, exc)
+        return None
+    files.pdf = target
+    return target
+
+
+def _attach(message: EmailMessage, path: Path) -> None:
+    kinds = {".html": ("text", "html"), ".csv": ("text", "csv"), ".pdf": ("application", "pdf")}
+    main, sub = kinds[path.suffix]
+    message.add_attachment(path.read_bytes(), maintype=main, subtype=sub, filename=path.name)
+
+
+def messages(email: EmailConfig, files: ReportFiles) -> list[EmailMessage]:
+    """The messages to send: one to the admins, one per team that has recipients and a page this week."""
+    out = []
+
+    def message(to: tuple[str, ...], subject: str, page: Path, attachments: list[Path]) -> EmailMessage:
+        msg = EmailMessage()
+        msg["From"], msg["To"], msg["Subject"] = email.sender, ", ".join(to), subject
+        msg.set_content(f"The gpuledger report for week {files.label} is attached ({page.name}).")
+        msg.add_alternative(page.read_text(encoding="utf-8"), subtype="html")
+        for path in attachments:
+            _attach(msg, path)
+        return msg
+    if email.admins:
+        out.append(message(email.admins, f"GPU cost report, week {files.label}", files.html,
+                           [files.html, files.summary_csv] + ([files.pdf] if files.pdf else [])))
+    for team, to in sorted(email.teams.items()):
+        page = files.team_pages.get(team)
+        if page is None:
+            log.info("no report for team %s this week: nothing mailed to it", team)
+            continue
+        out.append(message(to, f"GPU cost report for {team}, week {files.label}", page,
+                           [page] + ([files.team_csvs[team]] if team in files.team_csvs else [])))
+    return out
+
+
+def send(email: EmailConfig, files: ReportFiles, timeout_s: float = 30.0) -> int:
+    """Mail the report; returns the messages sent. Raises DeliveryError with the server's reason."""
+    user = os.environ.get(email.username_env) if email.username_env else None
+    password = os.environ.get(email.password_env) if email.password_env else None
+    if email.username_env and not (user and password):
+        raise DeliveryError(f"[report.email] credentials: set ${email.username_env} and ${email.password_env}")
+    outgoing = messages(email, files)
+    try:
+        with smtplib.SMTP(email.host, email.port, timeout=timeout_s) as smtp:
+            if email.starttls:
+                smtp.starttls()
+            if user:
+                smtp.login(user, password or "")
+            for msg in outgoing:
+                smtp.send_message(msg)
+    except (OSError, smtplib.SMTPException) as exc:
+        raise DeliveryError(f"cannot mail the report through {email.host}:{email.port}: {exc}") from exc
+    log.info("weekly report %s mailed: %d message(s)", files.label, len(outgoing))
+    return len(outgoing)
+
+
+def deliver(email: EmailConfig | None, files: ReportFiles) -> int:
+    """The scheduled job's delivery: a PDF, then mail when configured; failures are logged, never raised."""
+    render_pdf(files)
+    if email is None:
+        return 0
+    try:
+        return send(email, files)
+    except DeliveryError as exc:
+        log.error("%s", exc)
+        return 0
