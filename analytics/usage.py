@@ -182,3 +182,20 @@ def telemetry_coverage(store: Store, before: datetime, minutes: float = 15.0) ->
         SELECT node, count(*) AS samples, {shares} FROM samples
         WHERE ts >= $before - to_microseconds(CAST($minutes * 60e6 AS BIGINT)) AND ts < $before
         GROUP BY node ORDER BY node""", {"before": before, "minutes": minutes})
+
+
+GPU_METRICS = {"util_pct": "mean utilisation, %", "mem_used_mib": "peak memory used, MiB",
+               "power_w": "mean power, W"}
+
+
+def gpu_series(store: Store, start: datetime, end: datetime, bucket_minutes: int = 60) -> pd.DataFrame:
+    """Per GPU and time bucket: mean utilisation, peak memory used and mean power (from the energy counter, else
+    the power readings), for a heatmap of the cluster's GPUs."""
+    sql = f"""
+        SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket,
+               node, gpu_uuid, sum(util_sum) / nullif(sum(util_n), 0) AS util_pct,
+               max(mem_used_max) AS mem_used_mib,
+               sum(energy_j) / nullif(sum(samples * interval_s), 0) AS power_w
+        FROM {USAGE} GROUP BY ALL ORDER BY node, gpu_uuid, bucket"""
+    return store.query_usage(sql, {"start": start, "end": end, "bucket_minutes": bucket_minutes,
+                                   "fine": bucket_minutes % 60 != 0})

@@ -1,5 +1,6 @@
 """Render every dashboard page of the demo in headless Chromium and print how long each takes, next to one plain
-API call in the same run (`GET /v1/costs`, what the header needs); optionally save a screenshot of every page.
+API call in the same run (`GET /v1/costs`, what the header needs); optionally save a screenshot of every page and
+of the weekly report (admin and team pages).
 
     python benchmarks/dashboard.py [--days 14] [--screenshots docs/screenshots]
 
@@ -87,6 +88,13 @@ def main() -> None:
                 status.wait_for(state="hidden", timeout=60_000)
                 redraw = time.perf_counter() - began
                 print(f"{'window change':16} {redraw:6.2f} {redraw / base:11.1f}")
+                if args.screenshots:  # and the weekly report, as a team lead and an admin open it
+                    from gpuledger.deploy.server import weekly_report
+                    files = weekly_report(store, Config(), Path(tmp) / "reports", "current")
+                    for name, path in (("report", files.html), ("report-team", files.team_pages.get("nlp"))):
+                        if path:
+                            page.goto(path.resolve().as_uri())
+                            page.screenshot(path=str(args.screenshots / f"{name}.png"), full_page=True)
                 browser.close()
         finally:
             proc.terminate()

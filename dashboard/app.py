@@ -61,6 +61,7 @@ def fetch_all(base: str, days: int, bucket: int, end: str) -> dict:
         "daily": ("/v1/costs/daily", {"days": days, "end": end}),
         "teams": ("/v1/teams", {}),
         "jobs": ("/v1/jobs", {"days": days, "limit": 1000, "end": end}),
+        "gpus": ("/v1/gpus", {"days": days, "bucket_minutes": max(bucket, 60), "end": end}),
     }
     with ThreadPoolExecutor(max_workers=8) as pool:
         futures = {name: pool.submit(get_json, base, path, **params) for name, (path, params) in calls.items()}
@@ -86,6 +87,7 @@ util_before = frame(got["util_before"])
 daily = frame(got["daily"], ("day",))
 teams = frame(got["teams"])
 all_jobs = frame(got["jobs"], ("first_ts", "last_ts"))
+gpu_view = got["gpus"]
 
 if health["samples"] == 0:
     st.warning("The store holds no samples yet. Start a collector (`gpuledger serve`) or run `gpuledger demo`.")
@@ -365,6 +367,30 @@ with tab_nodes:
         history = frame(fragments["history"], ("ts",))
         if not history.empty:
             st.line_chart(history.set_index("ts")[["idle_gpus", "fragmented_gpus"]], y_label="GPUs")
+    st.subheader("GPUs")
+    inventory = frame(gpu_view["holders"])
+    if inventory.empty:
+        st.info("No GPU has reported in the last two hours.")
+    else:
+        inventory["team"] = inventory["team"].map(lambda t: owner_label(t) if isinstance(t, str) else "free")
+        st.caption(f"Every GPU and who holds it at {str(gpu_view['at'])[:16]} UTC.")
+        st.dataframe(inventory, hide_index=True, width="stretch",
+                     column_config={"job_id": "held by", "fraction": st.column_config.NumberColumn(format="%.2f")})
+    points = frame(gpu_view["series"], ("bucket",))
+    if not points.empty:
+        labels = {"util_pct": "utilisation (%)", "mem_used_mib": "memory used (MiB)", "power_w": "power (W)"}
+        shown = st.selectbox("Heatmap of", list(labels), format_func=labels.get)
+        points = points.dropna(subset=[shown])
+        if not points.empty:
+            points["gpu"] = points["node"] + " / " + points["gpu_uuid"].str[:12]
+            points["bucket"] = points["bucket"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+            st.vega_lite_chart(points[["bucket", "gpu", shown]], {
+                "mark": "rect",
+                "encoding": {"x": {"field": "bucket", "type": "temporal", "title": None,
+                                   "axis": {"format": "%b %d %H:%M"}},
+                             "y": {"field": "gpu", "type": "nominal", "title": None, "sort": None},
+                             "color": {"field": shown, "type": "quantitative", "title": labels[shown]}}},
+                width="stretch")
     if not coverage.empty:
         missing = coverage[coverage["sm_active"] == 0]["node"].tolist()
         if missing:

@@ -68,6 +68,17 @@ def test_overview_teams_and_jobs_pages(monkeypatch, api_url):
     assert not at.exception and any("No job matches" in i.value for i in at.info)
 
 
+def test_the_nodes_page_has_the_gpu_inventory_and_a_heatmap(monkeypatch, api_url):
+    at = app_against(monkeypatch, api_url)
+    assert not at.exception and "GPUs" in [s.value for s in at.subheader]
+    inventory = next(d.value for d in at.dataframe if "gpu_uuid" in d.value.columns and "fraction" in d.value.columns)
+    assert inventory["gpu_uuid"].nunique() == 48 and inventory["team"].map(type).eq(str).all()  # "free" when no job
+    heatmap = [s for s in at.selectbox if "utilisation (%)" in s.options]
+    assert heatmap, "the heatmap's metric choice"
+    heatmap[0].set_value("power_w").run()
+    assert not at.exception
+
+
 def test_a_decision_button_records_a_decision(monkeypatch, sim_store):
     """With the server's token the Recommendations tab accepts advice through the API, as an admin would."""
     from gpuledger.policies.recommendation import stored

@@ -397,3 +397,27 @@ class DailyCost(BaseModel):
     day: datetime
     team: str = Field(description="a team, 'unattributed', or '__idle__' (GPUs no job held)")
     cost_usd: float
+
+
+class GpuHolder(BaseModel):
+    node: str
+    gpu_uuid: str
+    gpu_model: str | None
+    job_id: str | None = Field(description="the job holding (part of) the GPU now; null: free")
+    team: str | None
+    fraction: float = Field(description="the part of the GPU this row stands for")
+
+
+class GpuPoint(BaseModel):
+    bucket: datetime
+    node: str
+    gpu_uuid: str
+    util_pct: float | None = Field(description="mean utilisation over the bucket, %")
+    mem_used_mib: float | None = Field(description="peak memory used, MiB")
+    power_w: float | None = Field(description="mean power, W")
+
+
+class Gpus(BaseModel):
+    at: datetime | None = Field(description="the instant the holders are read at")
+    holders: list[GpuHolder] = Field(description="every GPU now, one row per holder (a free GPU: no job)")
+    series: list[GpuPoint] = Field(description="per GPU and bucket over the window")

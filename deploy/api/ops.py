@@ -1,17 +1,18 @@
 """Operations: health, Prometheus metrics and the agents pushing to this server."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pandas as pd
 from fastapi import APIRouter, Query, Request, Response
 from prometheus_client import generate_latest
 
+from gpuledger.analytics.fragmentation import holders
 from gpuledger.analytics.records import json_safe, records
-from gpuledger.analytics.usage import telemetry_coverage
+from gpuledger.analytics.usage import gpu_series, telemetry_coverage
 from gpuledger.analytics.windows import utc_now
-from gpuledger.deploy.api.deps import StoreDep
-from gpuledger.deploy.api.models import Health, NodeStatus, TelemetryCoverage
+from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
+from gpuledger.deploy.api.models import Gpus, Health, NodeStatus, TelemetryCoverage
 
 router = APIRouter(tags=["ops"])
 STALE_AFTER_INTERVALS = 3
@@ -52,3 +53,15 @@ def telemetry(store: StoreDep, minutes: float = Query(15.0, gt=0, le=1440, descr
     if latest is None:
         return []
     return records(telemetry_coverage(store, latest + timedelta(microseconds=1), minutes))
+
+
+@router.get("/v1/gpus", response_model=Gpus)
+def gpus(store: StoreDep, days: float = Days, end: datetime | None = End,
+         bucket_minutes: int = BucketMinutes) -> dict:
+    """The inventory (every GPU and who holds it now) and, per GPU and time bucket, utilisation, memory and power:
+    what a heatmap of the cluster is drawn from."""
+    start, stop, _ = window(days, end)
+    latest = store.latest_ts(before=stop)
+    held = holders(store, latest + timedelta(microseconds=1)) if latest is not None else None
+    return {"at": json_safe(latest), "holders": records(held) if held is not None else [],
+            "series": records(gpu_series(store, start, stop, bucket_minutes))}
