@@ -32,7 +32,7 @@ def app_against(monkeypatch, url: str) -> AppTest:
 
 def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, api_url):
     at = app_against(monkeypatch, api_url)
-    assert not at.exception and not at.error
+    assert not at.exception and not at.error, [e.value for e in at.error]
     assert "gpuledger" in at.title[0].value
     metrics = {m.label: m.value for m in at.metric}
     assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy",  # the header
