@@ -2,6 +2,7 @@
 
 Run with `gpuledger dashboard --api URL` (or `gpuledger demo`, which starts it for you).
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -39,12 +40,11 @@ st.sidebar.caption(f"API: {BASE}")
 if st.sidebar.button("Refresh"):
     st.cache_data.clear()
 
-@st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
-def fetch_all(base: str, days: int, bucket: int, end: str) -> dict:
-    """Every call the pages need, at once: the API serves reads concurrently, so a redraw costs the slowest call,
-    not their sum. `end` pins every window (and the previous period's) to the same instant."""
+
+def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
+    """Every call a page may need, by name. `end` pins every window (and the previous period's) to one instant."""
     before = (pd.Timestamp(end) - pd.Timedelta(days=days)).isoformat()
-    calls = {
+    return {
         "health": ("/healthz", {}),
         "util": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": end}),
         "costs": ("/v1/costs", {"days": days, "end": end}),
@@ -60,34 +60,43 @@ def fetch_all(base: str, days: int, bucket: int, end: str) -> dict:
         "util_before": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": before}),
         "daily": ("/v1/costs/daily", {"days": days, "end": end}),
         "teams": ("/v1/teams", {}),
-        "jobs": ("/v1/jobs", {"days": days, "limit": 1000, "end": end}),
         "gpus": ("/v1/gpus", {"days": days, "bucket_minutes": max(bucket, 60), "end": end}),
     }
+
+
+@st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
+def fetch_batch(base: str, batch: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...]) -> dict:
+    """Calls at once: the API serves reads concurrently, so a page costs its slowest call, not their sum."""
     with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = {name: pool.submit(get_json, base, path, **params) for name, (path, params) in calls.items()}
+        futures = {name: pool.submit(get_json, base, path, **dict(params)) for name, path, params in batch}
         return {name: future.result() for name, future in futures.items()}
 
 
 END = pd.Timestamp.now(tz="UTC").floor("min").isoformat()  # the window's end, the same for every call of a redraw
-try:
-    got = fetch_all(BASE, days, bucket, END)
-except ApiUnavailable as exc:
-    st.error(str(exc))
-    st.stop()
-health, costs, waste, fairness, advice = (got[k] for k in ("health", "costs", "waste", "fairness", "advice"))
-util = frame(got["util"], ("bucket",))
-fair = frame(fairness["history"], ("hour",))
-recs = [r for r in advice["recommendations"] if r["status"] != "insufficient_data"]
-no_data = [r for r in advice["recommendations"] if r["status"] == "insufficient_data"]
-decided = got["decided"]
+CALLS = calls(days, bucket, END)
+
+
+def get(*names: str) -> dict:
+    """The named calls' answers (one batch, cached); an unreachable API stops the page with its reason."""
+    try:
+        return fetch_batch(BASE, tuple((n, CALLS[n][0], tuple(sorted(CALLS[n][1].items()))) for n in names))
+    except ApiUnavailable as exc:
+        st.error(str(exc))
+        st.stop()
+
+
+def open_advice(advice: dict) -> tuple[list[dict], list[dict]]:
+    """(advice with a number, pairs with not enough data)."""
+    return (
+        [r for r in advice["recommendations"] if r["status"] != "insufficient_data"],
+        [r for r in advice["recommendations"] if r["status"] == "insufficient_data"],
+    )
+
+
+got = get("health", "util", "costs", "costs_before", "util_before", "nodes")  # the header, on every page
+health, costs, costs_before = got["health"], got["costs"], got["costs_before"]
+util, util_before = frame(got["util"], ("bucket",)), frame(got["util_before"])
 nodes = frame(got["nodes"], ("last_seen",))
-gpu_health, fragments, costs_before = got["gpu_health"], got["fragments"], got["costs_before"]
-coverage = frame(got["coverage"])
-util_before = frame(got["util_before"])
-daily = frame(got["daily"], ("day",))
-teams = frame(got["teams"])
-all_jobs = frame(got["jobs"], ("first_ts", "last_ts"))
-gpu_view = got["gpus"]
 
 if health["samples"] == 0:
     st.warning("The store holds no samples yet. Start a collector (`gpuledger serve`) or run `gpuledger demo`.")
@@ -118,292 +127,520 @@ def usd_change(now: float, then: float) -> str:
     change = now - then
     return f"{'-' if change < 0 else '+'}${abs(change):,.0f}"
 
+
 (mean_alloc, mean_used), (alloc_before, used_before) = shares(util), shares(util_before)
 had_before = costs_before["total_usd"] > 0
 col1, col2, col3, col4 = st.columns(4)
-col1.metric("Total cost", f"${costs['total_usd']:,.0f}", help=f"last {days} day(s), rate card prices; the change "
-            f"is against the {days} day(s) before",
-            delta=usd_change(costs['total_usd'], costs_before['total_usd']) if had_before else None,
-            delta_color="inverse")
-col2.metric("Idle capacity cost", f"${float(idle_line['cost_usd'].sum()):,.0f}", help=GLOSSARY["idle capacity"],
-            delta=usd_change(float(idle_line['cost_usd'].sum()), idle_before) if had_before else None,
-            delta_color="inverse")
-col3.metric("GPUs allocated", f"{mean_alloc:.0%}", help=GLOSSARY["allocated"],
-            delta=f"{(mean_alloc - alloc_before) * 100:+.1f} pts" if had_before else None)
-col4.metric("GPUs busy", f"{mean_used:.0%}", help=GLOSSARY["busy"],
-            delta=f"{(mean_used - used_before) * 100:+.1f} pts" if had_before else None)
+col1.metric(
+    "Total cost",
+    f"${costs['total_usd']:,.0f}",
+    help=f"last {days} day(s), rate card prices; the change is against the {days} day(s) before",
+    delta=usd_change(costs["total_usd"], costs_before["total_usd"]) if had_before else None,
+    delta_color="inverse",
+)
+col2.metric(
+    "Idle capacity cost",
+    f"${float(idle_line['cost_usd'].sum()):,.0f}",
+    help=GLOSSARY["idle capacity"],
+    delta=usd_change(float(idle_line["cost_usd"].sum()), idle_before) if had_before else None,
+    delta_color="inverse",
+)
+col3.metric(
+    "GPUs allocated",
+    f"{mean_alloc:.0%}",
+    help=GLOSSARY["allocated"],
+    delta=f"{(mean_alloc - alloc_before) * 100:+.1f} pts" if had_before else None,
+)
+col4.metric(
+    "GPUs busy",
+    f"{mean_used:.0%}",
+    help=GLOSSARY["busy"],
+    delta=f"{(mean_used - used_before) * 100:+.1f} pts" if had_before else None,
+)
 st.caption(f"Latest sample {health['latest_sample']} · {health['samples']:,} samples in store")
 
+# lazy tabs: only the page shown runs (and fetches), so a window change redraws one page, not eight
 tab_util, tab_teams, tab_jobs, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
-    ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"])
+    ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"],
+    on_change="rerun",
+    key="page",
+)
 MONEY = st.column_config.NumberColumn(format="$%.2f")
 HOURS = st.column_config.NumberColumn(format="%.1f")
 PCT = st.column_config.NumberColumn(format="%.0f%%")
 SHARE = st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")
 WHEN = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")
 # the columns people read first, first: cost and how well the GPUs were used, then who and when
-JOB_COLUMNS = ("job_id", "team", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "p95_util_pct",
-               "idle_share", "waste", "peak_mem_mib", "mem_total_mib", "user", "mig_profile", "first_ts", "last_ts")
+JOB_COLUMNS = (
+    "job_id",
+    "team",
+    "gpus",
+    "gpu_model",
+    "gpu_hours",
+    "cost_usd",
+    "mean_util_pct",
+    "p95_util_pct",
+    "idle_share",
+    "waste",
+    "peak_mem_mib",
+    "mem_total_mib",
+    "user",
+    "mig_profile",
+    "first_ts",
+    "last_ts",
+)
 
 with tab_util:
-    st.subheader("Cost per day by team")
-    st.caption("Stacked: each team, the unattributed bucket, and the idle capacity (GPUs no job held).")
-    if daily.empty:
-        st.info("No cost in this window.")
-    else:
-        wide = daily.assign(team=daily["team"].map(owner_label)).pivot_table(
-            index="day", columns="team", values="cost_usd", aggfunc="sum").fillna(0.0)
-        st.area_chart(wide, y_label="USD per day", stack=True)
-    top = frame(waste["by_team"])
-    if not top.empty and "idle_cost_usd" in top:
-        st.subheader("Top waste")
-        top = top.sort_values("idle_cost_usd", ascending=False).head(5).assign(team=lambda f: f["team"].map(owner_label))
-        st.dataframe(top, hide_index=True, width="stretch", column_config={
-            "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f",
-                                                            help=GLOSSARY["idle allocation"]),
-            "idle_cost_usd": st.column_config.NumberColumn("idle cost", format="$%.2f"),
-            "idle_stretches": "idle stretches", "oversized_jobs": "oversized jobs",
-            "oversized_gpu_hours": st.column_config.NumberColumn("oversized GPU-hours", format="%.1f")})
-    st.subheader("Cluster utilization over time")
-    if util.empty:
-        st.info("No samples in this window.")
-    else:
-        st.line_chart(util.set_index("bucket")[["total_gpus", "allocated_gpus", "used_gpus"]],
-                      y_label="GPUs (average concurrent)")
+    if tab_util.open:
+        got = get("daily", "waste")
+        daily, waste = frame(got["daily"], ("day",)), got["waste"]
+        st.subheader("Cost per day by team")
+        st.caption("Stacked: each team, the unattributed bucket, and the idle capacity (GPUs no job held).")
+        if daily.empty:
+            st.info("No cost in this window.")
+        else:
+            wide = (
+                daily.assign(team=daily["team"].map(owner_label))
+                .pivot_table(index="day", columns="team", values="cost_usd", aggfunc="sum")
+                .fillna(0.0)
+            )
+            st.area_chart(wide, y_label="USD per day", stack=True)
+        top = frame(waste["by_team"])
+        if not top.empty and "idle_cost_usd" in top:
+            st.subheader("Top waste")
+            top = top.sort_values("idle_cost_usd", ascending=False).head(5)
+            top["team"] = top["team"].map(owner_label)
+            st.dataframe(
+                top,
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "idle_gpu_hours": st.column_config.NumberColumn(
+                        "idle GPU-hours", format="%.1f", help=GLOSSARY["idle allocation"]
+                    ),
+                    "idle_cost_usd": st.column_config.NumberColumn("idle cost", format="$%.2f"),
+                    "idle_stretches": "idle stretches",
+                    "oversized_jobs": "oversized jobs",
+                    "oversized_gpu_hours": st.column_config.NumberColumn("oversized GPU-hours", format="%.1f"),
+                },
+            )
+        st.subheader("Cluster utilization over time")
+        if util.empty:
+            st.info("No samples in this window.")
+        else:
+            st.line_chart(
+                util.set_index("bucket")[["total_gpus", "allocated_gpus", "used_gpus"]],
+                y_label="GPUs (average concurrent)",
+            )
 
 with tab_teams:
-    names = sorted(t for t in teams["team"].tolist()) if not teams.empty else []
-    if not names:
-        st.info("No team has a share or usage yet.")
-    else:
-        chosen = st.selectbox("Team", names, format_func=owner_label)
+    if tab_teams.open:
+        got = get("teams", "fairness", "advice")
+        teams, fairness = frame(got["teams"]), got["fairness"]
+        fair = frame(fairness["history"], ("hour",))
+        recs, _ = open_advice(got["advice"])
+        names = sorted(t for t in teams["team"].tolist()) if not teams.empty else []
+        if not names:
+            st.info("No team has a share or usage yet.")
+        else:
+            chosen = st.selectbox("Team", names, format_func=owner_label)
+            try:
+                usage = fetch(BASE, f"/v1/teams/{chosen}/usage", days=days, bucket_minutes=bucket, end=END)
+                team_jobs = frame(
+                    fetch(BASE, "/v1/jobs", days=days, team=chosen, limit=200, end=END), ("first_ts", "last_ts")
+                )
+            except ApiUnavailable as exc:
+                st.error(str(exc))
+                st.stop()
+            totals = usage["totals"]
+            t1, t2, t3, t4 = st.columns(4)
+            t1.metric("Cost", f"${totals['cost_usd']:,.0f}")
+            t2.metric("GPU-hours allocated", f"{totals['allocated_gpu_hours']:,.0f}", help=GLOSSARY["allocated"])
+            t3.metric(
+                "Efficiency",
+                f"{totals['efficiency']:.0%}",
+                help="used GPU-hours (weighted by utilisation) over allocated GPU-hours",
+            )
+            t4.metric("Jobs", f"{totals['jobs']:,}")
+            series = frame(usage["series"], ("bucket",))
+            quota = teams.set_index("team").get("quota_gpus", pd.Series(dtype=float)).get(chosen)
+            if not series.empty:
+                plot = series.set_index("bucket")[["allocated_gpus", "used_gpus"]]
+                if quota is not None and pd.notna(quota):
+                    plot["quota_gpus"] = float(quota)
+                st.line_chart(plot, y_label="GPUs (average concurrent)")
+            mine = fair[fair["team"] == chosen] if not fair.empty else fair
+            if not mine.empty:
+                st.markdown("**Fairshare** (the line at 0.5 is at share for Slurm's classic factor)")
+                line = mine.set_index("hour")[["fairshare"]]
+                if fairness["algorithm"] == "slurm_classic":
+                    line["at share"] = 0.5
+                st.line_chart(line)
+            st.markdown("**Cost by GPU model**")
+            st.dataframe(
+                frame(usage["by_model"]),
+                hide_index=True,
+                width="stretch",
+                column_config={"cost_usd": MONEY, "gpu_hours": HOURS, "usd_per_gpu_hour": MONEY},
+            )
+            st.markdown("**Jobs**")
+            st.dataframe(
+                team_jobs,
+                hide_index=True,
+                width="stretch",
+                column_order=JOB_COLUMNS,
+                column_config={
+                    "first_ts": WHEN,
+                    "last_ts": WHEN,
+                    "cost_usd": MONEY,
+                    "gpu_hours": HOURS,
+                    "mean_util_pct": PCT,
+                    "p95_util_pct": PCT,
+                    "idle_share": SHARE,
+                },
+            )
+            theirs = [r for r in recs if r["team"] == chosen]
+            st.markdown(f"**Recommendations** ({len(theirs)})")
+            for r in theirs:
+                st.write(f"- {r['kind']}: {r['reason']}")
+
+with tab_jobs:
+    if tab_jobs.open:
+        st.subheader("Jobs")
+        st.caption(
+            "One row per job, most costly first, like jobstats. Waste: idle share at least 50% (an idle "
+            "allocation), or peak memory under the oversized threshold of the card."
+        )
+        query = st.text_input("Search job id or user", "")
         try:
-            usage = fetch(BASE, f"/v1/teams/{chosen}/usage", days=days, bucket_minutes=bucket, end=END)
-            team_jobs = all_jobs[all_jobs["team"] == chosen] if not all_jobs.empty else all_jobs
+            listing = frame(
+                fetch(BASE, "/v1/jobs", days=days, q=query or None, limit=1000, end=END), ("first_ts", "last_ts")
+            )
         except ApiUnavailable as exc:
             st.error(str(exc))
             st.stop()
-        totals = usage["totals"]
-        t1, t2, t3, t4 = st.columns(4)
-        t1.metric("Cost", f"${totals['cost_usd']:,.0f}")
-        t2.metric("GPU-hours allocated", f"{totals['allocated_gpu_hours']:,.0f}", help=GLOSSARY["allocated"])
-        t3.metric("Efficiency", f"{totals['efficiency']:.0%}", help="used GPU-hours (weighted by utilisation) over "
-                  "allocated GPU-hours")
-        t4.metric("Jobs", f"{totals['jobs']:,}")
-        series = frame(usage["series"], ("bucket",))
-        quota = teams.set_index("team").get("quota_gpus", pd.Series(dtype=float)).get(chosen)
-        if not series.empty:
-            plot = series.set_index("bucket")[["allocated_gpus", "used_gpus"]]
-            if quota is not None and pd.notna(quota):
-                plot["quota_gpus"] = float(quota)
-            st.line_chart(plot, y_label="GPUs (average concurrent)")
-        mine = fair[fair["team"] == chosen] if not fair.empty else fair
-        if not mine.empty:
-            st.markdown("**Fairshare** (the line at 0.5 is at share for Slurm's classic factor)")
-            line = mine.set_index("hour")[["fairshare"]]
-            if fairness["algorithm"] == "slurm_classic":
-                line["at share"] = 0.5
-            st.line_chart(line)
-        st.markdown("**Cost by GPU model**")
-        st.dataframe(frame(usage["by_model"]), hide_index=True, width="stretch",
-                     column_config={"cost_usd": MONEY, "gpu_hours": HOURS, "usd_per_gpu_hour": MONEY})
-        st.markdown("**Jobs**")
-        st.dataframe(team_jobs, hide_index=True, width="stretch", column_order=JOB_COLUMNS,
-                     column_config={"first_ts": WHEN, "last_ts": WHEN, "cost_usd": MONEY, "gpu_hours": HOURS, "mean_util_pct": PCT,
-                                    "p95_util_pct": PCT, "idle_share": SHARE})
-        theirs = [r for r in recs if r["team"] == chosen]
-        st.markdown(f"**Recommendations** ({len(theirs)})")
-        for r in theirs:
-            st.write(f"- {r['kind']}: {r['reason']}")
-
-with tab_jobs:
-    st.subheader("Jobs")
-    st.caption("One row per job, most costly first, like jobstats. Waste: idle share at least 50% (an idle "
-               "allocation), or peak memory under the oversized threshold of the card.")
-    query = st.text_input("Search job id or user", "")
-    listing = all_jobs
-    if query and not all_jobs.empty:
-        needle = query.lower()
-        listing = all_jobs[all_jobs["job_id"].str.lower().str.contains(needle, regex=False)
-                           | all_jobs["user"].fillna("").str.lower().str.contains(needle, regex=False)]
-    if listing.empty:
-        st.info("No job matches in this window.")
-    else:
-        listing["team"] = listing["team"].map(owner_label)
-        st.dataframe(listing, hide_index=True, width="stretch", column_order=JOB_COLUMNS,
-                     column_config={"job_id": "job", "cost_usd": MONEY, "gpu_hours": HOURS, "mean_util_pct": PCT,
-                                    "first_ts": WHEN, "last_ts": WHEN,
-                                    "p95_util_pct": PCT, "idle_share": SHARE,
-                                    "peak_mem_mib": st.column_config.NumberColumn("peak memory (MiB)", format="%.0f"),
-                                    "mem_total_mib": st.column_config.NumberColumn("card memory (MiB)",
-                                                                                   format="%.0f")})
+        if listing.empty:
+            st.info("No job matches in this window.")
+        else:
+            listing["team"] = listing["team"].map(owner_label)
+            st.dataframe(
+                listing,
+                hide_index=True,
+                width="stretch",
+                column_order=JOB_COLUMNS,
+                column_config={
+                    "job_id": "job",
+                    "cost_usd": MONEY,
+                    "gpu_hours": HOURS,
+                    "mean_util_pct": PCT,
+                    "first_ts": WHEN,
+                    "last_ts": WHEN,
+                    "p95_util_pct": PCT,
+                    "idle_share": SHARE,
+                    "peak_mem_mib": st.column_config.NumberColumn("peak memory (MiB)", format="%.0f"),
+                    "mem_total_mib": st.column_config.NumberColumn("card memory (MiB)", format="%.0f"),
+                },
+            )
 
 with tab_cost:
-    st.subheader("Cost per team")
-    st.bar_chart(cost_df.set_index("team")[["cost_usd"]], y_label="USD")
-    st.dataframe(cost_df, hide_index=True, width="stretch")
-    st.subheader("Waste per team")
-    waste_df = frame(waste["by_team"])
-    st.dataframe(waste_df, hide_index=True, width="stretch")
-    st.subheader("Longest idle allocations")
-    st.dataframe(frame(waste["idle_runs"]), hide_index=True, width="stretch")
-    st.subheader("Memory-oversized jobs")
-    oversized = frame(waste["oversized_jobs"])
-    if not oversized.empty:
-        oversized["fits"] = oversized["fits"].map(lambda f: f["target"] if isinstance(f, dict) else None)
-    st.dataframe(oversized, hide_index=True, width="stretch")
+    if tab_cost.open:
+        waste = get("waste")["waste"]
+        st.subheader("Cost per team")
+        st.bar_chart(cost_df.set_index("team")[["cost_usd"]], y_label="USD")
+        st.dataframe(cost_df, hide_index=True, width="stretch")
+        st.subheader("Waste per team")
+        waste_df = frame(waste["by_team"])
+        st.dataframe(waste_df, hide_index=True, width="stretch")
+        st.subheader("Longest idle allocations")
+        st.dataframe(frame(waste["idle_runs"]), hide_index=True, width="stretch")
+        st.subheader("Memory-oversized jobs")
+        oversized = frame(waste["oversized_jobs"])
+        if not oversized.empty:
+            oversized["fits"] = oversized["fits"].map(lambda f: f["target"] if isinstance(f, dict) else None)
+        st.dataframe(oversized, hide_index=True, width="stretch")
 
 with tab_fair:
-    st.subheader(f"Fairshare factor per team ({FAIRSHARE_TITLES.get(fairness['algorithm'], fairness['algorithm'])})")
-    if fair.empty:
-        st.info("No team with a share has usage in this window.")
-    else:
-        wide = fair.pivot_table(index="hour", columns="team", values="fairshare")
-        st.line_chart(wide, y_label="fairshare factor")
-        shown = [c for c in ("team", "norm_share", "norm_usage", "level_fs", "weight", "usage", "fairshare",
-                             "over_served") if c in fair and fair[c].notna().any()]
-        latest = fair.sort_values("hour").groupby("team").tail(1)[shown]
-        st.dataframe(latest, hide_index=True, width="stretch")
+    if tab_fair.open:
+        fairness = get("fairness")["fairness"]
+        fair = frame(fairness["history"], ("hour",))
+        st.subheader(
+            f"Fairshare factor per team ({FAIRSHARE_TITLES.get(fairness['algorithm'], fairness['algorithm'])})"
+        )
+        if fair.empty:
+            st.info("No team with a share has usage in this window.")
+        else:
+            wide = fair.pivot_table(index="hour", columns="team", values="fairshare")
+            st.line_chart(wide, y_label="fairshare factor")
+            shown = [
+                c
+                for c in ("team", "norm_share", "norm_usage", "level_fs", "weight", "usage", "fairshare", "over_served")
+                if c in fair and fair[c].notna().any()
+            ]
+            latest = fair.sort_values("hour").groupby("team").tail(1)[shown]
+            st.dataframe(latest, hide_index=True, width="stretch")
 
 with tab_recs:
-    st.subheader("Recommendations")
-    window = advice["policy_window"]
-    st.caption(f"From the policy window {window['start'][:16]} to {window['end'][:16]} UTC, whatever window the "
-               "sidebar shows. A quota is per team and GPU model: the guarantee is promised (reclaimed from others "
-               "when the team asks), the limit is the most it may hold, borrowing idle GPUs. Decide with "
-               "`gpuledger decide ID accept|reject|applied --by NAME` or POST /v1/recommendations/ID/decision.")
-    if not recs:
-        st.success("Nothing to change: quotas match demand and no GPU is held idle.")
-    else:
-        def impact(r: dict) -> float:
-            """$ per week freed or granted, where the evidence says it."""
-            return float(r["evidence"].get("effect_usd_per_week") or 0.0)
-        ranked = sorted(recs, key=impact, reverse=True)
-        table = pd.DataFrame([{"id": r["id"], "status": r["status"], "kind": r["kind"], "team": owner_label(r["team"]),
-                               "GPU model": r.get("gpu_model"), "job": r.get("job_id"),
-                               "$ per week": impact(r) or None, "reason": r["reason"]} for r in ranked])
-        st.dataframe(table, hide_index=True, width="stretch", column_config={"$ per week": MONEY})
-        token = admin_token()
-        if not token:
-            st.caption("Start the dashboard with the server's token (GPULEDGER_TOKEN) to decide here.")
-        for r in ranked[:20]:
-            with st.expander(f"{r['kind']}: {r['reason']}"):
-                st.markdown("  \n".join(f"**{k.replace('_', ' ')}**: {v}" for k, v in r["action"].items()))
-                st.caption("; ".join(f"{k.replace('_', ' ')}: {round(v, 2) if isinstance(v, float) else v}"
-                                     for k, v in r["evidence"].items() if not isinstance(v, (dict, list))))
-                if token and r["status"] == "proposed":
-                    accept, reject = st.columns(2)
-                    for column, choice in ((accept, "accept"), (reject, "reject")):
-                        if column.button(choice.capitalize(), key=f"{choice}-{r['id']}"):
-                            try:
-                                post_decision(BASE, r["id"], choice, "dashboard", token)
-                                st.cache_data.clear()
-                                st.success(f"{choice}ed {r['id']}")
-                            except ApiUnavailable as exc:
-                                st.error(str(exc))
-    if no_data:
-        st.warning(f"{len(no_data)} team and GPU model pair(s) get no quota advice for lack of data: "
-                   + no_data[0]["reason"] + ("; ..." if len(no_data) > 1 else ""))
-    st.subheader("Decision history")
-    if not decided:
-        st.info("No recommendation has been stored yet.")
-    else:
-        st.dataframe(pd.DataFrame([{"created": r["created"], "status": r["status"], "kind": r["kind"],
-                                    "team": r["team"], "GPU model": r.get("gpu_model"), "decided by": r["decided_by"],
-                                    "decided at": r["decided_at"], "note": r["note"], "id": r["id"]}
-                                   for r in decided]), hide_index=True, width="stretch")
+    if tab_recs.open:
+        got = get("advice", "decided")
+        advice, decided = got["advice"], got["decided"]
+        recs, no_data = open_advice(advice)
+        st.subheader("Recommendations")
+        window = advice["policy_window"]
+        st.caption(
+            f"From the policy window {window['start'][:16]} to {window['end'][:16]} UTC, whatever window the "
+            "sidebar shows. A quota is per team and GPU model: the guarantee is promised (reclaimed from others "
+            "when the team asks), the limit is the most it may hold, borrowing idle GPUs. Decide with "
+            "`gpuledger decide ID accept|reject|applied --by NAME` or POST /v1/recommendations/ID/decision."
+        )
+        if not recs:
+            st.success("Nothing to change: quotas match demand and no GPU is held idle.")
+        else:
+
+            def impact(r: dict) -> float:
+                """$ per week freed or granted, where the evidence says it."""
+                return float(r["evidence"].get("effect_usd_per_week") or 0.0)
+
+            ranked = sorted(recs, key=impact, reverse=True)
+            table = pd.DataFrame(
+                [
+                    {
+                        "id": r["id"],
+                        "status": r["status"],
+                        "kind": r["kind"],
+                        "team": owner_label(r["team"]),
+                        "GPU model": r.get("gpu_model"),
+                        "job": r.get("job_id"),
+                        "$ per week": impact(r) or None,
+                        "reason": r["reason"],
+                    }
+                    for r in ranked
+                ]
+            )
+            st.dataframe(table, hide_index=True, width="stretch", column_config={"$ per week": MONEY})
+            token = admin_token()
+            if not token:
+                st.caption("Start the dashboard with the server's token (GPULEDGER_TOKEN) to decide here.")
+            for r in ranked[:20]:
+                with st.expander(f"{r['kind']}: {r['reason']}"):
+                    st.markdown("  \n".join(f"**{k.replace('_', ' ')}**: {v}" for k, v in r["action"].items()))
+                    st.caption(
+                        "; ".join(
+                            f"{k.replace('_', ' ')}: {round(v, 2) if isinstance(v, float) else v}"
+                            for k, v in r["evidence"].items()
+                            if not isinstance(v, (dict, list))
+                        )
+                    )
+                    if token and r["status"] == "proposed":
+                        accept, reject = st.columns(2)
+                        for column, choice in ((accept, "accept"), (reject, "reject")):
+                            if column.button(choice.capitalize(), key=f"{choice}-{r['id']}"):
+                                try:
+                                    post_decision(BASE, r["id"], choice, "dashboard", token)
+                                    st.cache_data.clear()
+                                    st.success(f"{choice}ed {r['id']}")
+                                except ApiUnavailable as exc:
+                                    st.error(str(exc))
+        if no_data:
+            st.warning(
+                f"{len(no_data)} team and GPU model pair(s) get no quota advice for lack of data: "
+                + no_data[0]["reason"]
+                + ("; ..." if len(no_data) > 1 else "")
+            )
+        st.subheader("Decision history")
+        if not decided:
+            st.info("No recommendation has been stored yet.")
+        else:
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "created": r["created"],
+                            "status": r["status"],
+                            "kind": r["kind"],
+                            "team": r["team"],
+                            "GPU model": r.get("gpu_model"),
+                            "decided by": r["decided_by"],
+                            "decided at": r["decided_at"],
+                            "note": r["note"],
+                            "id": r["id"],
+                        }
+                        for r in decided
+                    ]
+                ),
+                hide_index=True,
+                width="stretch",
+            )
 
 with tab_health:
-    st.subheader("GPU health events")
-    st.caption("XID errors (the driver's error codes), throttling starts (heat, power cap, hardware slowdown), ECC "
-               "and row-remap increases, each joined to the job that held the GPU. Events reach "
-               f"{gpu_health['events_until'] or 'nothing yet'} (derived as minutes are folded).")
-    by_gpu, by_job = frame(gpu_health["by_gpu"], ("last_event",)), frame(gpu_health["by_job"], ("last_event",))
-    if by_gpu.empty:
-        st.success(f"No health event in the last {days} day(s).")
-    else:
-        kinds = ["xid", "ecc_dbe", "row_remap_uncorr", "row_remap_failure", "thermal_throttle", "power_throttle",
-                 "hw_slowdown", "ecc_sbe", "row_remap_corr"]
-        shown = {"node": "Node", "gpu_index": "GPU", "gpu_model": "Model", "last_xid": "Last XID",
-                 **{k: k.replace("_", " ").capitalize() for k in kinds}, "jobs_hit": "Jobs hit",
-                 "last_event": "Last event"}
-        st.markdown("**GPUs**, most recent first")
-        st.dataframe(by_gpu[list(shown)].rename(columns=shown), hide_index=True, width="stretch")
-        if not by_job.empty:
-            st.markdown("**Jobs that held a GPU when an event hit it**")
-            jobs = by_job.assign(xid_codes=by_job["xid_codes"].map(
-                lambda c: ", ".join(str(int(x)) for x in c) if isinstance(c, list) and c else ""))
-            cols = {"job_id": "Job", "team": "Team", "job_state": "State", "events": "Events",
-                    "xid_codes": "XID codes", "thermal_throttle": "Thermal throttle",
-                    "power_throttle": "Power throttle", "gpus_affected": "GPUs", "last_event": "Last event"}
-            st.dataframe(jobs[list(cols)].rename(columns=cols), hide_index=True, width="stretch")
-        events = frame(gpu_health["events"], ("ts",))
-        with st.expander(f"The {len(events)} newest events"):
-            st.dataframe(events[["ts", "node", "gpu_index", "kind", "code", "meaning", "job_id", "team"]],
-                         hide_index=True, width="stretch")
+    if tab_health.open:
+        gpu_health = get("gpu_health")["gpu_health"]
+        st.subheader("GPU health events")
+        st.caption(
+            "XID errors (the driver's error codes), throttling starts (heat, power cap, hardware slowdown), ECC "
+            "and row-remap increases, each joined to the job that held the GPU. Events reach "
+            f"{gpu_health['events_until'] or 'nothing yet'} (derived as minutes are folded)."
+        )
+        by_gpu, by_job = frame(gpu_health["by_gpu"], ("last_event",)), frame(gpu_health["by_job"], ("last_event",))
+        if by_gpu.empty:
+            st.success(f"No health event in the last {days} day(s).")
+        else:
+            kinds = [
+                "xid",
+                "ecc_dbe",
+                "row_remap_uncorr",
+                "row_remap_failure",
+                "thermal_throttle",
+                "power_throttle",
+                "hw_slowdown",
+                "ecc_sbe",
+                "row_remap_corr",
+            ]
+            shown = {
+                "node": "Node",
+                "gpu_index": "GPU",
+                "gpu_model": "Model",
+                "last_xid": "Last XID",
+                **{k: k.replace("_", " ").capitalize() for k in kinds},
+                "jobs_hit": "Jobs hit",
+                "last_event": "Last event",
+            }
+            st.markdown("**GPUs**, most recent first")
+            st.dataframe(by_gpu[list(shown)].rename(columns=shown), hide_index=True, width="stretch")
+            if not by_job.empty:
+                st.markdown("**Jobs that held a GPU when an event hit it**")
+                jobs = by_job.assign(
+                    xid_codes=by_job["xid_codes"].map(
+                        lambda c: ", ".join(str(int(x)) for x in c) if isinstance(c, list) and c else ""
+                    )
+                )
+                cols = {
+                    "job_id": "Job",
+                    "team": "Team",
+                    "job_state": "State",
+                    "events": "Events",
+                    "xid_codes": "XID codes",
+                    "thermal_throttle": "Thermal throttle",
+                    "power_throttle": "Power throttle",
+                    "gpus_affected": "GPUs",
+                    "last_event": "Last event",
+                }
+                st.dataframe(jobs[list(cols)].rename(columns=cols), hide_index=True, width="stretch")
+            events = frame(gpu_health["events"], ("ts",))
+            with st.expander(f"The {len(events)} newest events"):
+                st.dataframe(
+                    events[["ts", "node", "gpu_index", "kind", "code", "meaning", "job_id", "team"]],
+                    hide_index=True,
+                    width="stretch",
+                )
 
 with tab_nodes:
-    st.subheader("Fragmentation: idle GPU the typical job cannot use")
-    if not fragments["enough_data"]:
-        st.info(f"Not enough data to measure fragmentation: {fragments['reason']}.")
-    else:
-        f1, f2, f3 = st.columns(3)
-        f1.metric("Fragmented GPUs", f"{fragments['fragmented_gpus']:.1f} of {fragments['idle_gpus']:.1f} idle",
-                  help="FGD (Weng et al., ATC '23): idle GPU that the job shapes covering 95% of this window's jobs "
-                       "could not use (too little left on a GPU, too few free GPUs on the node)")
-        f2.metric("Share of idle GPU fragmented", f"{fragments['fragmented_share_of_idle']:.0%}")
-        f3.metric("Stranded capacity cost", f"${fragments['stranded_usd_per_day']:,.0f} per day",
-                  help="fragmented GPUs x their model's rate x 24 h")
-        per_node = frame(fragments["nodes"])
-        shown = {"node": "Node", "gpu_model": "Model", "gpus": "GPUs", "idle_gpus": "Idle GPUs",
-                 "fragmented_gpus": "Fragmented GPUs", "fragmented_share": "Fragmented share of idle",
-                 "stranded_usd_per_day": "Stranded $/day"}
-        st.dataframe(per_node[list(shown)].rename(columns=shown), hide_index=True, width="stretch",
-                     column_config={"Idle GPUs": st.column_config.NumberColumn(format="%.2f"),
-                                    "Fragmented GPUs": st.column_config.NumberColumn(format="%.2f"),
-                                    "Fragmented share of idle": st.column_config.ProgressColumn(
-                                        min_value=0.0, max_value=1.0, format="percent"),
-                                    "Stranded $/day": st.column_config.NumberColumn(format="$%.2f")})
-        history = frame(fragments["history"], ("ts",))
-        if not history.empty:
-            st.line_chart(history.set_index("ts")[["idle_gpus", "fragmented_gpus"]], y_label="GPUs")
-    st.subheader("GPUs")
-    inventory = frame(gpu_view["holders"])
-    if inventory.empty:
-        st.info("No GPU has reported in the last two hours.")
-    else:
-        inventory["team"] = inventory["team"].map(lambda t: owner_label(t) if isinstance(t, str) else "free")
-        st.caption(f"Every GPU and who holds it at {str(gpu_view['at'])[:16]} UTC.")
-        st.dataframe(inventory, hide_index=True, width="stretch",
-                     column_config={"job_id": "held by", "fraction": st.column_config.NumberColumn(format="%.2f")})
-    points = frame(gpu_view["series"], ("bucket",))
-    if not points.empty:
-        labels = {"util_pct": "utilisation (%)", "mem_used_mib": "memory used (MiB)", "power_w": "power (W)"}
-        shown = st.selectbox("Heatmap of", list(labels), format_func=labels.get)
-        points = points.dropna(subset=[shown])
+    if tab_nodes.open:
+        got = get("fragments", "gpus", "coverage")
+        fragments, gpu_view = got["fragments"], got["gpus"]
+        coverage = frame(got["coverage"])
+        st.subheader("Fragmentation: idle GPU the typical job cannot use")
+        if not fragments["enough_data"]:
+            st.info(f"Not enough data to measure fragmentation: {fragments['reason']}.")
+        else:
+            f1, f2, f3 = st.columns(3)
+            f1.metric(
+                "Fragmented GPUs",
+                f"{fragments['fragmented_gpus']:.1f} of {fragments['idle_gpus']:.1f} idle",
+                help="FGD (Weng et al., ATC '23): idle GPU that the job shapes covering 95% of this window's jobs "
+                "could not use (too little left on a GPU, too few free GPUs on the node)",
+            )
+            f2.metric("Share of idle GPU fragmented", f"{fragments['fragmented_share_of_idle']:.0%}")
+            f3.metric(
+                "Stranded capacity cost",
+                f"${fragments['stranded_usd_per_day']:,.0f} per day",
+                help="fragmented GPUs x their model's rate x 24 h",
+            )
+            per_node = frame(fragments["nodes"])
+            shown = {
+                "node": "Node",
+                "gpu_model": "Model",
+                "gpus": "GPUs",
+                "idle_gpus": "Idle GPUs",
+                "fragmented_gpus": "Fragmented GPUs",
+                "fragmented_share": "Fragmented share of idle",
+                "stranded_usd_per_day": "Stranded $/day",
+            }
+            st.dataframe(
+                per_node[list(shown)].rename(columns=shown),
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "Idle GPUs": st.column_config.NumberColumn(format="%.2f"),
+                    "Fragmented GPUs": st.column_config.NumberColumn(format="%.2f"),
+                    "Fragmented share of idle": st.column_config.ProgressColumn(
+                        min_value=0.0, max_value=1.0, format="percent"
+                    ),
+                    "Stranded $/day": st.column_config.NumberColumn(format="$%.2f"),
+                },
+            )
+            history = frame(fragments["history"], ("ts",))
+            if not history.empty:
+                st.line_chart(history.set_index("ts")[["idle_gpus", "fragmented_gpus"]], y_label="GPUs")
+        st.subheader("GPUs")
+        inventory = frame(gpu_view["holders"])
+        if inventory.empty:
+            st.info("No GPU has reported in the last two hours.")
+        else:
+            inventory["team"] = inventory["team"].map(lambda t: owner_label(t) if isinstance(t, str) else "free")
+            st.caption(f"Every GPU and who holds it at {str(gpu_view['at'])[:16]} UTC.")
+            st.dataframe(
+                inventory,
+                hide_index=True,
+                width="stretch",
+                column_config={"job_id": "held by", "fraction": st.column_config.NumberColumn(format="%.2f")},
+            )
+        points = frame(gpu_view["series"], ("bucket",))
         if not points.empty:
-            points["gpu"] = points["node"] + " / " + points["gpu_uuid"].str[:12]
-            points["bucket"] = points["bucket"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-            st.vega_lite_chart(points[["bucket", "gpu", shown]], {
-                "mark": "rect",
-                "encoding": {"x": {"field": "bucket", "type": "temporal", "title": None,
-                                   "axis": {"format": "%b %d %H:%M"}},
-                             "y": {"field": "gpu", "type": "nominal", "title": None, "sort": None},
-                             "color": {"field": shown, "type": "quantitative", "title": labels[shown]}}},
-                width="stretch")
-    if not coverage.empty:
-        missing = coverage[coverage["sm_active"] == 0]["node"].tolist()
-        if missing:
-            st.info(f"SM activity, SM occupancy, tensor and DRAM activity are DCGM profiling fields, not collected "
+            labels = {"util_pct": "utilisation (%)", "mem_used_mib": "memory used (MiB)", "power_w": "power (W)"}
+            shown = st.selectbox("Heatmap of", list(labels), format_func=labels.get)
+            points = points.dropna(subset=[shown])
+            if not points.empty:
+                points["gpu"] = points["node"] + " / " + points["gpu_uuid"].str[:12]
+                points["bucket"] = points["bucket"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+                st.vega_lite_chart(
+                    points[["bucket", "gpu", shown]],
+                    {
+                        "mark": "rect",
+                        "encoding": {
+                            "x": {
+                                "field": "bucket",
+                                "type": "temporal",
+                                "title": None,
+                                "axis": {"format": "%b %d %H:%M"},
+                            },
+                            "y": {"field": "gpu", "type": "nominal", "title": None, "sort": None},
+                            "color": {"field": shown, "type": "quantitative", "title": labels[shown]},
+                        },
+                    },
+                    width="stretch",
+                )
+        if not coverage.empty:
+            missing = coverage[coverage["sm_active"] == 0]["node"].tolist()
+            if missing:
+                st.info(
+                    f"SM activity, SM occupancy, tensor and DRAM activity are DCGM profiling fields, not collected "
                     f"on {', '.join(missing)}: dcgm-exporter's default counters leave them out. Enable them with "
                     "its dcp-metrics-included.csv (DCGM_FI_PROF_*); until then, utilisation is DCGM_FI_DEV_GPU_UTIL "
-                    "only.")
-        st.subheader("Telemetry each node sends (share of the last 15 minutes' samples)")
-        st.dataframe(coverage, hide_index=True, width="stretch",
-                     column_config={c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.0f")
-                                    for c in coverage.columns if c not in ("node", "samples")})
-    st.subheader("Agents pushing to this server")
-    if nodes.empty:
-        st.info("No agent has pushed a batch yet (this server may collect by itself).")
-    else:
-        st.dataframe(nodes, hide_index=True, width="stretch")
+                    "only."
+                )
+            st.subheader("Telemetry each node sends (share of the last 15 minutes' samples)")
+            st.dataframe(
+                coverage,
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.0f")
+                    for c in coverage.columns
+                    if c not in ("node", "samples")
+                },
+            )
+        st.subheader("Agents pushing to this server")
+        if nodes.empty:
+            st.info("No agent has pushed a batch yet (this server may collect by itself).")
+        else:
+            st.dataframe(nodes, hide_index=True, width="stretch")

@@ -30,47 +30,63 @@ def app_against(monkeypatch, url: str) -> AppTest:
     return at
 
 
+PAGES = ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"]
+
+
+def show(at: AppTest, page: str) -> AppTest:
+    """Open a page: pages are lazy tabs, only the one shown runs."""
+    at.session_state["page"] = page
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    return at
+
+
 def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, api_url):
     at = app_against(monkeypatch, api_url)
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "gpuledger" in at.title[0].value
     metrics = {m.label: m.value for m in at.metric}
-    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy",  # the header
-                            "Cost", "GPU-hours allocated", "Efficiency", "Jobs",  # the Teams tab's first team
-                            "Fragmented GPUs", "Share of idle GPU fragmented", "Stranded capacity cost"}  # Nodes tab
-    assert metrics["Stranded capacity cost"].startswith("$") and "of" in metrics["Fragmented GPUs"]
+    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy"}  # the header
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
-    assert [t.label for t in at.tabs] == ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations",
-                                          "GPU health", "Nodes"]
+    assert [t.label for t in at.tabs] == PAGES
+    assert "Cluster utilization over time" in [s.value for s in at.subheader]
+    assert "Cost per team" not in [s.value for s in at.subheader]  # another page: not run, not fetched
+    show(at, "Cost & waste")
     subheaders = [s.value for s in at.subheader]
-    for heading in ("Cluster utilization over time", "Cost per team", "Waste per team", "Recommendations",
-                    "Decision history"):
-        assert heading in subheaders
+    assert {"Cost per team", "Waste per team"} <= set(subheaders)
     cost_table = next(d.value for d in at.dataframe if {"team", "cost_usd"} <= set(d.value.columns)
                       and "idle capacity" in set(d.value["team"]))
     assert "nlp" in set(cost_table["team"])
+    show(at, "Recommendations")
+    assert {"Recommendations", "Decision history"} <= {s.value for s in at.subheader}
     assert any(exp.label.startswith(("quota:", "reclaim:", "resize:")) for exp in at.expander)
+    show(at, "Nodes")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Stranded capacity cost"].startswith("$") and "of" in metrics["Fragmented GPUs"]
 
 
 def test_overview_teams_and_jobs_pages(monkeypatch, api_url):
     at = app_against(monkeypatch, api_url)
     assert not at.exception
-    subheaders = [s.value for s in at.subheader]
-    assert {"Cost per day by team", "Jobs"} <= set(subheaders)
+    assert "Cost per day by team" in [s.value for s in at.subheader]
     deltas = {m.label: m.delta for m in at.metric}
     assert deltas["Total cost"] is not None  # against the previous period (the simulated store has 3 days)
+    show(at, "Jobs")
     jobs = next(d.value for d in at.dataframe if "job_id" in d.value.columns and "idle_share" in d.value.columns)
     assert len(jobs) > 0 and jobs["waste"].dtype == bool and (jobs["cost_usd"].diff().dropna() <= 1e-9).all()
-    at.selectbox[0].set_value("nlp").run()  # the team drill-down
-    assert not at.exception
-    assert any(m.label == "Efficiency" for m in at.metric)
     at.text_input[0].set_value("no-such-job").run()
     assert not at.exception and any("No job matches" in i.value for i in at.info)
+    show(at, "Teams")
+    next(b for b in at.selectbox if b.label == "Team").set_value("nlp").run()  # the team drill-down
+    assert not at.exception
+    assert {"Cost", "GPU-hours allocated", "Efficiency", "Jobs"} <= {m.label for m in at.metric}
+    team_jobs = next(d.value for d in at.dataframe if "job_id" in d.value.columns)
+    assert set(team_jobs["team"]) == {"nlp"}
 
 
 def test_the_nodes_page_has_the_gpu_inventory_and_a_heatmap(monkeypatch, api_url):
-    at = app_against(monkeypatch, api_url)
-    assert not at.exception and "GPUs" in [s.value for s in at.subheader]
+    at = show(app_against(monkeypatch, api_url), "Nodes")
+    assert "GPUs" in [s.value for s in at.subheader]
     inventory = next(d.value for d in at.dataframe if "gpu_uuid" in d.value.columns and "fraction" in d.value.columns)
     assert inventory["gpu_uuid"].nunique() == 48 and inventory["team"].map(type).eq(str).all()  # "free" when no job
     heatmap = [s for s in at.selectbox if "utilisation (%)" in s.options]
@@ -87,8 +103,7 @@ def test_a_decision_button_records_a_decision(monkeypatch, sim_store):
     url = server.start()
     try:
         monkeypatch.setenv("GPULEDGER_TOKEN", "t0k")
-        at = app_against(monkeypatch, url)
-        assert not at.exception
+        at = show(app_against(monkeypatch, url), "Recommendations")
         accept = [b for b in at.button if b.label == "Accept"]
         if not accept:
             pytest.skip("no proposed recommendation on the simulated cluster to decide")
@@ -103,8 +118,7 @@ def test_a_decision_button_records_a_decision(monkeypatch, sim_store):
 
 def test_gpu_health_tab_lists_sick_gpus_and_the_jobs_they_hit(monkeypatch, api_url, sim_store):
     sim_store.fold()  # events are derived as minutes are folded
-    at = app_against(monkeypatch, api_url)
-    assert not at.exception
+    at = show(app_against(monkeypatch, api_url), "GPU health")
     assert "GPU health events" in [s.value for s in at.subheader]
     tables = [d.value for d in at.dataframe]
     gpus = next(t for t in tables if "Last XID" in t.columns)
@@ -123,8 +137,7 @@ def test_nodes_without_profiling_fields_are_named(monkeypatch, tmp_path):
         server = ApiServer(store, Config(), port=0)
         url = server.start()
         try:
-            at = app_against(monkeypatch, url)
-            assert not at.exception
+            at = show(app_against(monkeypatch, url), "Nodes")
             note = [i.value for i in at.info if "profiling fields" in i.value]
             assert note and "i-030791dc5a37cd257" in note[0]
         finally:
@@ -147,7 +160,8 @@ def test_stale_agent_nodes_are_flagged(monkeypatch, api_url, sim_store):
         at = app_against(monkeypatch, api_url)
         assert not at.exception
         assert at.warning and "gpu-node-9" in at.warning[0].value and "gpu-node-1" not in at.warning[0].value
-        table = at.dataframe[-1].value
+        show(at, "Nodes")
+        table = next(d.value for d in at.dataframe if "stale" in d.value.columns)
         assert dict(zip(table["node"], table["stale"])) == {"gpu-node-1": False, "gpu-node-9": True}
     finally:
         with sim_store.transaction() as cur:
