@@ -68,6 +68,26 @@ def team_usage_series(store: Store, start: datetime, end: datetime, team: str,
     return _bucketed(store, start, end, team, bucket_minutes).drop(columns=["total_gpus"])
 
 
+def team_model_series(store: Store, start: datetime, end: datetime, team: str,
+                      bucket_minutes: int = 60) -> pd.DataFrame:
+    """One team's allocated GPUs (average concurrent) per time bucket and GPU model: what its per-model guarantee
+    and limit are compared with. Buckets are averaged over the seconds the evidence covers, as `_BUCKETED` does."""
+    sql = f"""
+        WITH per_gpu AS (
+            SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket,
+                   node, gpu_uuid, mig_instance, gpu_model,
+                   coalesce(sum(gpu_s) FILTER (WHERE allocated AND owner(team, $unattributed) = $team), 0)
+                       AS allocated_s,
+                   sum(samples * interval_s) AS sampled_s
+            FROM {USAGE} GROUP BY ALL),
+        covered AS (SELECT bucket, max(sampled_s) AS covered_s FROM per_gpu GROUP BY 1)
+        SELECT bucket, gpu_model, sum(allocated_s) / any_value(covered_s) AS allocated_gpus
+        FROM per_gpu JOIN covered USING (bucket) GROUP BY bucket, gpu_model
+        HAVING sum(allocated_s) > 0 ORDER BY bucket, gpu_model"""
+    return store.query_usage(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED,
+                                   "bucket_minutes": bucket_minutes, "fine": bucket_minutes % 60 != 0})
+
+
 def cluster_utilization(store: Store, start: datetime, end: datetime, bucket_minutes: int = 60) -> pd.DataFrame:
     """Per bucket: GPUs present, allocated and used (average concurrent), cluster-wide."""
     return _bucketed(store, start, end, None, bucket_minutes)

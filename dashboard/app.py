@@ -170,6 +170,30 @@ HOURS = st.column_config.NumberColumn(format="%.1f")
 PCT = st.column_config.NumberColumn(format="%.0f%%")
 SHARE = st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")
 WHEN = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")
+# how every money, hour, share and time column is shown, by the API's column names
+READABLE = {
+    "cost_usd": st.column_config.NumberColumn("cost", format="$%.2f"),
+    "idle_cost_usd": st.column_config.NumberColumn("idle cost", format="$%.2f"),
+    "usd_per_gpu_hour": st.column_config.NumberColumn("rate ($/GPU-h)", format="$%.2f"),
+    "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f"),
+    "used_gpu_hours": st.column_config.NumberColumn("used GPU-hours", format="%.1f"),
+    "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f"),
+    "unpriced_gpu_hours": st.column_config.NumberColumn("unpriced GPU-hours", format="%.1f"),
+    "oversized_gpu_hours": st.column_config.NumberColumn("oversized GPU-hours", format="%.1f"),
+    "idle_minutes": st.column_config.NumberColumn("idle minutes", format="%.0f"),
+    "mean_util_pct": st.column_config.NumberColumn("mean util", format="%.0f%%"),
+    "p95_util_pct": st.column_config.NumberColumn("p95 util", format="%.0f%%"),
+    "peak_mem_mib": st.column_config.NumberColumn("peak memory (MiB)", format="%.0f"),
+    "mem_total_mib": st.column_config.NumberColumn("card memory (MiB)", format="%.0f"),
+    "start_ts": WHEN,
+    "end_ts": WHEN,
+    "first_ts": WHEN,
+    "last_ts": WHEN,
+    "job_id": "job",
+    "fits": "fits in",
+    "idle_stretches": "idle stretches",
+    "oversized_jobs": "oversized jobs",
+}
 # the columns people read first, first: cost and how well the GPUs were used, then who and when
 JOB_COLUMNS = (
     "job_id",
@@ -269,6 +293,22 @@ with tab_teams:
                 if quota is not None and pd.notna(quota):
                     plot["quota_gpus"] = float(quota)
                 st.line_chart(plot, y_label="GPUs (average concurrent)")
+            quotas = frame(usage["quotas"])
+            per_model = frame(usage["model_series"], ("bucket",))
+            if not quotas.empty:
+                st.markdown(
+                    "**Quota vs usage per GPU model** (the guarantee is promised, the limit the most it may hold)"
+                )
+                model = st.selectbox("GPU model", quotas["gpu_model"].tolist(), key="quota-model")
+                held = per_model[per_model["gpu_model"] == model].set_index("bucket")[["allocated_gpus"]]
+                if held.empty:
+                    st.info(f"{owner_label(chosen)} held no {model} in this window.")
+                else:
+                    row = quotas.set_index("gpu_model").loc[model]
+                    for column in ("guarantee_gpus", "limit_gpus"):
+                        if pd.notna(row[column]):
+                            held[column] = float(row[column])
+                    st.line_chart(held, y_label=f"{model} GPUs")
             mine = fair[fair["team"] == chosen] if not fair.empty else fair
             if not mine.empty:
                 st.markdown("**Fairshare** (the line at 0.5 is at share for Slurm's classic factor)")
@@ -347,17 +387,42 @@ with tab_cost:
         waste = get("waste")["waste"]
         st.subheader("Cost per team")
         st.bar_chart(cost_df.set_index("team")[["cost_usd"]], y_label="USD")
-        st.dataframe(cost_df, hide_index=True, width="stretch")
+        st.dataframe(cost_df, hide_index=True, width="stretch", column_config=READABLE)
         st.subheader("Waste per team")
         waste_df = frame(waste["by_team"])
-        st.dataframe(waste_df, hide_index=True, width="stretch")
+        if not waste_df.empty:
+            waste_df["team"] = waste_df["team"].map(owner_label)
+        st.dataframe(waste_df, hide_index=True, width="stretch", column_config=READABLE)
         st.subheader("Longest idle allocations")
-        st.dataframe(frame(waste["idle_runs"]), hide_index=True, width="stretch")
+        runs = frame(waste["idle_runs"], ("start_ts", "end_ts"))
+        first = [
+            c
+            for c in ("job_id", "team", "idle_minutes", "idle_cost_usd", "idle_gpu_hours", "mean_util_pct")
+            if c in runs
+        ]
+        st.dataframe(
+            runs,
+            hide_index=True,
+            width="stretch",
+            column_config=READABLE,
+            column_order=first + [c for c in runs.columns if c not in first],
+        )
         st.subheader("Memory-oversized jobs")
-        oversized = frame(waste["oversized_jobs"])
+        oversized = frame(waste["oversized_jobs"], ("first_ts", "last_ts"))
         if not oversized.empty:
             oversized["fits"] = oversized["fits"].map(lambda f: f["target"] if isinstance(f, dict) else None)
-        st.dataframe(oversized, hide_index=True, width="stretch")
+        first = [
+            c
+            for c in ("job_id", "team", "fits", "peak_mem_mib", "mem_total_mib", "p95_util_pct", "cost_usd")
+            if c in oversized
+        ]
+        st.dataframe(
+            oversized,
+            hide_index=True,
+            width="stretch",
+            column_config=READABLE,
+            column_order=first + [c for c in oversized.columns if c not in first],
+        )
 
 with tab_fair:
     if tab_fair.open:
@@ -371,13 +436,33 @@ with tab_fair:
         else:
             wide = fair.pivot_table(index="hour", columns="team", values="fairshare")
             st.line_chart(wide, y_label="fairshare factor")
+            st.caption(
+                f"{len(wide):,} hours from {wide.index.min():%Y-%m-%d %H:%M} to {wide.index.max():%Y-%m-%d %H:%M} "
+                "UTC; each hour's factor comes from the algorithm's whole memory, so the window only chooses "
+                "which hours are shown. The table is the last hour's."
+            )
             shown = [
                 c
                 for c in ("team", "norm_share", "norm_usage", "level_fs", "weight", "usage", "fairshare", "over_served")
                 if c in fair and fair[c].notna().any()
             ]
             latest = fair.sort_values("hour").groupby("team").tail(1)[shown]
-            st.dataframe(latest, hide_index=True, width="stretch")
+            st.dataframe(
+                latest,
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "norm_share": st.column_config.NumberColumn("share (normalised)", format="%.3f"),
+                    "norm_usage": st.column_config.NumberColumn("usage (normalised)", format="%.3f"),
+                    "level_fs": st.column_config.NumberColumn("level fairshare", format="%.3f"),
+                    "weight": st.column_config.NumberColumn(format="%.3f"),
+                    "usage": st.column_config.NumberColumn("usage (GPU-hours, decayed)", format="%.1f"),
+                    "fairshare": st.column_config.NumberColumn(
+                        format="%.3f", help=FAIRSHARE_TITLES.get(fairness["algorithm"], "")
+                    ),
+                    "over_served": "over-served",
+                },
+            )
 
 with tab_recs:
     if tab_recs.open:

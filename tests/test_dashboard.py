@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -82,6 +83,34 @@ def test_overview_teams_and_jobs_pages(monkeypatch, api_url):
     assert {"Cost", "GPU-hours allocated", "Efficiency", "Jobs"} <= {m.label for m in at.metric}
     team_jobs = next(d.value for d in at.dataframe if "job_id" in d.value.columns)
     assert set(team_jobs["team"]) == {"nlp"}
+
+
+def page_figures(at: AppTest) -> list:
+    """What a page shows below the header: its dataframes' sizes and numeric totals, its own metrics, captions."""
+    figures = [m.value for m in at.metric[4:]] + [c.value for c in at.caption]
+    for table in at.dataframe:
+        numbers = table.value.select_dtypes("number")
+        figures.append((len(table.value), round(float(numbers.to_numpy().sum()), 3) if not numbers.empty else 0))
+    return figures
+
+
+@pytest.mark.parametrize("page", ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare"])
+def test_the_window_slider_changes_every_view(monkeypatch, api_url, page):
+    """Every page follows the sidebar's window (Recommendations come from the policy window on purpose)."""
+    at = show(app_against(monkeypatch, api_url), page)
+    week = page_figures(at)
+    at.sidebar.slider[0].set_value(1).run()
+    assert not at.exception and not at.error
+    assert page_figures(at) != week, page
+
+
+def test_the_teams_page_compares_each_models_quota_with_usage(monkeypatch, api_url):
+    at = show(app_against(monkeypatch, api_url), "Teams")
+    next(b for b in at.selectbox if b.label == "Team").set_value("nlp").run()
+    models = next(b for b in at.selectbox if b.label == "GPU model")
+    assert "H100" in models.options
+    models.set_value("H100").run()
+    assert not at.exception and any("Quota vs usage per GPU model" in m.value for m in at.markdown)
 
 
 def test_the_nodes_page_has_the_gpu_inventory_and_a_heatmap(monkeypatch, api_url):
@@ -217,6 +246,49 @@ def test_dashboard_in_headless_chromium(api_url, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (CI installs it)")
+def test_an_admin_accepts_advice_in_headless_chromium(sim_store):
+    """The Accept button in a real browser records the decision through the API with the server's token."""
+    from playwright.sync_api import sync_playwright
+
+    from gpuledger.policies.recommendation import stored
+    from tests.conftest import SITE
+    server = ApiServer(sim_store, SITE, port=0, token="browser-t0k")
+    url = server.start()
+    proc, dash = start_dashboard(url, port=_free_port(), token="browser-t0k")
+    try:
+        before = {r.id for r in stored(sim_store) if r.status == "accepted"}
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(dash)
+            page.get_by_role("tab", name="Recommendations").click(timeout=90_000)
+            page.get_by_text("Decision history").wait_for(state="visible", timeout=60_000)
+            advice = page.get_by_test_id("stExpander")
+            if advice.count() == 0:
+                pytest.skip("no recommendation to decide on the simulated cluster")
+            buttons = page.get_by_role("button", name="Accept")
+            for k in range(min(advice.count(), 20)):  # open advice, most valuable first, until one is undecided
+                advice.nth(k).locator("summary").click()
+                try:
+                    buttons.first.wait_for(state="visible", timeout=3_000)
+                    break
+                except Exception:  # noqa: BLE001 - decided already (another test accepted it): the next one
+                    continue
+            if buttons.count() == 0:
+                pytest.skip("no proposed recommendation to decide on the simulated cluster")
+            buttons.first.click()
+            page.get_by_text(re.compile(r"^accepted [0-9a-f]{12}$")).wait_for(state="visible", timeout=60_000)
+            browser.close()
+        after = {r.id for r in stored(sim_store) if r.status == "accepted" and r.decided_by == "dashboard"}
+        assert after - before
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        server.stop()
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),

@@ -67,12 +67,26 @@ class UtilizationPoint(SeriesPoint):
     total_gpus: float = Field(description="average GPUs present (MIG instances as fractions)")
 
 
+class TeamQuota(BaseModel):
+    gpu_model: str
+    guarantee_gpus: float | None = Field(description="GPUs promised to the team (reclaimed from others when asked)")
+    limit_gpus: float | None = Field(description="the most it may hold, borrowing idle GPUs")
+
+
+class ModelPoint(BaseModel):
+    bucket: datetime
+    gpu_model: str
+    allocated_gpus: float = Field(description="the team's average concurrent GPUs of this model")
+
+
 class TeamUsage(BaseModel):
     team: str
     window: Window
     totals: UsageTotals
     by_model: list[ModelCost]
     series: list[SeriesPoint]
+    quotas: list[TeamQuota] = Field(description="its guarantee and limit per GPU model, as in force")
+    model_series: list[ModelPoint] = Field(description="its allocated GPUs per bucket and model, against quotas")
 
 
 class Rate(BaseModel):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from gpuledger.analytics.cost import cost_by_team_and_model
 from gpuledger.analytics.records import json_safe, records
-from gpuledger.analytics.usage import cluster_utilization, team_usage, team_usage_series
+from gpuledger.analytics.usage import cluster_utilization, team_model_series, team_usage, team_usage_series
 from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Team, TeamUsage, UtilizationPoint
 
@@ -25,7 +25,8 @@ def teams(store: StoreDep) -> list[dict]:
 @router.get("/v1/teams/{team}/usage", response_model=TeamUsage)
 def usage(team: str, store: StoreDep, days: float = Days, end: datetime | None = End,
           bucket_minutes: int = BucketMinutes) -> dict:
-    """One team's allocated and used GPU-hours, cost per GPU model, and a time series of its GPUs."""
+    """One team's allocated and used GPU-hours, cost per GPU model, a time series of its GPUs, and per GPU model
+    its guarantee and limit next to the GPUs it held over time."""
     if team not in store.teams():
         raise HTTPException(status_code=404, detail=f"unknown team {team!r}; see /v1/teams")
     start, stop, span = window(days, end)
@@ -34,8 +35,11 @@ def usage(team: str, store: StoreDep, days: float = Days, end: datetime | None =
     row = totals.iloc[0].to_dict() if not totals.empty else {
         "team": team, "allocated_gpu_hours": 0.0, "used_gpu_hours": 0.0, "jobs": 0, "efficiency": 0.0}
     row["cost_usd"] = float(models["cost_usd"].sum()) if not models.empty else 0.0
+    quotas = store.team_quotas()
     return {"team": team, "window": span, "totals": json_safe(row), "by_model": records(models),
-            "series": records(team_usage_series(store, start, stop, team, bucket_minutes))}
+            "series": records(team_usage_series(store, start, stop, team, bucket_minutes)),
+            "quotas": records(quotas[quotas["team"] == team].drop(columns="team")),
+            "model_series": records(team_model_series(store, start, stop, team, bucket_minutes))}
 
 
 @router.get("/v1/cluster/utilization", response_model=list[UtilizationPoint])
