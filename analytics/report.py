@@ -16,6 +16,7 @@ import pandas as pd
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.usage import cluster_utilization
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
@@ -143,6 +144,30 @@ def _cost_chart(daily: pd.DataFrame, width: int = 720, height: int = 260) -> str
     return "".join(parts) + "</svg>"
 
 
+def _utilisation_chart(series: pd.DataFrame, width: int = 720, height: int = 200) -> str:
+    """GPUs present, allocated and busy (average concurrent) over the week, as inline SVG lines."""
+    if series.empty:
+        return "<p><em>No data in this window.</em></p>"
+    left, plot_h = 60, height - 40
+    top = float(series["total_gpus"].max()) or 1.0
+    step = (width - left - 10) / max(len(series) - 1, 1)
+    lines = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 30}" role="img" '
+             f'aria-label="GPUs present, allocated and busy">', f'<text x="5" y="15" font-size="11">{top:,.0f}</text>',
+             f'<line x1="{left}" y1="{10 + plot_h}" x2="{width - 10}" y2="{10 + plot_h}" stroke="#999"/>']
+    for j, (column, label) in enumerate((("total_gpus", "present"), ("allocated_gpus", "allocated"),
+                                         ("used_gpus", "busy (utilisation-weighted)"))):
+        points = " ".join(f"{left + i * step:.1f},{10 + plot_h - v / top * plot_h:.1f}"
+                          for i, v in enumerate(series[column].fillna(0.0)))
+        lines.append(f'<polyline fill="none" stroke="{PALETTE[j]}" stroke-width="1.5" points="{points}"/>')
+        lines.append(f'<rect x="{left + 170 * j}" y="{height + 8}" width="12" height="12" fill="{PALETTE[j]}"/>'
+                     f'<text x="{left + 170 * j + 18}" y="{height + 19}" font-size="12">{label}</text>')
+    first, last = series["bucket"].iloc[0], series["bucket"].iloc[-1]
+    lines.append(f'<text x="{left}" y="{height - 12}" font-size="11">{pd.Timestamp(first):%a %d %H:%M}</text>'
+                 f'<text x="{width - 10}" y="{height - 12}" font-size="11" text-anchor="end">'
+                 f'{pd.Timestamp(last):%a %d %H:%M}</text>')
+    return "".join(lines) + "</svg>"
+
+
 def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start: datetime, end: datetime,
                         label: str, recommendations: list[dict] | None = None) -> ReportFiles:
     out = Path(out_dir) / label
@@ -185,6 +210,8 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
 Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${idle_cost:,.2f}</strong>.</p>
 <h2>Cost per day</h2>
 {chart}
+<h2>GPUs present, allocated and busy</h2>
+{_utilisation_chart(cluster_utilization(store, start, end, 60))}
 <h2>Cost per team</h2>
 {_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "cost_usd", "cost_prev_week_usd",
                  "cost_change", "idle_gpu_hours", "idle_cost_usd", "unpriced_gpu_hours"]],

@@ -485,6 +485,19 @@ with tab_recs:
                 """$ per week freed or granted, where the evidence says it."""
                 return float(r["evidence"].get("effect_usd_per_week") or 0.0)
 
+            def change(r: dict) -> str:
+                """Current → proposed, in GPUs, where the advice says both."""
+                action = r["action"]
+                if r["kind"] == "quota":
+                    was = action.get("current_guarantee_gpus")
+                    was = "none" if was is None else f"{was:g}"
+                    return f"guarantee {was} → {action.get('guarantee_gpus', 0):g}, limit {action.get('limit_gpus')}"
+                if r["kind"] == "reclaim":
+                    return f"{action.get('gpus')} GPU(s) held idle → 0"
+                if r["kind"] == "resize":
+                    return f"{action.get('from')} → {action.get('move_to')}"
+                return ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in action.items() if not isinstance(v, list))
+
             ranked = sorted(recs, key=impact, reverse=True)
             table = pd.DataFrame(
                 [
@@ -495,6 +508,7 @@ with tab_recs:
                         "team": owner_label(r["team"]),
                         "GPU model": r.get("gpu_model"),
                         "job": r.get("job_id"),
+                        "change": change(r),
                         "$ per week": impact(r) or None,
                         "reason": r["reason"],
                     }

@@ -65,8 +65,10 @@ def test_report_has_a_chart_week_over_week_and_idle_rows_per_job(sim_store, tmp_
     files = weekly_report(sim_store, Config(), tmp_path, week)
     page = files.html.read_text()
     svg = page.split("<svg")[1].split("</svg>")[0]
-    assert page.count("<svg") == 1 and "cost per day by team" in svg and "<rect" in svg
-    assert "href" not in svg and "src=" not in page and "<script" not in page  # nothing to fetch, nothing to run
+    utilisation = page.split("<svg")[2].split("</svg>")[0]
+    assert page.count("<svg") == 2 and "cost per day by team" in svg and "<rect" in svg
+    assert "GPUs present, allocated and busy" in utilisation and utilisation.count("<polyline") == 3
+    assert "href" not in svg + utilisation and "src=" not in page and "<script" not in page  # nothing to fetch
     summary = list(csv.DictReader(files.summary_csv.open()))
     assert {"cost_prev_week_usd", "cost_change"} <= set(summary[0])
     efficiency = [float(r["efficiency"]) for r in summary if r["team"] == "nlp"][0]
