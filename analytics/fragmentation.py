@@ -19,12 +19,14 @@ recent jobs' shapes; GPU telemetry does not see CPU or memory, so there only GPU
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+
+from gpuledger.analytics.windows import utc_now
 
 if TYPE_CHECKING:
     from gpuledger.analytics.store import Store
@@ -84,12 +86,7 @@ class NodeArrays:
     mem_free: np.ndarray  # (N,) MiB
     gpu_free: np.ndarray  # (N, G) milli-GPU per slot
     gpu_count: np.ndarray  # (N,) GPUs the node has
-    cpu_total: np.ndarray = field(default=None)  # type: ignore[assignment]
     gpu_ids: list[list[str]] | None = None  # per node, what each slot is (GPU index and UUID), when known
-
-    def __post_init__(self) -> None:
-        if self.cpu_total is None:
-            self.cpu_total = self.cpu_free.copy()
 
 
 def _access(models: np.ndarray, shapes: Sequence[TaskShape]) -> np.ndarray:
@@ -120,31 +117,6 @@ def fragmentation(gpu_free: np.ndarray, cpu_free: np.ndarray, models: np.ndarray
             & (demand[None, :] > 0))
     per_shape = np.where(fits, too_small, idle[:, None])
     return per_shape @ p
-
-
-@dataclass(frozen=True)
-class FragReport:
-    """The cluster's fragmentation: amount (milli-GPU), idle GPU, capacity, and the shares an admin reads."""
-    frag_milli: float
-    idle_milli: float
-    capacity_milli: float
-
-    @property
-    def share_of_capacity(self) -> float:
-        return self.frag_milli / self.capacity_milli if self.capacity_milli else 0.0
-
-    @property
-    def share_of_idle(self) -> float:
-        return self.frag_milli / self.idle_milli if self.idle_milli else 0.0
-
-
-def cluster_fragmentation(nodes: NodeArrays, workload: Workload) -> tuple[np.ndarray, FragReport]:
-    """Per-node F_n(M) and the cluster's report."""
-    per_node = fragmentation(nodes.gpu_free, nodes.cpu_free, nodes.model, workload)
-    capacity = float(nodes.gpu_count.sum() * MILLI)
-    return per_node, FragReport(float(per_node.sum()), float(nodes.gpu_free.sum()), capacity)
-
-
 
 
 # --- the store's side: allocation state, the workload of recent jobs, history -----------------------------------
@@ -212,6 +184,16 @@ def recent_workload(store: "Store", start: datetime, end: datetime, coverage: fl
         milli = int(min(MILLI, max(10, round((fraction or 1.0) * 100) * 10)))
         shapes.append(TaskShape(0, milli, int(gpus) if milli == MILLI else 1))
     return Workload.typical(shapes, coverage)
+
+
+def current_state(store: "Store", end: datetime | None, days: float) -> tuple[datetime, NodeArrays, Workload | None]:
+    """The allocation state and the workload of the `days` before it, read at `end` (default now), or just after
+    the newest sample when that is earlier: a store that stopped receiving shows its last state."""
+    at = end or utc_now()
+    latest = store.latest_ts()
+    if latest is not None:
+        at = min(at, latest + timedelta(microseconds=1))
+    return at, allocation_state(store, at), recent_workload(store, at - timedelta(days=days), at)
 
 
 def node_report(nodes: NodeArrays, workload: Workload) -> pd.DataFrame:

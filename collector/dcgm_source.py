@@ -18,7 +18,7 @@ from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model, vgpu_share
 from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.prom_text import ParseResult, PromTextParser
-from gpuledger.collector.samples import SAMPLE_SCHEMA, rows_to_table
+from gpuledger.collector.samples import HEALTH_COLUMNS, SAMPLE_SCHEMA, rows_to_table
 from gpuledger.collector.source import SourceError
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,8 @@ FIELD_COLUMNS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("row_remap_failed", 1.0),
 }
 
-# health columns that are whole numbers (pages carry floats); row_remap_failed is a flag
-_INTEGER_COLUMNS = ("xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total", "remapped_rows_corr",
-                    "remapped_rows_uncorr")
+# pages carry every value as a float: health readings are stored as the sample schema types them (counts, a flag)
+_HEALTH_TYPES = {c: bool if pa.types.is_boolean(SAMPLE_SCHEMA.field(c).type) else int for c in HEALTH_COLUMNS}
 
 # Fields in dcgm-exporter's default counter set that we read past on purpose (not "unknown").
 KNOWN_UNUSED = frozenset(
@@ -265,11 +264,9 @@ class DcgmPageConverter:
             kbps = row.pop(f"_pcie_{direction}_kbps", None)
             if row.get(f"pcie_{direction}_bps") is None:
                 row[f"pcie_{direction}_bps"] = kbps
-        for column in _INTEGER_COLUMNS:
+        for column, kind in _HEALTH_TYPES.items():
             if row.get(column) is not None:
-                row[column] = int(row[column])
-        if row.get("row_remap_failed") is not None:
-            row["row_remap_failed"] = bool(row["row_remap_failed"])
+                row[column] = kind(row[column])
         parts = [row.get(c) for c in ("mem_used_mib", "mem_free_mib", "mem_reserved_mib")]
         if parts[0] is not None and parts[1] is not None:
             row["mem_total_mib"] = sum(p for p in parts if p is not None)

@@ -70,10 +70,12 @@ SAMPLE_SCHEMA = pa.schema(
     ]
 )
 
+# the health readings above: sources read them as numbers, the store derives events from their changes
+HEALTH_COLUMNS = ("xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total", "remapped_rows_corr",
+                  "remapped_rows_uncorr", "row_remap_failed")
 # Columns added after agents were already in the field: a batch from an older agent (or its spool) lacks them, and
 # the store fills them with nulls rather than refusing the batch.
-ADDED_COLUMNS = frozenset({"nvlink_bps", "xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total",
-                           "remapped_rows_corr", "remapped_rows_uncorr", "row_remap_failed"})
+ADDED_COLUMNS = frozenset({"nvlink_bps", *HEALTH_COLUMNS})
 
 
 PROCESS_SCHEMA = pa.schema(

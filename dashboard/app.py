@@ -166,9 +166,6 @@ tab_util, tab_teams, tab_jobs, tab_cost, tab_fair, tab_recs, tab_health, tab_nod
     key="page",
 )
 MONEY = st.column_config.NumberColumn(format="$%.2f")
-HOURS = st.column_config.NumberColumn(format="%.1f")
-PCT = st.column_config.NumberColumn(format="%.0f%%")
-SHARE = st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")
 WHEN = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")
 # how every money, hour, share and time column is shown, by the API's column names
 READABLE = {
@@ -189,6 +186,7 @@ READABLE = {
     "end_ts": WHEN,
     "first_ts": WHEN,
     "last_ts": WHEN,
+    "idle_share": st.column_config.ProgressColumn("idle share", min_value=0.0, max_value=1.0, format="percent"),
     "job_id": "job",
     "fits": "fits in",
     "idle_stretches": "idle stretches",
@@ -239,13 +237,10 @@ with tab_util:
                 hide_index=True,
                 width="stretch",
                 column_config={
+                    **READABLE,
                     "idle_gpu_hours": st.column_config.NumberColumn(
                         "idle GPU-hours", format="%.1f", help=GLOSSARY["idle allocation"]
                     ),
-                    "idle_cost_usd": st.column_config.NumberColumn("idle cost", format="$%.2f"),
-                    "idle_stretches": "idle stretches",
-                    "oversized_jobs": "oversized jobs",
-                    "oversized_gpu_hours": st.column_config.NumberColumn("oversized GPU-hours", format="%.1f"),
                 },
             )
         st.subheader("Cluster utilization over time")
@@ -321,7 +316,7 @@ with tab_teams:
                 frame(usage["by_model"]),
                 hide_index=True,
                 width="stretch",
-                column_config={"cost_usd": MONEY, "gpu_hours": HOURS, "usd_per_gpu_hour": MONEY},
+                column_config=READABLE,
             )
             st.markdown("**Jobs**")
             st.dataframe(
@@ -329,15 +324,7 @@ with tab_teams:
                 hide_index=True,
                 width="stretch",
                 column_order=JOB_COLUMNS,
-                column_config={
-                    "first_ts": WHEN,
-                    "last_ts": WHEN,
-                    "cost_usd": MONEY,
-                    "gpu_hours": HOURS,
-                    "mean_util_pct": PCT,
-                    "p95_util_pct": PCT,
-                    "idle_share": SHARE,
-                },
+                column_config=READABLE,
             )
             theirs = [r for r in recs if r["team"] == chosen]
             st.markdown(f"**Recommendations** ({len(theirs)})")
@@ -368,18 +355,7 @@ with tab_jobs:
                 hide_index=True,
                 width="stretch",
                 column_order=JOB_COLUMNS,
-                column_config={
-                    "job_id": "job",
-                    "cost_usd": MONEY,
-                    "gpu_hours": HOURS,
-                    "mean_util_pct": PCT,
-                    "first_ts": WHEN,
-                    "last_ts": WHEN,
-                    "p95_util_pct": PCT,
-                    "idle_share": SHARE,
-                    "peak_mem_mib": st.column_config.NumberColumn("peak memory (MiB)", format="%.0f"),
-                    "mem_total_mib": st.column_config.NumberColumn("card memory (MiB)", format="%.0f"),
-                },
+                column_config=READABLE,
             )
 
 with tab_cost:

@@ -42,16 +42,22 @@ def _check_is_demo_db(path: Path) -> None:
         raise DemoError(f"{path} is not a gpuledger demo database; refusing to overwrite it. Use another --db.")
 
 
-def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s: float,
-                     echo=print) -> tuple[Store, ClusterSimulator]:
+def _fresh_demo_store(path: Path, config: Config) -> Store:
+    """The demo's database rebuilt from nothing (only over a file the demo made), marked and priced."""
     _check_is_demo_db(path)
     for stale in (path, path.with_name(path.name + ".wal")):
         stale.unlink(missing_ok=True)
-    now = utc_now()
-    sim = default_simulator(days=days, seed=seed, now=now)
     store = Store(path)
     store.set_meta(DEMO_MARK, "true")
     store.set_rates(config.rates)
+    return store
+
+
+def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s: float,
+                     echo=print) -> tuple[Store, ClusterSimulator]:
+    store = _fresh_demo_store(path, config)  # refuses a database it did not make before simulating anything
+    now = utc_now()
+    sim = default_simulator(days=days, seed=seed, now=now)
     store.upsert_teams(sim.team_frame())  # the simulated site's teams, then the config's over them
     store.set_team_quotas(sim.quota_frame())
     if config.teams:
@@ -73,12 +79,7 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
 def build_trace_store(path: Path, config: Config, trace: str, data: Path | None, echo=print) -> Store:
     """A demo database holding a public trace's history instead of the simulator's."""
     from gpuledger.deploy.trace_import import import_trace
-    _check_is_demo_db(path)
-    for stale in (path, path.with_name(path.name + ".wal")):
-        stale.unlink(missing_ok=True)
-    store = Store(path)
-    store.set_meta(DEMO_MARK, "true")
-    store.set_rates(config.rates)
+    store = _fresh_demo_store(path, config)
     import_trace(store, trace, data, echo=echo)
     return store
 

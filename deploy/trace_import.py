@@ -6,7 +6,7 @@ of; this module streams them into the store, folds the rollups and records the f
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -34,15 +34,16 @@ def default_path(trace: str) -> Path:
 
 
 def import_trace(store: Store, trace: str, path: Path | None = None, days: float | None = None,
-                 echo: Callable[[str], None] = print) -> dict[str, int]:
-    """Read `trace` from `path` and store it: samples (with progress), jobs, quotas, rollups, fragmentation."""
+                 echo: Callable[[str], None] = print, end: datetime | None = None) -> dict[str, int]:
+    """Read `trace` from `path` and store it: samples (with progress), jobs, quotas, rollups, fragmentation. The
+    trace is moved to end at `end` (default: now, to the hour)."""
     if trace not in TRACES:
         raise InputError(f"unknown trace {trace!r}; one of {', '.join(TRACES)}")
     reader, _, default_days = TRACES[trace]
     path = Path(path) if path else default_path(trace)
     if not path.exists():
         raise InputError(f"{path} not found: give the trace's folder (see ../shared/traces/{TRACES[trace][1]})")
-    imported = reader(path, days=days if days is not None else default_days)
+    imported = reader(path, days=days if days is not None else default_days, end=end)
     tables = list(imported.samples)
     echo(f"  {trace}: {sum(t.num_rows for t in tables):,} samples read")
     # one append in time order: a store folds as it goes, and rows landing in minutes already folded are refolded

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuledger.analytics.fragmentation import NodeArrays, TaskShape, Workload, cluster_fragmentation, fragmentation
+from gpuledger.analytics.fragmentation import NodeArrays, TaskShape, Workload, fragmentation, node_report
 from gpuledger.collector.traces.openb import load_nodes, load_tasks
 from gpuledger.policies.placers import ClusterState, Task, make_placer
 from gpuledger.policies.replay import arrival_order, replay
@@ -56,9 +56,9 @@ def test_the_target_workload_keeps_the_common_shapes_up_to_the_coverage():
     workload = Workload.typical(tasks, 0.95)
     assert workload.shapes == (SHARE_HALF, WHOLE, CPU_ONLY)  # 96 of 100 covers 95%: the 8-GPU shape is left out
     assert workload.popularity == pytest.approx((60 / 96, 30 / 96, 6 / 96))
-    _, report = cluster_fragmentation(nodes([1000, 1000], [200]), workload)
-    assert report.capacity_milli == 3000 and report.idle_milli == 2200
-    assert report.frag_milli == pytest.approx(200 * (90 / 96) + 2200 * (6 / 96))
+    report = node_report(nodes([1000, 1000], [200]), workload)
+    assert report["gpus"].sum() == 3 and report["idle_gpus"].sum() == pytest.approx(2.2)
+    assert report["fragmented_gpus"].sum() * 1000 == pytest.approx(200 * (90 / 96) + 2200 * (6 / 96))
 
 
 def test_fgd_puts_a_shared_task_where_fragmentation_grows_least():

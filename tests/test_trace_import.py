@@ -18,19 +18,12 @@ ALL = (END - timedelta(days=400), END + timedelta(days=1))
 
 
 @pytest.fixture
-def load(tmp_path, monkeypatch):
-    """Import a trace into a DuckDB file, with its end pinned to END (the readers end traces at 'now' by default).
-    The store's own behaviour on both backends is covered elsewhere; these check the readers' totals."""
-    from gpuledger.collector.traces import history
-    real = history.shift_to
-    monkeypatch.setattr(history, "shift_to", lambda last, end=None: real(last, END))
-    for module in ("openb", "philly", "genai", "helios"):
-        monkeypatch.setattr(f"gpuledger.collector.traces.{module}.shift_to", lambda last, end=None: real(last, END),
-                            raising=False)
-
+def load(tmp_path):
+    """Import a trace into a DuckDB file, ending at END (the readers end traces at 'now' by default). The store's
+    own behaviour on both backends is covered elsewhere; these check the readers' totals."""
     def run(trace: str, days: float | None = None):
         store = Store(tmp_path / f"{trace}.duckdb")
-        counts = import_trace(store, trace, default_path(trace), days, echo=lambda _: None)
+        counts = import_trace(store, trace, default_path(trace), days, echo=lambda _: None, end=END)
         return store, counts
     return run
 

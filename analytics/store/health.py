@@ -14,6 +14,7 @@ does not (nothing says when it rose). Throttling counts as a new event only afte
 from __future__ import annotations
 
 from gpuledger.collector.gpu_health import COUNTER_KINDS, ROW_REMAP_FAILURE, THROTTLE_KINDS, XID
+from gpuledger.collector.samples import HEALTH_COLUMNS
 
 LOOKBACK_MIN = 15
 # throttling flaps from one reading to the next: a new throttle event needs its bits clear this long before
@@ -26,9 +27,6 @@ DDL = [
     kind VARCHAR NOT NULL, code BIGINT, increase BIGINT, job_id VARCHAR, team VARCHAR, "user" VARCHAR,
     namespace VARCHAR, pod VARCHAR)""",
 ]
-
-_HEALTH_COLUMNS = ("xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total", "remapped_rows_corr",
-                   "remapped_rows_uncorr", "row_remap_failed")
 
 # one SELECT per kind of event over `changes` (a GPU's reading beside its previous one, p_*)
 _KINDS = [
@@ -53,10 +51,10 @@ WITH per_gpu AS (  -- one reading per GPU and instant: a shared or MIG-split GPU
                FILTER (WHERE allocated AND job_id IS NOT NULL) AS holders
     FROM samples
     WHERE ts >= $lo - {LOOKBACK} AND ts < $hi AND ($node IS NULL OR node = $node)
-      AND ({' OR '.join(f'{c} IS NOT NULL' for c in _HEALTH_COLUMNS)})
+      AND ({' OR '.join(f'{c} IS NOT NULL' for c in HEALTH_COLUMNS)})
     GROUP BY ts, node, gpu_uuid
 ), changes AS (
-    SELECT *, {', '.join(f'lag({c}) OVER w AS p_{c}' for c in _HEALTH_COLUMNS)},
+    SELECT *, {', '.join(f'lag({c}) OVER w AS p_{c}' for c in HEALTH_COLUMNS)},
            bit_or(throttle_reasons) OVER (w RANGE BETWEEN INTERVAL {SETTLE_MIN} MINUTE PRECEDING
                                             AND INTERVAL 1 MICROSECOND PRECEDING) AS recent_throttle
     FROM per_gpu WINDOW w AS (PARTITION BY node, gpu_uuid ORDER BY ts)

@@ -80,12 +80,7 @@ class StoreGauges(Collector):
 def _fragmentation(store: Store, end: datetime) -> list[GaugeMetricFamily]:
     """Fragmented GPUs (FGD) at the newest samples, per node and in all, against the last week's jobs; nothing
     before there is data."""
-    latest = store.latest_ts()
-    if latest is None:
-        return []
-    end = min(end, latest + timedelta(microseconds=1))
-    nodes = frag.allocation_state(store, end)
-    workload = frag.recent_workload(store, end - timedelta(days=7), end)
+    _, nodes, workload = frag.current_state(store, end, days=7)
     if workload is None or not nodes.names:
         return []
     report = frag.node_report(nodes, workload)

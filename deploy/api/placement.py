@@ -6,14 +6,12 @@ a scheduler applies its own CPU and memory filters to the nodes it gets back.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from fastapi import APIRouter, HTTPException
 
 from gpuledger.analytics import fragmentation as frag
 from gpuledger.analytics.records import records
-from gpuledger.analytics.store import Store
-from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.gpu_catalog import mig_fraction, model_for_profile
 from gpuledger.deploy.api.deps import Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, PlacementRequest
@@ -23,17 +21,12 @@ from gpuledger.policies.placers.fgd import rank
 router = APIRouter(tags=["placement"])
 
 
-def _state(store: Store, end: datetime | None, days: float) -> tuple[datetime, frag.NodeArrays, frag.Workload | None]:
-    at = min(end or utc_now(), (store.latest_ts() or utc_now()) + timedelta(microseconds=1))
-    return at, frag.allocation_state(store, at), frag.recent_workload(store, at - timedelta(days=days), at)
-
-
 @router.get("/v1/fragmentation", response_model=Fragmentation)
 def fragmentation(store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
     """How much idle GPU the typical job of the window cannot use, per node and in all, what it costs per day at
     the rate card, and its recorded history over the window."""
     start, stop, _ = window(days, end)
-    at, nodes, workload = _state(store, end, days)
+    at, nodes, workload = frag.current_state(store, end, days)
     hist = records(frag.history(store, start, stop))
     empty = {"at": at, "workload": [], "gpus": float(nodes.gpu_count.sum()), "idle_gpus": 0.0,
              "fragmented_gpus": 0.0, "fragmented_share_of_idle": 0.0, "fragmented_share_of_capacity": 0.0,
@@ -73,7 +66,7 @@ def placement(request: PlacementRequest, store: StoreDep, days: float = Days) ->
     elif request.mig_profile:
         model = (request.gpu_model or [None])[0] or model_for_profile(request.mig_profile) or ""
         milli = round(mig_fraction(model, request.mig_profile) * 1000)
-    at, nodes, workload = _state(store, None, days)
+    at, nodes, workload = frag.current_state(store, None, days)
     answer = {"at": at, "request_gpu_milli": milli, "candidates": [], "feasible": 0}
     if not nodes.names:
         return {**answer, "reason": "no node has reported in the last 10 minutes"}

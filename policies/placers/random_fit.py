@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuledger.analytics.fragmentation import MILLI
-from gpuledger.policies.placers.base import ClusterState, Placement, Task
+from gpuledger.policies.placers.base import ClusterState, Placement, Task, best_fit_slot
 
 
 class RandomPlacer:
@@ -19,9 +19,6 @@ class RandomPlacer:
             return None
         node = int(self.rng.choice(rows))
         shape, free = task.shape, state.gpu_free[node]
-        if not shape.gpus:
-            return Placement(node, ())
-        fitting = np.nonzero(free >= shape.gpu_milli)[0]
         if shape.gpus == 1 and shape.gpu_milli < MILLI:
-            return Placement(node, (int(self.rng.choice(fitting)),))
-        return Placement(node, tuple(int(i) for i in fitting[:shape.gpus]))
+            return Placement(node, (int(self.rng.choice(np.nonzero(free >= shape.gpu_milli)[0])),))
+        return Placement(node, best_fit_slot(free, shape))  # whole GPUs: the first free ones, as every policy
