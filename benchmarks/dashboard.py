@@ -45,7 +45,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
     with tempfile.TemporaryDirectory() as tmp:
         store, _ = build_demo_store(Path(tmp) / "demo.duckdb", Config(), args.days, 7, 60.0, echo=lambda _: None)
-        api = ApiServer(store, Config(), port=0, token="bench")
+        api = ApiServer(store, Config(), port=0, token="bench", open_reads=True)
         url = api.start()
         baseline = []
         for _ in range(5):

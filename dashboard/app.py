@@ -11,7 +11,15 @@ import pandas as pd
 import streamlit as st
 
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
-from gpuledger.dashboard.client import ApiUnavailable, admin_token, api_base, frame, get_json, post_decision
+from gpuledger.dashboard.client import (
+    ApiUnavailable,
+    NeedsToken,
+    api_base,
+    deployment_token,
+    frame,
+    get_json,
+    post_decision,
+)
 
 FAIRSHARE_TITLES = {
     "slurm_classic": "Slurm classic, F = 2^(-U/S): 0.5 = used exactly its share, lower = over-served",
@@ -30,13 +38,29 @@ BASE = api_base()
 
 @st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
 def fetch(base: str, path: str, **params):
-    return get_json(base, path, **params)
+    return get_json(base, path, TOKEN, **params)
 
 
 st.title("gpuledger — GPU usage, cost and fairness")
 days = st.sidebar.slider("Window (days)", min_value=1, max_value=14, value=7)
 bucket = st.sidebar.selectbox("Utilisation bucket (minutes)", [15, 60, 240], index=1)
 st.sidebar.caption(f"API: {BASE}")
+signed_in = st.sidebar.text_input(
+    "API token",
+    type="password",
+    key="token",
+    help="An admin, reader or team token (`gpuledger token create`). Empty: the dashboard's own token, if any.",
+)
+TOKEN = signed_in or deployment_token()
+try:
+    WHO = get_json(BASE, "/v1/whoami", TOKEN)
+except NeedsToken as exc:
+    st.error(f"That token is not accepted: {exc}")
+    st.stop()
+except ApiUnavailable as exc:
+    st.error(str(exc))
+    st.stop()
+st.sidebar.caption(f"Signed in as {WHO['actor']} ({WHO['role']})")
 if st.sidebar.button("Refresh"):
     st.cache_data.clear()
 
@@ -65,10 +89,10 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
 
 
 @st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
-def fetch_batch(base: str, batch: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...]) -> dict:
+def fetch_batch(base: str, token: str | None, batch: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...]) -> dict:
     """Calls at once: the API serves reads concurrently, so a page costs its slowest call, not their sum."""
     with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = {name: pool.submit(get_json, base, path, **dict(params)) for name, path, params in batch}
+        futures = {name: pool.submit(get_json, base, path, token, **dict(params)) for name, path, params in batch}
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -79,7 +103,10 @@ CALLS = calls(days, bucket, END)
 def get(*names: str) -> dict:
     """The named calls' answers (one batch, cached); an unreachable API stops the page with its reason."""
     try:
-        return fetch_batch(BASE, tuple((n, CALLS[n][0], tuple(sorted(CALLS[n][1].items()))) for n in names))
+        return fetch_batch(BASE, TOKEN, tuple((n, CALLS[n][0], tuple(sorted(CALLS[n][1].items()))) for n in names))
+    except NeedsToken as exc:
+        st.warning(f"Sign in with a token in the sidebar to see this page ({exc}).")
+        st.stop()
     except ApiUnavailable as exc:
         st.error(str(exc))
         st.stop()
@@ -492,9 +519,9 @@ with tab_recs:
                 ]
             )
             st.dataframe(table, hide_index=True, width="stretch", column_config={"$ per week": MONEY})
-            token = admin_token()
+            token = TOKEN if WHO["may_decide"] else None
             if not token:
-                st.caption("Start the dashboard with the server's token (GPULEDGER_TOKEN) to decide here.")
+                st.caption("Sign in with an admin token (sidebar) to accept or reject advice here.")
             for r in ranked[:20]:
                 with st.expander(f"{r['kind']}: {r['reason']}"):
                     st.markdown("  \n".join(f"**{k.replace('_', ' ')}**: {v}" for k, v in r["action"].items()))

@@ -16,18 +16,28 @@ def api_base() -> str:
     return os.environ.get("GPULEDGER_API", "http://127.0.0.1:8080").rstrip("/")
 
 
-def get_json(base: str, path: str, **params: Any) -> Any:
+class NeedsToken(ApiUnavailable):
+    """The API refused the call for want of a (better) token: 401 or 403."""
+
+
+def _auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def get_json(base: str, path: str, token: str | None = None, **params: Any) -> Any:
     try:
-        response = requests.get(f"{base}{path}", params=params, timeout=60)
+        response = requests.get(f"{base}{path}", params=params, timeout=60, headers=_auth(token))
     except requests.RequestException as exc:
         raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
+    if response.status_code in (401, 403):
+        raise NeedsToken(f"{path}: {response.json().get('detail', response.text[:300])}")
     if not response.ok:
         raise ApiUnavailable(f"{base}{path} answered {response.status_code}: {response.text[:300]}")
     return response.json()
 
 
-def admin_token() -> str | None:
-    """The token decisions need (the server's), when the dashboard was started with one."""
+def deployment_token() -> str | None:
+    """The token the dashboard was started with (GPULEDGER_TOKEN): what it reads with until someone signs in."""
     return os.environ.get("GPULEDGER_TOKEN") or None
 
 
@@ -36,7 +46,7 @@ def post_decision(base: str, rec_id: str, decision: str, by: str, token: str, no
     try:
         response = requests.post(f"{base}/v1/recommendations/{rec_id}/decision", timeout=60,
                                  json={"decision": decision, "by": by, "note": note},
-                                 headers={"Authorization": f"Bearer {token}"})
+                                 headers=_auth(token))
     except requests.RequestException as exc:
         raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
     if not response.ok:

@@ -9,7 +9,7 @@ import socket
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from gpuledger.analytics.config import Config, load_config
 from gpuledger.analytics.store import Store, StoreError, lake
@@ -39,7 +39,7 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
 
 
-READERS = ("report", "recommend", "decide", "emit", "compact")  # commands that use a database that exists
+READERS = ("report", "recommend", "decide", "emit", "compact", "audit")  # commands that use a database that exists
 
 
 def _store_spec(text: str) -> Path | str:
@@ -125,8 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8080)
     serve.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
     serve.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
-                       help="bearer token agents must send to push batches (default $GPULEDGER_TOKEN; "
-                            "without one the server accepts no pushes)")
+                       help="bootstrap admin token, never stored (default $GPULEDGER_TOKEN): make real tokens with "
+                            "it (`gpuledger token create --server URL`), then give agents agent:<node> tokens")
+    serve.add_argument("--open-reads", action="store_true",
+                       help="answer reads without a token (default: reads need an admin, reader or team token)")
+    serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS with this certificate (chain)")
+    serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
     serve.add_argument("--node", help=NODE_HELP)
     serve.add_argument("--read-only", action="store_true",
                        help="an API replica of a DuckLake catalog another server writes: reads only, no source, no "
@@ -141,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--config", type=Path, help="TOML config (attribution rules)")
     agent.add_argument("--server", required=True, help="central server URL, e.g. http://gpuledger:8080")
     agent.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
-                       help="bearer token for the server (default $GPULEDGER_TOKEN)")
+                       help="the node's agent:<node> token (default $GPULEDGER_TOKEN)")
+    agent.add_argument("--ca", type=Path, metavar="PEM",
+                       help="verify an https:// server against this CA certificate (default: the system's CAs)")
     agent.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(),
                        help="node name (default $NODE_NAME, which a DaemonSet sets to the pod's node from the "
                             "downward API, else the hostname; in a pod the hostname is the pod's name)")
@@ -251,6 +257,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help="inflate the tasks to this share of GPU capacity (default 1.3)")
     replay.add_argument("--json", action="store_true", help="print the whole result as JSON instead of a table")
 
+    token = sub.add_parser("token", help="make, list and revoke API tokens (admin, reader, team:T, agent:NODE)",
+                           description="On --db when no server holds the file; else through --server with an "
+                                       "admin token. A new token is printed once, on stdout; the store keeps a hash.")
+    _add_admin_access(token)
+    token.add_argument("action", choices=["create", "list", "revoke"])
+    token.add_argument("id", nargs="?", help="revoke: the token's id (see `gpuledger token list`)")
+    token.add_argument("--role", help="create: admin, reader, team:<team> or agent:<node>")
+    token.add_argument("--name", help="create: what the token is for (default: the role)")
+    token.add_argument("--revoked", action="store_true", help="list: include revoked tokens")
+    token.add_argument("--json", action="store_true", help="list: as JSON")
+
+    audit = sub.add_parser("audit", help="print the audit log of writes and decisions, and check its hash chain",
+                           description="Exit 1 when the chain is broken (a row edited or removed outside gpuledger).")
+    _add_admin_access(audit)
+    audit.add_argument("--since", type=_instant, metavar="ISO-8601", help="entries from this instant")
+    audit.add_argument("--limit", type=int, default=200, help="most entries (default 200)")
+    audit.add_argument("--json", action="store_true", help="as JSON")
+
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
     dash.add_argument("--host", default="127.0.0.1")
@@ -260,6 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 NODE_HELP = ("the node a scraped dcgm-exporter runs on (default: the page's Hostname label when it names a node; "
              "rows of a page that names none go under 'unknown', with a warning)")
+
+
+def _add_admin_access(p: argparse.ArgumentParser) -> None:
+    """Where token and audit commands act: a database file, or a running server."""
+    _add_common(p)
+    p.add_argument("--server", metavar="URL", help="a running server to ask (needs an admin --token)")
+    p.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
+                   help="with --server: an admin token (default $GPULEDGER_TOKEN)")
+    p.add_argument("--ca", type=Path, metavar="PEM", help="with an https:// --server: its CA certificate")
 
 
 def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
@@ -554,13 +587,14 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     if args.read_only:
         return _serve_read_only(args, config)
     source = _make_source(args, config)
-    if args.token:
-        use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another
+    tls = _tls(args)
+    use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another
     store = _open_store(args, config)
     resume = getattr(source, "resume_after", None)
     if resume:  # a source that reads history carries on after what it stored before
         resume(store.latest_ts_of(source.source_name))
-    api = ApiServer(store, config, host=args.host, port=args.port, token=args.token)
+    api = ApiServer(store, config, host=args.host, port=args.port, token=args.token, open_reads=args.open_reads,
+                    tls=tls)
     url = api.start()
     scheduler = start_report_scheduler(store, config, args.reports)
     loop = CollectLoop(source, store, args.interval) if source else None
@@ -568,7 +602,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         api.app.state.collection = loop  # /healthz reports degraded while it keeps failing
         loop.start()
     what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
-    pushes = "accepting agent pushes" if args.token else "no --token: refusing agent pushes"
+    pushes = "reads open to all" if args.open_reads else "reads need a token"
     print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
     wait_for_stop()
     if loop:
@@ -580,6 +614,18 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _tls(args: argparse.Namespace) -> tuple[Path, Path] | None:
+    """(certificate, key) when both are given and readable; neither: plain HTTP."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise InputError("HTTPS needs both --tls-cert and --tls-key")
+    if not args.tls_cert:
+        return None
+    for path in (args.tls_cert, args.tls_key):
+        if not path.is_file():
+            raise InputError(f"cannot read {path}")
+    return args.tls_cert, args.tls_key
+
+
 def _serve_read_only(args: argparse.Namespace, config: Config) -> int:
     """An API replica over a DuckLake catalog another server writes: answers reads, collects and stores nothing."""
     from gpuledger.deploy.server import ApiServer
@@ -589,7 +635,7 @@ def _serve_read_only(args: argparse.Namespace, config: Config) -> int:
     if args.token:
         raise InputError("a --read-only replica accepts no pushes: drop --token and point agents at the writer")
     store = _store(args, read_only=True)
-    api = ApiServer(store, config, host=args.host, port=args.port)
+    api = ApiServer(store, config, host=args.host, port=args.port, open_reads=args.open_reads, tls=_tls(args))
     url = api.start()
     print(f"serving {url} (docs {url}/docs) read-only from {args.db}; Ctrl-C to stop", flush=True)
     wait_for_stop()
@@ -610,7 +656,9 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
         raise InputError("the agent needs --token (or $GPULEDGER_TOKEN) to push to the server")
     source = _make_source(args, config)
     spool = Spool(args.spool, int(args.spool_max_mb * 1024 * 1024))
-    agent = Agent(source, spool, args.server, args.token, args.node, args.interval)
+    if args.ca and not args.ca.is_file():
+        raise InputError(f"cannot read --ca {args.ca}")
+    agent = Agent(source, spool, args.server, args.token, args.node, args.interval, ca=args.ca)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="127.0.0.1", registry=exported(COLLECTOR_METRICS, AGENT_METRICS))
     agent.start()
@@ -623,10 +671,48 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _token_admin(args: argparse.Namespace) -> tuple[Any, Store | None]:
+    from gpuledger.deploy.token_admin import LocalAdmin, RemoteAdmin
+    if args.server:
+        if not args.token:
+            raise InputError("--server needs an admin --token (or $GPULEDGER_TOKEN)")
+        return RemoteAdmin(args.server, args.token, str(args.ca) if args.ca else None), None
+    try:
+        store = _store(args)
+    except StoreError as exc:
+        raise StoreError(f"{exc}; while a server runs, pass --server URL and an admin --token") from exc
+    return LocalAdmin(store), store
+
+
+def cmd_token(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.token_admin import run_token
+    if args.action == "create" and not args.role:
+        raise InputError("token create needs --role (admin, reader, team:<team> or agent:<node>)")
+    if args.action == "revoke" and not args.id:
+        raise InputError("token revoke needs the token's id (see `gpuledger token list`)")
+    admin, store = _token_admin(args)
+    try:
+        return run_token(admin, args.action, args.name, args.role, args.id, args.revoked, args.json,
+                         note=lambda text: print(text, file=sys.stderr))
+    finally:
+        if store is not None:
+            store.close()
+
+
+def cmd_audit(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.token_admin import run_audit
+    admin, store = _token_admin(args)
+    try:
+        return run_audit(admin, args.since, args.limit, args.json)
+    finally:
+        if store is not None:
+            store.close()
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
-    "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import,
+    "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
 }
 
 

@@ -97,7 +97,7 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
         echo(f"gpuledger demo: simulating {days:g} days of a 48-GPU cluster (seed {seed}) into {db}")
         store, sim = build_demo_store(db, config, days, seed, step_s=60.0, echo=echo)
     token = os.environ.get("GPULEDGER_TOKEN") or secrets.token_urlsafe(16)  # decisions (the dashboard's buttons)
-    api = ApiServer(store, config, host=host, port=api_port, token=token)
+    api = ApiServer(store, config, host=host, port=api_port, token=token, open_reads=True)  # a local demo
     api_url = api.start()
     try:
         files = weekly_report(store, config, reports)

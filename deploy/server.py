@@ -35,12 +35,16 @@ FRAGMENTATION_EVERY_MIN = 10  # how often the server records the cluster's fragm
 
 class ApiServer:
     def __init__(self, store: Store, config: Config, host: str = "127.0.0.1", port: int = 8080,
-                 token: str | None = None) -> None:
+                 token: str | None = None, open_reads: bool = False, tls: tuple[Path, Path] | None = None) -> None:
+        """`token`: the bootstrap admin token; `open_reads`: reads without a token; `tls`: (certificate, key) files
+        to serve HTTPS with."""
         config.apply_to(store)  # retention (the oldest sample ingest accepts) and the idle threshold of the rollups
-        self.ingest = IngestWriter(store) if token else None
-        self.app = create_app(store, config, ingest_writer=self.ingest, token=token)
+        self.ingest = None if store.read_only else IngestWriter(store)
+        self.app = create_app(store, config, ingest_writer=self.ingest, token=token, open_reads=open_reads)
+        cert, key = tls or (None, None)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
-                                                    access_log=False))
+                                                    access_log=False, ssl_certfile=cert, ssl_keyfile=key))
+        self.scheme = "https" if tls else "http"
         self.thread = threading.Thread(target=self.server.run, name="api", daemon=True)
         self.host = host
         self.port = port
@@ -55,7 +59,7 @@ class ApiServer:
                 raise GpuledgerError("API server did not start in time")
             time.sleep(0.05)
         port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://{self.host}:{port}"
+        return f"{self.scheme}://{self.host}:{port}"
 
     def stop(self) -> None:
         self.server.should_exit = True

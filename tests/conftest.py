@@ -103,7 +103,7 @@ SITE = Config(policy_window_days=2)
 
 @pytest.fixture(scope="session")
 def api_url(sim_store):
-    server = ApiServer(sim_store, SITE, port=0)
+    server = ApiServer(sim_store, SITE, port=0, open_reads=True)
     url = server.start()
     yield url
     server.stop()
@@ -114,7 +114,7 @@ def central(open_store):
     """A server in this process that accepts pushes, over a fresh store of the backend under test: (its URL, the
     store)."""
     store = open_store("central")
-    server = ApiServer(store, Config(), port=0, token=TOKEN)
+    server = ApiServer(store, Config(), port=0, token=TOKEN, open_reads=True)
     url = server.start()
     yield url, store
     server.stop()

@@ -67,7 +67,7 @@ class Server:
         self.proc: Proc | None = None
 
     def start(self) -> "Server":
-        self.proc = _spawn(["serve", "--source", "none", "--token", TOKEN, "--port", str(self.port),
+        self.proc = _spawn(["serve", "--source", "none", "--token", TOKEN, "--open-reads", "--port", str(self.port),
                             "--db", str(self.db), "--reports", str(self.tmp / "reports")], self.tmp / "server.log")
 
         def healthy() -> bool:

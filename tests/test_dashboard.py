@@ -128,7 +128,7 @@ def test_a_decision_button_records_a_decision(monkeypatch, sim_store):
     """With the server's token the Recommendations tab accepts advice through the API, as an admin would."""
     from gpuledger.policies.recommendation import stored
     from tests.conftest import SITE
-    server = ApiServer(sim_store, SITE, port=0, token="t0k")
+    server = ApiServer(sim_store, SITE, port=0, token="t0k", open_reads=True)
     url = server.start()
     try:
         monkeypatch.setenv("GPULEDGER_TOKEN", "t0k")
@@ -163,7 +163,7 @@ def test_nodes_without_profiling_fields_are_named(monkeypatch, tmp_path):
         now = datetime.now(timezone.utc)
         for k in range(3):
             store.append_samples(DcgmPageConverter().convert(page, now - timedelta(seconds=30 * k), 30.0))
-        server = ApiServer(store, Config(), port=0)
+        server = ApiServer(store, Config(), port=0, open_reads=True)
         url = server.start()
         try:
             at = show(app_against(monkeypatch, url), "Nodes")
@@ -256,7 +256,7 @@ def test_an_admin_accepts_advice_in_headless_chromium(sim_store):
 
     from gpuledger.policies.recommendation import stored
     from tests.conftest import SITE
-    server = ApiServer(sim_store, SITE, port=0, token="browser-t0k")
+    server = ApiServer(sim_store, SITE, port=0, token="browser-t0k", open_reads=True)
     url = server.start()
     proc, dash = start_dashboard(url, port=_free_port(), token="browser-t0k")
     try:

@@ -22,7 +22,7 @@ def test_samples_stored_by_another_path_or_before_a_restart_are_still_refused(tm
     old, new = (sim.frame([NOW.timestamp() - 60 + 10 * k], 10.0) for k in range(2))
     with Store(tmp_path / "c.duckdb") as store:
         store.append_samples(old)  # e.g. `gpuledger serve --source nvml` on the same node
-        server = ApiServer(store, Config(), port=0, token=TOKEN)
+        server = ApiServer(store, Config(), port=0, token=TOKEN, open_reads=True)
         url = server.start()
         try:
             assert post(url, old, seq=0).json()["rejected"] == {"duplicate_sample": 8}
@@ -30,7 +30,7 @@ def test_samples_stored_by_another_path_or_before_a_restart_are_still_refused(tm
         finally:
             server.stop()
     with Store(tmp_path / "c.duckdb") as store:  # restarted: marks and batch ids come back from the file
-        server = ApiServer(store, Config(), port=0, token=TOKEN)
+        server = ApiServer(store, Config(), port=0, token=TOKEN, open_reads=True)
         url = server.start()
         try:
             assert post(url, new, seq=1).json()["status"] == "duplicate"

@@ -47,10 +47,10 @@ def test_one_writer_a_read_only_replica_and_a_report_share_one_catalog(postgres,
     spec = "ducklake:postgres:" + postgres.create_database(f"site_{uuid.uuid4().hex[:8]}")
     writer = Store(spec, lake_data=tmp_path / "lake")
     writer.set_rates(Config().rates)
-    server = ApiServer(writer, Config(), port=0, token=TOKEN)
+    server = ApiServer(writer, Config(), port=0, token=TOKEN, open_reads=True)
     url = server.start()
     port = free_port()
-    replica = subprocess.Popen([GPULEDGER, "serve", "--read-only", "--db", spec, "--port", str(port)],
+    replica = subprocess.Popen([GPULEDGER, "serve", "--read-only", "--open-reads", "--db", spec, "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         batches = per_node_batches()
@@ -111,7 +111,7 @@ def test_the_same_batches_give_the_same_totals_on_a_file_and_on_the_lake(postgre
     got = []
     for store in (Store(tmp_path / "file.duckdb"), Store(spec, lake_data=tmp_path / "lake")):
         store.set_rates(Config().rates)
-        server = ApiServer(store, Config(), port=0, token=TOKEN)
+        server = ApiServer(store, Config(), port=0, token=TOKEN, open_reads=True)
         url = server.start()
         try:
             for node, parts in per_node_batches(hours=2).items():

@@ -89,8 +89,9 @@ def table_migrations(existing: set[str]) -> list[str]:
     return statements
 
 
-# 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history
-SCHEMA_VERSION = "6"
+# 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history;
+# 7: API tokens and the audit log (analytics/store/access.py)
+SCHEMA_VERSION = "7"
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
 import requests
 
@@ -34,7 +35,8 @@ MAX_BATCHES_PER_REQUEST = 360
 class Agent:
     def __init__(self, source: Source, spool: Spool, server_url: str, token: str, node: str,
                  interval_s: float, timeout_s: float = 30.0, max_backoff_s: float = 30.0,
-                 max_batches_per_request: int = MAX_BATCHES_PER_REQUEST) -> None:
+                 max_batches_per_request: int = MAX_BATCHES_PER_REQUEST, ca: str | Path | None = None) -> None:
+        """`ca`: the CA certificate an https:// server is verified against (else the system's CAs)."""
         self.max_batches_per_request = max_batches_per_request
         self.source = source
         self.spool = spool
@@ -45,6 +47,8 @@ class Agent:
         self.timeout_s = timeout_s
         self.max_backoff_s = max_backoff_s
         self.session = requests.Session()
+        if ca:
+            self.session.verify = str(ca)
         self.stop_event = threading.Event()
         self._wake = threading.Event()
         self.produced = 0

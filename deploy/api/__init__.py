@@ -1,5 +1,5 @@
 """The HTTP API, one router per area: ops, ingest, usage, cost, fairness, recommendations, GPU health,
-fragmentation and placement.
+fragmentation and placement, and administration (tokens, audit log). Who may call what: deploy/api/access.py.
 
 The server process owns the DuckDB file (DuckDB admits one writer), so the dashboard and any
 other reader go through these endpoints rather than opening the file.
@@ -17,11 +17,13 @@ from prometheus_client import CollectorRegistry
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.access import AuditLog
 from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
 from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
 from gpuledger.collector.metrics import exported
-from gpuledger.deploy.api import cost, fairness, gpu_health, ingest, ops, placement, recommendations, usage
+from gpuledger.deploy.api import admin, cost, fairness, gpu_health, ingest, ops, placement, recommendations, usage
+from gpuledger.deploy.api.access import Gate, audit_writes
 from gpuledger.deploy.api.live_metrics import StoreGauges
 from gpuledger.policies.recommender import RecommendationService
 
@@ -36,8 +38,9 @@ def _version() -> str:
 
 
 def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None = None,
-               token: str | None = None, metrics: CollectorRegistry | None = None) -> FastAPI:
-    """The API over `store`; agents may push only when both an ingest writer and a token are given."""
+               token: str | None = None, metrics: CollectorRegistry | None = None, open_reads: bool = False) -> FastAPI:
+    """The API over `store`. `token`: the bootstrap admin token (never stored); other tokens live in the store.
+    Agents may push when an ingest writer is given; reads need a token unless `open_reads`."""
     app = FastAPI(
         title="gpuledger",
         version=_version(),
@@ -48,10 +51,11 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.state.store = store
     app.state.config = config
     app.state.ingest = ingest_writer
-    app.state.token = token
+    app.state.gate = Gate(store, token, open_reads)
     app.state.metrics = metrics or exported(COLLECTOR_METRICS, STORE_METRICS, StoreGauges(store, config))
     app.state.recommender = RecommendationService(store, config)
-    for area in (ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement):
+    audit_writes(app, None if store.read_only else AuditLog(store))
+    for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement):
         app.include_router(area.router)
     return app
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
 from gpuledger.analytics.records import records
 from gpuledger.analytics.waste import job_table, waste
+from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import ConfigDep, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Costs, DailyCost, JobRow, Waste
 
@@ -16,16 +17,16 @@ router = APIRouter(tags=["cost"])
 
 
 @router.get("/v1/costs", response_model=Costs)
-def costs(store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
+def costs(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
     """Cost per team, plus the unattributed and idle-capacity lines, with the rates used."""
     start, stop, span = window(days, end)
     frame = cost_by_team(store, start, stop)
-    return {"window": span, "rates": records(store.rate_card()), "teams": records(frame),
+    return {"window": span, "rates": records(store.rate_card()), "teams": caller.visible(records(frame)),
             "total_usd": float(frame["cost_usd"].sum()) if not frame.empty else 0.0}
 
 
 @router.get("/v1/waste", response_model=Waste)
-def waste_view(store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
+def waste_view(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
           limit: int = Query(50, ge=1, le=1000, description="rows of idle runs and oversized jobs")) -> dict:
     """Idle allocated GPU-hours per team, the longest idle stretches, and jobs that fit a smaller shape."""
     start, stop, span = window(days, end)
@@ -34,25 +35,25 @@ def waste_view(store: StoreDep, config: ConfigDep, days: float = Days, end: date
         "window": span,
         "thresholds": {"idle_minutes": config.idle_minutes, "idle_util_pct": config.idle_util_pct,
                        "oversized_mem_fraction": config.oversized_mem_fraction},
-        "by_team": records(found.by_team),
-        "idle_runs": records(found.runs.head(limit)),
-        "oversized_jobs": records(found.oversized.head(limit)),
+        "by_team": caller.visible(records(found.by_team)),
+        "idle_runs": caller.visible(records(found.runs), shared=False)[:limit],
+        "oversized_jobs": caller.visible(records(found.oversized), shared=False)[:limit],
     }
 
 
 @router.get("/v1/costs/daily", response_model=list[DailyCost])
-def daily_costs(store: StoreDep, days: float = Days, end: datetime | None = End) -> list[dict]:
+def daily_costs(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> list[dict]:
     """Cost per UTC day and bill line: each team, the unattributed bucket and the idle capacity."""
     start, stop, _ = window(days, end)
-    return records(daily_cost_by_team(store, start, stop))
+    return caller.visible(records(daily_cost_by_team(store, start, stop)))
 
 
 @router.get("/v1/jobs", response_model=list[JobRow])
-def jobs(store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
+def jobs(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: float = Days, end: datetime | None = End,
          team: str | None = Query(None, max_length=253, description="only this team's jobs"),
          q: str | None = Query(None, max_length=253, description="only jobs whose id or user contains this"),
          limit: int = Query(500, ge=1, le=10000, description="most rows, most costly first")) -> list[dict]:
     """One row per job of the window, like jobstats: GPUs, model, GPU-hours, cost, mean and p95 utilisation,
     peak memory of the card's, idle share and a waste flag."""
     start, stop, _ = window(days, end)
-    return records(job_table(store, start, stop, team, q, limit, config.oversized_mem_fraction))
+    return records(job_table(store, start, stop, caller.own(team), q, limit, config.oversized_mem_fraction))

@@ -1,11 +1,11 @@
-"""What every router needs: the store and config of the app, the window query parameters, the write token."""
+"""What every router needs: the store and config of the app, the window query parameters (who may call
+what is deploy/api/access.py)."""
 from __future__ import annotations
 
-import secrets
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Query, Request
+from fastapi import Depends, Query, Request
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
@@ -33,13 +33,3 @@ def window(days: float, end: datetime | None) -> tuple[datetime, datetime, Windo
     """The window [end - days, end), and its model for the answer."""
     start, stop = rolling(days, end)
     return start, stop, Window(start=start, end=stop)
-
-
-def check_token(expected: str | None, authorization: str | None) -> None:
-    """Every write needs the server's bearer token; a server started without one accepts no writes."""
-    if not expected:
-        raise HTTPException(status_code=403, detail="this server accepts no writes: start it with --token")
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.encode(), expected.encode()):
-        raise HTTPException(status_code=401, detail="missing or wrong bearer token",
-                            headers={"WWW-Authenticate": "Bearer"})

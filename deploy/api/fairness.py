@@ -6,6 +6,7 @@ from datetime import datetime
 from fastapi import APIRouter, Query
 
 from gpuledger.analytics.records import records
+from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import ConfigDep, End, StoreDep, window
 from gpuledger.deploy.api.models import Fairshare
 from gpuledger.policies.fairshare import fairshare_history
@@ -14,7 +15,7 @@ router = APIRouter(tags=["fairness"])
 
 
 @router.get("/v1/fairshare", response_model=Fairshare)
-def fairshare(store: StoreDep, config: ConfigDep, days: float = Query(14.0, gt=0, le=366),
+def fairshare(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: float = Query(14.0, gt=0, le=366),
               end: datetime | None = End) -> dict:
     """The configured fairshare algorithm's factor per team and hour over the window viewed.
 
@@ -22,4 +23,4 @@ def fairshare(store: StoreDep, config: ConfigDep, days: float = Query(14.0, gt=0
     on `days`: a longer view shows more hours of the same history."""
     start, stop, _ = window(days, end)
     return {"algorithm": config.fairshare_algorithm, "half_life_days": config.half_life_days,
-            "history": records(fairshare_history(store, config, start, stop))}
+            "history": caller.visible(records(fairshare_history(store, config, start, stop)))}

@@ -18,7 +18,7 @@ from gpuledger.collector.wire import (
     WireError,
     decode,
 )
-from gpuledger.deploy.api.deps import check_token
+from gpuledger.deploy.api.access import push_access
 from gpuledger.deploy.api.models import BatchAnswer, MultiBatchAnswer
 
 router = APIRouter(tags=["ingest"])
@@ -45,7 +45,8 @@ async def ingest_batch(
     built by the writer and sent as is (no per-field validation on this hot path).
     """
     state = request.app.state
-    check_token(state.token, authorization)
+    request.state.audit = {"node": node, "stream": stream, "seq": seq, "batches": batches}
+    push_access(request, node, authorization)
     if state.ingest is None:
         raise HTTPException(status_code=503, detail="ingest is not enabled on this server")
     if request.headers.get("content-type", "").split(";")[0] != CONTENT_TYPE:

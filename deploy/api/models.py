@@ -435,3 +435,49 @@ class Gpus(BaseModel):
     at: datetime | None = Field(description="the instant the holders are read at")
     holders: list[GpuHolder] = Field(description="every GPU now, one row per holder (a free GPU: no job)")
     series: list[GpuPoint] = Field(description="per GPU and bucket over the window")
+
+
+class TokenRequest(BaseModel):
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:@-]+$",
+                      description="what the token is for, e.g. the agent's node or the person's name")
+    role: str = Field(min_length=1, max_length=260, description="admin, reader, team:<team> or agent:<node>")
+
+
+class TokenInfo(BaseModel):
+    id: str = Field(description="the token's id: what `revoke` takes and what the audit log names")
+    name: str
+    role: str
+    created: datetime
+    created_by: str
+    revoked: datetime | None = None
+    revoked_by: str | None = None
+
+
+class NewToken(TokenInfo):
+    token: str = Field(description="the bearer token; shown this once, stored only as a hash")
+
+
+class AuditRow(BaseModel):
+    seq: int = Field(description="position in the log, from 1, without gaps")
+    ts: datetime
+    actor: str = Field(description="the token's name and id, 'bootstrap' (the server's --token) or 'anonymous'")
+    role: str
+    action: str = Field(description="method and route, e.g. 'POST /v1/recommendations/{rec_id}/decision'")
+    target: str = Field(description="the path called")
+    status: int = Field(description="the HTTP status answered: 2xx done, 4xx refused")
+    remote: str | None = Field(description="the client's address")
+    detail: Any = Field(None, description="what the request asked (decision, node and batch, token made or revoked)")
+
+
+class AuditLog(BaseModel):
+    intact: bool = Field(description="every row's hash chains to the one before: nothing edited or removed")
+    first_broken: int | None = Field(description="the first row whose chain breaks, when not intact")
+    entries: list[AuditRow] = Field(description="newest first")
+
+
+class WhoAmI(BaseModel):
+    actor: str = Field(description="the token's name and id; 'anonymous' without a token")
+    role: str = Field(description="admin, reader, team:<team>, agent:<node> or anonymous")
+    team: str | None = Field(description="the one team a team token sees")
+    open_reads: bool = Field(description="whether this server answers reads without a token")
+    may_decide: bool = Field(description="whether this token may decide recommendations and manage tokens")

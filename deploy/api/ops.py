@@ -11,6 +11,7 @@ from gpuledger.analytics.fragmentation import holders
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.usage import gpu_series, telemetry_coverage
 from gpuledger.analytics.windows import utc_now
+from gpuledger.deploy.api.access import ClusterCaller, ReadCaller
 from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Gpus, Health, NodeStatus, TelemetryCoverage
 
@@ -30,13 +31,13 @@ def healthz(request: Request, store: StoreDep) -> dict:
 
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format 0.0.4"}})
-def metrics(request: Request) -> Response:
+def metrics(request: Request, caller: ClusterCaller) -> Response:
     """Prometheus text exposition of this process's own metrics (collector, store and ingest)."""
     return Response(generate_latest(request.app.state.metrics), media_type="text/plain; version=0.0.4")
 
 
 @router.get("/v1/nodes", response_model=list[NodeStatus])
-def nodes(store: StoreDep) -> list[dict]:
+def nodes(caller: ReadCaller, store: StoreDep) -> list[dict]:
     """Agents that have pushed batches; `stale` after 3 intervals without one."""
     frame = store.nodes()
     now = pd.Timestamp(utc_now())
@@ -46,7 +47,7 @@ def nodes(store: StoreDep) -> list[dict]:
 
 
 @router.get("/v1/nodes/telemetry", response_model=list[TelemetryCoverage])
-def telemetry(store: StoreDep, minutes: float = Query(15.0, gt=0, le=1440, description="look back this far")) -> list:
+def telemetry(caller: ReadCaller, store: StoreDep, minutes: float = Query(15.0, gt=0, le=1440, description="look back this far")) -> list:
     """Per node, the share of recent samples that carry each optional field: which charts can have data, and
     where profiling fields (SM activity, tensor activity) are not collected at all."""
     latest = store.latest_ts()
@@ -56,12 +57,12 @@ def telemetry(store: StoreDep, minutes: float = Query(15.0, gt=0, le=1440, descr
 
 
 @router.get("/v1/gpus", response_model=Gpus)
-def gpus(store: StoreDep, days: float = Days, end: datetime | None = End,
+def gpus(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End,
          bucket_minutes: int = BucketMinutes) -> dict:
     """The inventory (every GPU and who holds it now) and, per GPU and time bucket, utilisation, memory and power:
     what a heatmap of the cluster is drawn from."""
     start, stop, _ = window(days, end)
     latest = store.latest_ts(before=stop)
     held = holders(store, latest + timedelta(microseconds=1)) if latest is not None else None
-    return {"at": json_safe(latest), "holders": records(held) if held is not None else [],
+    return {"at": json_safe(latest), "holders": caller.redact(records(held)) if held is not None else [],
             "series": records(gpu_series(store, start, stop, bucket_minutes))}

@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException
 from gpuledger.analytics import fragmentation as frag
 from gpuledger.analytics.records import records
 from gpuledger.collector.gpu_catalog import mig_fraction, model_for_profile
+from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, PlacementRequest
 from gpuledger.policies.placers import ClusterState, Task
@@ -22,7 +23,7 @@ router = APIRouter(tags=["placement"])
 
 
 @router.get("/v1/fragmentation", response_model=Fragmentation)
-def fragmentation(store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
+def fragmentation(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
     """How much idle GPU the typical job of the window cannot use, per node and in all, what it costs per day at
     the rate card, and its recorded history over the window."""
     start, stop, _ = window(days, end)
@@ -52,7 +53,7 @@ def fragmentation(store: StoreDep, days: float = Days, end: datetime | None = En
 
 
 @router.post("/v1/placement", response_model=PlacementAnswer)
-def placement(request: PlacementRequest, store: StoreDep, days: float = Days) -> dict:
+def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, days: float = Days) -> dict:
     """Where a task should go: every node (and, for a part of a GPU, every GPU) that can take it now, ranked by
     how little it raises the cluster's fragmentation (FGD), with each alternative's score. A scheduler extender's
     prioritize call, or a KAI/Volcano plugin, can take the first candidate or weigh the scores with its own."""

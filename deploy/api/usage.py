@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 from gpuledger.analytics.cost import cost_by_team_and_model
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.usage import cluster_utilization, team_model_series, team_usage, team_usage_series
+from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Team, TeamUsage, UtilizationPoint
 
@@ -16,17 +17,18 @@ router = APIRouter(tags=["usage"])
 
 
 @router.get("/v1/teams", response_model=list[Team])
-def teams(store: StoreDep) -> list[dict]:
+def teams(caller: ReadCaller, store: StoreDep) -> list[dict]:
     """Every team with a share or with GPU usage, and the unattributed bucket when it has usage."""
     seen = pd.DataFrame({"team": pd.Series(store.teams(), dtype=object)})  # typed even when empty
-    return records(seen.merge(store.team_table(), on="team", how="left"))
+    return caller.visible(records(seen.merge(store.team_table(), on="team", how="left")))
 
 
 @router.get("/v1/teams/{team}/usage", response_model=TeamUsage)
-def usage(team: str, store: StoreDep, days: float = Days, end: datetime | None = End,
+def usage(team: str, caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End,
           bucket_minutes: int = BucketMinutes) -> dict:
     """One team's allocated and used GPU-hours, cost per GPU model, a time series of its GPUs, and per GPU model
     its guarantee and limit next to the GPUs it held over time."""
+    caller.own(team)
     if team not in store.teams():
         raise HTTPException(status_code=404, detail=f"unknown team {team!r}; see /v1/teams")
     start, stop, span = window(days, end)
@@ -43,7 +45,7 @@ def usage(team: str, store: StoreDep, days: float = Days, end: datetime | None =
 
 
 @router.get("/v1/cluster/utilization", response_model=list[UtilizationPoint])
-def utilization(store: StoreDep, days: float = Query(1.0, gt=0, le=366), end: datetime | None = End,
+def utilization(caller: ReadCaller, store: StoreDep, days: float = Query(1.0, gt=0, le=366), end: datetime | None = End,
                 bucket_minutes: int = BucketMinutes) -> list[dict]:
     """GPUs present, allocated and used per time bucket, cluster-wide."""
     start, stop, _ = window(days, end)
