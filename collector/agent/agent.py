@@ -47,8 +47,8 @@ class Agent:
         self.timeout_s = timeout_s
         self.max_backoff_s = max_backoff_s
         self.session = requests.Session()
-        if ca:
-            self.session.verify = str(ca)
+        # per request, not on the session: requests lets $REQUESTS_CA_BUNDLE override a session's `verify`
+        self.verify: str | bool = str(ca) if ca else True
         self.stop_event = threading.Event()
         self._wake = threading.Event()
         self.produced = 0
@@ -88,7 +88,13 @@ class Agent:
         AGENT_BATCHES_SENT.inc(count)
         headers = request_headers(self.node, self.spool.stream_id, first_seq, self.interval_s, count, self.token)
         try:
-            return self.session.post(self.ingest_url, data=data, headers=headers, timeout=self.timeout_s)
+            return self.session.post(self.ingest_url, data=data, headers=headers, timeout=self.timeout_s,
+                                     verify=self.verify)
+        except requests.exceptions.SSLError as exc:
+            AGENT_RETRIES.labels(reason="tls").inc()
+            log.warning("server's certificate not accepted (%s; --ca names the CA to trust); %d batch(es) spooled",
+                        _reason(exc), len(self.spool.pending()))
+            return None
         except requests.RequestException as exc:
             AGENT_RETRIES.labels(reason="unreachable").inc()
             log.warning("server unreachable (%s); %d batch(es) spooled", type(exc).__name__,
@@ -195,3 +201,10 @@ class Agent:
             if not self.drain():
                 break
         self.stop_event.set()
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost words of a TLS failure (e.g. 'certificate verify failed: self-signed certificate')."""
+    text = str(exc)
+    start = text.find("certificate verify failed")
+    return text[start:].split(" (_ssl")[0].split(")")[0] if start >= 0 else text[-200:]
