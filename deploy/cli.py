@@ -39,7 +39,7 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
 
 
-READERS = ("report", "recommend", "decide", "emit", "compact", "audit")  # commands that use a database that exists
+READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup")  # commands that use a database that exists
 
 
 def _store_spec(text: str) -> Path | str:
@@ -274,6 +274,21 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--since", type=_instant, metavar="ISO-8601", help="entries from this instant")
     audit.add_argument("--limit", type=int, default=200, help="most entries (default 200)")
     audit.add_argument("--json", action="store_true", help="as JSON")
+
+    back = sub.add_parser("backup", help="a consistent snapshot of the whole store into DIR, while serving",
+                          description="From a running server (--server URL with an admin --token) or from --db when "
+                                      "no server holds it. Writes gpuledger-<UTC time>.duckdb and its manifest (.json: "
+                                      "schema version, rows per table, SHA-256), and checks the file against it.")
+    _add_admin_access(back)
+    back.add_argument("dir", type=Path, help="folder to write the backup into")
+
+    rest = sub.add_parser("restore", help="check a backup against its manifest and put it in place as --db",
+                          description="The server must be stopped. An existing database is kept as "
+                                      "<db>.before-restore and replaced only with --force.")
+    _add_common(rest)
+    rest.add_argument("backup", type=Path, help="a gpuledger-*.duckdb file written by `gpuledger backup`")
+    rest.add_argument("--force", action="store_true", help="replace an existing --db")
+    rest.add_argument("--check", action="store_true", help="only check the backup; change nothing")
 
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
@@ -709,10 +724,42 @@ def cmd_audit(args: argparse.Namespace, config: Config) -> int:
             store.close()
 
 
+def cmd_backup(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.backups import backup_local, backup_remote, describe
+    if args.server:
+        if not args.token:
+            raise InputError("--server needs an admin --token (or $GPULEDGER_TOKEN)")
+        print(f"backing up {args.server} into {args.dir}", file=sys.stderr)
+        target, manifest = backup_remote(args.server, args.token, args.dir, str(args.ca) if args.ca else None,
+                                         echo=lambda text: print(text, file=sys.stderr))
+    else:
+        store = _open_existing(args, config)
+        try:
+            target, manifest = backup_local(store, args.dir)
+        finally:
+            store.close()
+    print(describe(target, manifest))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.store.backup import restore, verify
+    from gpuledger.deploy.backups import describe
+    if is_lake(args.db):
+        raise InputError("restore writes a DuckDB file; a DuckLake catalog is restored by PostgreSQL's own tools")
+    if args.check:
+        print("ok: " + describe(args.backup, verify(args.backup)))
+        return 0
+    manifest = restore(args.backup, args.db, args.force)
+    print(f"restored {args.db} from " + describe(args.backup, manifest))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
+    "backup": cmd_backup, "restore": cmd_restore,
 }
 
 

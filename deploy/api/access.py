@@ -25,6 +25,8 @@ BOOTSTRAP = Identity("bootstrap", "bootstrap", Role("admin"))
 ANONYMOUS = "anonymous"
 CACHE_S = 30.0  # a token found stays trusted this long; a revocation through the API takes effect at once
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+QUESTIONS = frozenset({"/v1/placement"})  # POSTs that change nothing (a scheduler asking where a pod fits)
+EXPORTS = frozenset({"/v1/backup"})  # reads audited all the same: the whole store leaves the server
 SHARED_LINES = frozenset({UNATTRIBUTED, IDLE_CAPACITY})  # bill lines that name no team: every caller may see them
 OTHER_TEAM = "(another team)"  # what a team token sees in place of another team's name or job
 
@@ -167,17 +169,18 @@ AdminCaller = Annotated[Caller, Depends(admin_access)]
 
 
 def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
-    """Record every write request (method, route, status, caller, client address and what the handler put in
-    `request.state.audit`) in the audit log, refused ones included."""
+    """Record every write request and every backup (method, route, status, caller, client address and what the
+    handler put in `request.state.audit`) in the audit log, refused ones included."""
 
     @app.middleware("http")
     async def audit(request: Request, call_next: Any) -> Response:
         response = await call_next(request)
-        if log is not None and request.method in WRITES:
+        route = request.scope.get("route")
+        path = getattr(route, "path", request.url.path)
+        if log is not None and ((request.method in WRITES and path not in QUESTIONS) or path in EXPORTS):
             caller: Caller = getattr(request.state, "caller", Caller(None))
-            route = request.scope.get("route")
             entry = AuditEntry(actor=caller.actor, role=caller.role,
-                               action=f"{request.method} {getattr(route, 'path', request.url.path)}",
+                               action=f"{request.method} {path}",
                                target=request.url.path, status=response.status_code,
                                remote=request.client.host if request.client else None,
                                detail=getattr(request.state, "audit", None))

@@ -1,10 +1,16 @@
-"""Administration: API tokens (made, listed, revoked) and the audit log of every write. Admin tokens only."""
+"""Administration: API tokens (made, listed, revoked), the audit log of every write, and backups. Admin tokens
+only."""
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from datetime import datetime
+from pathlib import Path
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
 
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store.access import (
@@ -16,6 +22,7 @@ from gpuledger.analytics.store.access import (
     revoke_token,
     verify_audit,
 )
+from gpuledger.analytics.store.backup import BackupError, snapshot, stamp
 from gpuledger.deploy.api.access import AdminCaller, Caller
 from gpuledger.deploy.api.deps import StoreDep
 from gpuledger.deploy.api.models import AuditLog, NewToken, TokenInfo, TokenRequest, WhoAmI
@@ -74,3 +81,22 @@ def audit(caller: AdminCaller, store: StoreDep, since: datetime | None = Query(N
     for row in rows:
         row["detail"] = json.loads(row["detail"]) if isinstance(row["detail"], str) else row["detail"]
     return {"intact": broken is None, "first_broken": broken, "entries": rows}
+
+
+@router.get("/v1/backup", response_class=FileResponse, responses={200: {
+    "content": {"application/vnd.duckdb": {}},
+    "description": "a DuckDB file holding every table; its manifest (JSON) in the X-Gpuledger-Manifest header"}})
+def backup(request: Request, caller: AdminCaller, store: StoreDep) -> FileResponse:
+    """A consistent snapshot of the whole store, taken while the server keeps collecting (one transaction's view
+    of every table), as a DuckDB file. `gpuledger backup DIR --server URL` saves it with its manifest."""
+    work = Path(tempfile.mkdtemp(prefix="gpuledger-backup-", dir=None if store.lake else Path(store.path).parent))
+    name = f"gpuledger-{stamp()}.duckdb"
+    try:
+        manifest = snapshot(store, work / name)
+    except BackupError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        raise HTTPException(status_code=507, detail=str(exc)) from exc
+    request.state.audit = {"backup": name, "bytes": manifest.bytes, "sha256": manifest.sha256}
+    return FileResponse(work / name, media_type="application/vnd.duckdb", filename=name,
+                        headers={"X-Gpuledger-Manifest": json.dumps(manifest.__dict__)},
+                        background=BackgroundTask(shutil.rmtree, work, ignore_errors=True))

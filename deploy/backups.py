@@ -1,0 +1,65 @@
+"""`gpuledger backup DIR` and `gpuledger restore FILE`: a snapshot from a running server (GET /v1/backup with an
+admin token) or from a file no server holds, saved with its manifest and checked; and its restore."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import requests
+
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.backup import BackupError, Manifest, manifest_path, snapshot, stamp, verify
+from gpuledger.collector.errors import GpuledgerError
+
+Echo = Callable[[str], None]
+
+
+def backup_local(store: Store, folder: Path) -> tuple[Path, Manifest]:
+    """A snapshot of a store this process holds, into `folder`."""
+    target = Path(folder) / f"gpuledger-{stamp()}.duckdb"
+    return target, snapshot(store, target)
+
+
+def backup_remote(server: str, token: str, folder: Path, ca: str | None = None,
+                  echo: Echo = print) -> tuple[Path, Manifest]:
+    """Download a running server's snapshot into `folder`, with its manifest, and check it."""
+    try:
+        response = requests.get(server.rstrip("/") + "/v1/backup", headers={"Authorization": f"Bearer {token}"},
+                                stream=True, timeout=600, verify=ca or True)
+    except requests.RequestException as exc:
+        raise GpuledgerError(f"cannot reach {server}: {exc}") from exc
+    with response:
+        if not response.ok:
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = response.text[:300]
+            raise GpuledgerError(f"{server} refused the backup ({response.status_code}): {detail}")
+        manifest = Manifest(**json.loads(response.headers["X-Gpuledger-Manifest"]))
+        name = response.headers.get("content-disposition", "").split("filename=")[-1].strip('"') \
+            or f"gpuledger-{stamp()}.duckdb"
+        target = Path(folder) / Path(name).name
+        if target.exists():
+            raise BackupError(f"{target} exists: a backup never overwrites")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        done, step = 0, max(manifest.bytes // 10, 1)
+        with open(partial, "wb") as handle:
+            for chunk in response.iter_content(1 << 20):
+                handle.write(chunk)
+                if (done + len(chunk)) // step > done // step:
+                    echo(f"  {min(100, 100 * (done + len(chunk)) // max(manifest.bytes, 1))}% "
+                         f"of {manifest.bytes / 1e6:.1f} MB")
+                done += len(chunk)
+    os.replace(partial, target)
+    manifest.write(manifest_path(target))
+    verify(target)
+    return target, manifest
+
+
+def describe(target: Path, manifest: Manifest) -> str:
+    rows = sum(manifest.tables.values())
+    return (f"backup {target} ({manifest.bytes / 1e6:.1f} MB, {len(manifest.tables)} tables, {rows:,} rows, "
+            f"schema {manifest.schema_version}, taken {manifest.taken_at}); manifest {manifest_path(target)}")
