@@ -75,7 +75,18 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     try:
         return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise StoreError(f"batch does not match the sample schema: {exc}") from exc
+        raise StoreError(f"batch does not match the sample schema: {_uncastable(table, schema) or exc}") from exc
+
+
+def _uncastable(table: pa.Table, schema: pa.Schema) -> str | None:
+    """The first column that cannot take the schema's type, in words (only run once a whole cast has failed)."""
+    for field in schema:
+        column = table.column(field.name)
+        try:
+            column.cast(field.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return f"column {field.name!r} is {column.type}, which does not convert to {field.type}"
+    return None
 
 
 def default_threads() -> int:
