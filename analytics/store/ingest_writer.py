@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuledger.analytics.store import failpoints
 from gpuledger.analytics.store.batch_ids import BatchRuns, runs_of
 from gpuledger.analytics.store.database import Store
 from gpuledger.analytics.store.ingest_screen import (
@@ -45,6 +47,7 @@ from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
     INGEST_COMMIT_SECONDS,
     INGEST_DUPLICATE_BATCHES,
+    INGEST_REQUESTS_DEFERRED,
     INGEST_ROWS_REJECTED,
     INGEST_VALUES_NULLED,
     NODE_LAST_SUCCESS,
@@ -53,10 +56,20 @@ from gpuledger.analytics.store.metrics import (
 )
 from gpuledger.collector.wire import DUPLICATE, STORED, batch_answer, multi_batch_answer
 
-__all__ = ["IngestResult", "IngestWriter", "InvalidBatch", "RequestResult"]
+__all__ = ["IngestResult", "IngestWriter", "InvalidBatch", "RequestResult", "StoreUnavailable"]
 log = logging.getLogger(__name__)
 RUNS_SCHEMA = pa.schema([("node", pa.string()), ("stream", pa.string()), ("first_seq", pa.int64()),
                          ("last_seq", pa.int64()), ("rows", pa.int64()), ("rejected", pa.int64())])
+
+
+class StoreUnavailable(RuntimeError):
+    """A group could not be committed (a full disk, an I/O error): nothing of it is stored; agents resend later."""
+
+
+def deferral_reason(exc: BaseException) -> str:
+    """A metric label for why a commit failed."""
+    text = str(exc).lower()
+    return "disk_full" if "no space left" in text or "disk quota" in text else "store_error"
 
 
 @dataclass
@@ -176,8 +189,9 @@ class IngestWriter:
                 screened = screen_group(group, datetime.now(timezone.utc), self.max_future, self.max_age)
             except Exception as exc:  # nothing of the group was stored; every agent will retry
                 log.exception("screening %d request(s) failed", len(group))
+                INGEST_REQUESTS_DEFERRED.labels(reason="screen_error").inc(len(group))
                 for request in group:
-                    request.future.set_exception(exc)
+                    request.future.set_exception(StoreUnavailable(str(exc)))
                 continue
             with self._writer_done:
                 self._handed += 1
@@ -189,16 +203,21 @@ class IngestWriter:
                 group = self._screened.get(timeout=self.idle_checkpoint_s)
             except queue.Empty:  # idle: the moment to fold the WAL into the file, not mid-burst
                 self._fold_if_due()
-                self.store.checkpoint_if_due()
+                try:
+                    self.store.checkpoint_if_due()
+                except Exception:  # e.g. a full disk: the WAL stays, the next idle moment tries again
+                    log.exception("checkpoint failed; retrying when idle again")
                 continue
             if group is None:
                 return
             try:
                 results = self._commit(group)
             except Exception as exc:  # nothing of the group was stored; every agent will retry
-                log.exception("ingest of %d request(s) failed", len(group.requests))
+                log.error("ingest of %d request(s) failed, nothing of them stored, agents will resend: %s",
+                          len(group.requests), exc, exc_info=not isinstance(exc, duckdb.Error))
+                INGEST_REQUESTS_DEFERRED.labels(reason=deferral_reason(exc)).inc(len(group.requests))
                 for request in group.requests:
-                    request.future.set_exception(exc)
+                    request.future.set_exception(StoreUnavailable(str(exc)))
                 continue
             finally:
                 with self._writer_done:
@@ -289,6 +308,7 @@ class IngestWriter:
                 for batch in np.flatnonzero(is_fresh & (repeats > 0)):
                     rejected.setdefault(int(batch), {})["duplicate_sample"] = int(repeats[batch])
                 self._record_batches(cur, group, is_fresh, stored, group.received - stored)
+                failpoints.pause("group_commit")
         self.stored_batches.merge(fresh)
         results = self._results(group, is_fresh, stored, rejected)
         self._account(group, results, time.perf_counter() - started)

@@ -19,6 +19,9 @@ INGEST_ROWS_REJECTED = Counter("gpuledger_ingest_rows_rejected", "Rows refused a
 INGEST_VALUES_NULLED = Counter("gpuledger_ingest_values_nulled", "NaN/Inf values stored as NULL", registry=REGISTRY)
 INGEST_DUPLICATE_BATCHES = Counter("gpuledger_ingest_duplicate_batches",
                                    "Batches acknowledged again without storing (retries, replays)", registry=REGISTRY)
+INGEST_REQUESTS_DEFERRED = Counter("gpuledger_ingest_requests_deferred",
+                                   "Push requests answered 503 because their group could not be committed (nothing "
+                                   "stored; the agent resends), by reason", ["reason"], registry=REGISTRY)
 INGEST_COMMIT_SECONDS = Histogram("gpuledger_ingest_commit_seconds", "Time to commit one group of batches",
                                   registry=REGISTRY)
 INGEST_ROWS_PER_SECOND = Gauge("gpuledger_ingest_rows_per_second",

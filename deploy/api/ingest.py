@@ -6,7 +6,7 @@ import asyncio
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from gpuledger.analytics.store.ingest_writer import InvalidBatch
+from gpuledger.analytics.store.ingest_writer import InvalidBatch, StoreUnavailable
 from gpuledger.collector.wire import (
     BATCHES_HEADER,
     CONTENT_TYPE,
@@ -58,5 +58,10 @@ async def ingest_batch(
         pending = state.ingest.enqueue(node, stream, seq, batches, interval_s, decode(body))
     except (WireError, InvalidBatch) as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
+    try:
+        results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
+    except StoreUnavailable as exc:
+        raise HTTPException(status_code=503, headers={"Retry-After": "10"},
+                            detail=f"the server could not store this batch, nothing of it was kept; resend later: "
+                                   f"{exc}") from exc
     return JSONResponse(results.answer())
