@@ -8,10 +8,13 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
+import pytest
 import requests
 
 GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
@@ -52,23 +55,25 @@ class Proc:
         return self.log.read_text(errors="replace")
 
 
-def _spawn(args: list[str], log: Path) -> Proc:
+def _spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> Proc:
     handle = open(log, "a")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return Proc(subprocess.Popen([GPULEDGER, *args], stdout=handle, stderr=subprocess.STDOUT, env=env), log)
 
 
 class Server:
-    def __init__(self, tmp: Path, port: int | None = None) -> None:
-        self.db = tmp / "central.duckdb"
+    def __init__(self, tmp: Path, port: int | None = None, db: Path | None = None) -> None:
+        self.db = db or tmp / "central.duckdb"
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmp = tmp
         self.proc: Proc | None = None
 
-    def start(self) -> "Server":
+    def start(self, env: dict[str, str] | None = None) -> "Server":
+        """Start (again); `env`: extra environment, e.g. a failpoint."""
         self.proc = _spawn(["serve", "--source", "none", "--token", TOKEN, "--open-reads", "--port", str(self.port),
-                            "--db", str(self.db), "--reports", str(self.tmp / "reports")], self.tmp / "server.log")
+                            "--db", str(self.db), "--reports", str(self.tmp / "reports")], self.tmp / "server.log",
+                           env)
 
         def healthy() -> bool:
             if self.proc.popen.poll() is not None:
@@ -95,9 +100,9 @@ class Server:
 class AgentProc:
     def __init__(self, tmp: Path, node: str, server_url: str, interval_s: float = 0.2,
                  replay_start: float | None = None, spool_max_mb: float = 64.0,
-                 source: list[str] | None = None) -> None:
+                 source: list[str] | None = None, spool: Path | None = None) -> None:
         self.node = node
-        self.spool = tmp / f"spool-{node}"
+        self.spool = spool or tmp / f"spool-{node}"
         self.metrics_port = free_port()
         self.args = ["agent", "--node", node, "--server", server_url, "--token", TOKEN, "--interval", str(interval_s),
                      "--spool", str(self.spool), "--spool-max-mb", str(spool_max_mb),
@@ -120,3 +125,30 @@ class AgentProc:
 
     def metrics(self) -> str:
         return requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+
+@contextmanager
+def small_filesystem(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (e.g. '2m') mounted at `where`, to run a disk out of space for real; skips the test where
+    mounting is not allowed (CI runs as root, where it is)."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill_up(folder: Path) -> Path:
+    """Write a file into `folder` until its filesystem is full; the file, to delete to free the space again."""
+    filler = folder / "filler"
+    try:
+        with open(filler, "wb", buffering=0) as handle:
+            while True:
+                handle.write(b"\0" * 4096)
+    except OSError:
+        pass
+    return filler

@@ -10,6 +10,9 @@ AGENT_BATCHES_ACKED = Counter("gpuledger_agent_batches_acked", "Batches the serv
                               ["outcome"], registry=REGISTRY)
 AGENT_RETRIES = Counter("gpuledger_agent_batches_retried", "Sends that failed and will be retried",
                         ["reason"], registry=REGISTRY)
+AGENT_HELD_IN_MEMORY = Counter("gpuledger_agent_batches_held_in_memory",
+                               "Batches the spool could not write (disk full), held in memory until sent",
+                               registry=REGISTRY)
 AGENT_DROPPED = Counter("gpuledger_agent_batches_dropped", "Spooled batches dropped because the spool was full",
                         registry=REGISTRY)
 AGENT_REJECTED = Counter("gpuledger_agent_batches_rejected", "Batches the server refused as invalid",

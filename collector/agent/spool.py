@@ -6,9 +6,14 @@ atomically (temp file, fsync, rename), so a crash leaves either a whole batch or
 deduplicates on (node, stream, seq), and a new stream id after a lost spool directory keeps
 a restarted sequence from colliding with batches the server already holds. The spool is
 bounded: past `max_bytes` the oldest batches are dropped, counted and logged.
+
+On a full disk a batch is held in memory instead (within the same bound) and sent from there: it is not durable
+until acknowledged, and the log says so. `state.json` is padded to a fixed size, so when a new copy cannot be
+written it is overwritten in place, in blocks it already owns: the sequence never goes back, even on a full disk.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -17,9 +22,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuledger.collector.agent.metrics import AGENT_DROPPED, AGENT_SPOOL_BYTES
+from gpuledger.collector.agent.metrics import AGENT_DROPPED, AGENT_HELD_IN_MEMORY, AGENT_SPOOL_BYTES
 
 log = logging.getLogger(__name__)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+STATE_BYTES = 256  # state.json's fixed size, spaces after the JSON
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Spool:
         (self.dir / "rejected").mkdir(exist_ok=True)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._held: dict[int, tuple[SpooledBatch, bytes]] = {}  # written on a full disk: in memory until sent
         for stale in self.dir.glob("*.tmp"):  # a write interrupted by a crash: never acknowledged, never sent
             stale.unlink()
         state = self._load_state()
@@ -74,14 +82,34 @@ class Spool:
             return {}
 
     def _save_state(self) -> None:
-        _atomic_write(self.dir / "state.json",
-                      json.dumps({"stream_id": self.stream_id, "next_seq": self.next_seq}).encode())
+        text = json.dumps({"stream_id": self.stream_id, "next_seq": self.next_seq}).ljust(STATE_BYTES).encode()
+        path = self.dir / "state.json"
+        try:
+            _atomic_write(path, text)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL or not path.exists():
+                raise
+            path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+            with open(path, "r+b") as handle:  # the same size in place: no new blocks needed
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
 
     def put(self, data: bytes, rows: int) -> int:
         """Store the next batch durably; returns its sequence number."""
         with self._lock:
             seq = self.next_seq
-            _atomic_write(self.dir / f"{seq:016d}-{rows}.arrow", data)
+            path = self.dir / f"{seq:016d}-{rows}.arrow"
+            try:
+                _atomic_write(path, data)
+            except OSError as exc:
+                if exc.errno not in DISK_FULL:
+                    raise
+                path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+                self._held[seq] = (SpooledBatch(seq, rows, path), data)
+                AGENT_HELD_IN_MEMORY.inc()
+                log.warning("spool %s: disk full; batch seq %d held in memory until the server has it (%d held, "
+                            "not durable: lost if the agent stops first)", self.dir, seq, len(self._held))
             self._bytes += len(data)
             self.next_seq = seq + 1
             self._save_state()
@@ -101,7 +129,13 @@ class Spool:
                 self.max_bytes, oldest.seq, oldest.rows)
 
     def _remove(self, path: Path, to: Path | None = None) -> int:
-        """Unlink (or move aside) one spooled file and take its size off the running total."""
+        """Unlink (or move aside) one spooled file, or forget a batch held in memory, and take its size off the
+        running total."""
+        seq = int(path.name.partition("-")[0])
+        if seq in self._held:
+            size = len(self._held.pop(seq)[1])
+            self._bytes -= size
+            return size
         try:
             size = path.stat().st_size
             path.rename(to) if to else path.unlink()
@@ -116,9 +150,13 @@ class Spool:
             seq, _, rows = path.stem.partition("-")
             if seq.isdigit() and rows.isdigit():
                 out.append(SpooledBatch(int(seq), int(rows), path))
+        out += [batch for batch, _ in self._held.copy().values()]  # copy(): atomic while the sampler adds
         return sorted(out, key=lambda b: b.seq)
 
     def read(self, batch: SpooledBatch) -> bytes | None:
+        held = self._held.get(batch.seq)
+        if held is not None:
+            return held[1]
         try:
             return batch.path.read_bytes()
         except FileNotFoundError:  # dropped for space while we were about to send it
@@ -132,7 +170,10 @@ class Spool:
     def reject(self, batch: SpooledBatch, reason: str) -> None:
         """The server refused this batch as invalid: keep it aside for inspection, never resend, never lose it."""
         with self._lock:
+            held = self._held.get(batch.seq)
             self._remove(batch.path, to=self.dir / "rejected" / batch.path.name)
+            if held is not None:
+                (self.dir / "rejected" / batch.path.name).write_bytes(held[1])
             (self.dir / "rejected" / f"{batch.path.name}.reason").write_text(reason)
             AGENT_SPOOL_BYTES.set(self._bytes)
 
