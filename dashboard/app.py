@@ -15,6 +15,7 @@ from gpuledger.dashboard.client import (
     ApiUnavailable,
     NeedsToken,
     api_base,
+    calls,
     deployment_token,
     frame,
     get_json,
@@ -65,31 +66,10 @@ if st.sidebar.button("Refresh"):
     st.cache_data.clear()
 
 
-def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
-    """Every call a page may need, by name. `end` pins every window (and the previous period's) to one instant."""
-    before = (pd.Timestamp(end) - pd.Timedelta(days=days)).isoformat()
-    return {
-        "health": ("/healthz", {}),
-        "util": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": end}),
-        "costs": ("/v1/costs", {"days": days, "end": end}),
-        "waste": ("/v1/waste", {"days": days, "limit": 100, "end": end}),
-        "fairness": ("/v1/fairshare", {"days": days, "end": end}),
-        "advice": ("/v1/recommendations", {}),
-        "decided": ("/v1/recommendations/history", {"limit": 200}),
-        "nodes": ("/v1/nodes", {}),
-        "gpu_health": ("/v1/health", {"days": days, "limit": 200, "end": end}),
-        "coverage": ("/v1/nodes/telemetry", {}),
-        "fragments": ("/v1/fragmentation", {"days": days, "end": end}),
-        "costs_before": ("/v1/costs", {"days": days, "end": before}),
-        "util_before": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": before}),
-        "daily": ("/v1/costs/daily", {"days": days, "end": end}),
-        "teams": ("/v1/teams", {}),
-        "gpus": ("/v1/gpus", {"days": days, "bucket_minutes": max(bucket, 60), "end": end}),
-    }
-
-
 @st.cache_data(ttl=30, show_spinner="Loading from the gpuledger API…")
-def fetch_batch(base: str, token: str | None, batch: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...]) -> dict:
+def fetch_batch(
+    base: str, token: str | None, batch: tuple[tuple[str, str, tuple[tuple[str, object], ...]], ...]
+) -> dict:
     """Calls at once: the API serves reads concurrently, so a page costs its slowest call, not their sum."""
     with ThreadPoolExecutor(max_workers=8) as pool:
         futures = {name: pool.submit(get_json, base, path, token, **dict(params)) for name, path, params in batch}

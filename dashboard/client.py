@@ -60,3 +60,27 @@ def frame(rows: list[dict[str, Any]], time_columns: tuple[str, ...] = ()) -> pd.
         if column in df:
             df[column] = pd.to_datetime(df[column], utc=True)
     return df
+
+
+def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
+    """Every call a dashboard page may need, by name (the soak benchmark makes the same ones). `end` pins every
+    window (and the previous period's) to one instant."""
+    before = (pd.Timestamp(end) - pd.Timedelta(days=days)).isoformat()
+    return {
+        "health": ("/healthz", {}),
+        "util": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": end}),
+        "costs": ("/v1/costs", {"days": days, "end": end}),
+        "waste": ("/v1/waste", {"days": days, "limit": 100, "end": end}),
+        "fairness": ("/v1/fairshare", {"days": days, "end": end}),
+        "advice": ("/v1/recommendations", {}),
+        "decided": ("/v1/recommendations/history", {"limit": 200}),
+        "nodes": ("/v1/nodes", {}),
+        "gpu_health": ("/v1/health", {"days": days, "limit": 200, "end": end}),
+        "coverage": ("/v1/nodes/telemetry", {}),
+        "fragments": ("/v1/fragmentation", {"days": days, "end": end}),
+        "costs_before": ("/v1/costs", {"days": days, "end": before}),
+        "util_before": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": before}),
+        "daily": ("/v1/costs/daily", {"days": days, "end": end}),
+        "teams": ("/v1/teams", {}),
+        "gpus": ("/v1/gpus", {"days": days, "bucket_minutes": max(bucket, 60), "end": end}),
+    }

@@ -66,6 +66,8 @@ class ApiServer:
         self.thread.join(timeout=10)
         if self.ingest is not None:
             self.ingest.stop()
+        if self.app.state.audit is not None:
+            self.app.state.audit.close()
 
 
 def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str | None = None) -> ReportFiles:

@@ -84,7 +84,7 @@ def test_reads_need_a_token_unless_opened(closed):
 def test_a_reader_reads_everything_and_writes_nothing(closed):
     url, tokens = closed
     for path, params in get_paths(url):
-        if "{" in path or path in ("/v1/tokens", "/v1/audit", "/v1/recommendations/export"):
+        if "{" in path or path in ("/v1/tokens", "/v1/audit", "/v1/backup", "/v1/recommendations/export"):
             continue
         answer = call("GET", url + path, tokens["reader"], params={"end": END} if "end" in params else {})
         assert answer.status_code == 200, (path, answer.text)
@@ -93,7 +93,7 @@ def test_a_reader_reads_everything_and_writes_nothing(closed):
     decided = call("POST", f"{url}/v1/recommendations/{rec['id']}/decision", tokens["reader"],
                    json={"decision": "reject", "by": "ops"})
     assert decided.status_code == 403 and "admin" in decided.json()["detail"]
-    for admin_only in ("/v1/tokens", "/v1/audit"):
+    for admin_only in ("/v1/tokens", "/v1/audit", "/v1/backup"):
         assert call("GET", url + admin_only, tokens["reader"]).status_code == 403
     assert post(url, batch(), seq=0, node="node-a", token=tokens["reader"]).status_code == 403
 
@@ -109,7 +109,7 @@ def test_a_team_token_sees_its_own_team_and_no_other(closed):
         path = path.replace("{team}", TEAM)
         query = {k: v for k, v in (("days", 3), ("end", END), ("target", "kueue")) if k in params}
         answer = call("GET", url + path, tokens["team"], params=query)
-        if path in ("/metrics", "/v1/recommendations/export", "/v1/tokens", "/v1/audit"):
+        if path in ("/metrics", "/v1/recommendations/export", "/v1/tokens", "/v1/audit", "/v1/backup"):
             assert answer.status_code == 403, path  # every team's figures at once, or admin's
             continue
         assert answer.status_code == 200, (path, answer.text)

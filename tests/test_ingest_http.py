@@ -148,3 +148,25 @@ def test_a_big_backlog_body_is_checked_like_small_ones(central):
     assert answer[5]["rows"] == 8 and answer[5]["rejected"] == {"duplicate_sample": 2}
     assert all(b["rows"] == 8 and not b["rejected"] for k, b in enumerate(answer) if k not in (3, 5))
     assert store.sample_count() == 319
+
+
+def test_an_agent_whose_clock_jumps_forward_and_back_is_stored_exactly(central):
+    """Sequence numbers, not clocks, identify batches: a node whose clock jumps 2 h ahead has those samples refused
+    as future (counted), and back 1 h has its earlier instants stored; instants it sends twice are stored once."""
+    url, store = central
+    t0 = NOW - timedelta(minutes=5)
+    instants = ([t0 + timedelta(seconds=10 * k) for k in range(10)]  # a good clock
+                + [t0 + timedelta(hours=2, seconds=10 * k) for k in range(5)]  # jumped forward
+                + [t0 - timedelta(hours=1, seconds=-10 * k) for k in range(5)]  # jumped back, to new instants
+                + [t0 + timedelta(seconds=10 * k) for k in range(5)])  # back onto instants already sent
+    future = r'gpuledger_ingest_rows_rejected_total\{reason="future_ts"\} (\S+)'
+    found = re.search(future, requests.get(url + "/metrics", timeout=10).text)
+    before = float(found.group(1)) if found else 0.0
+    answers = [post(url, batch(at), seq=seq, node="node-0000").json() for seq, at in enumerate(instants)]
+    assert all(a["status"] == "stored" for a in answers)
+    assert [a["rows"] for a in answers] == [8] * 10 + [0] * 5 + [8] * 5 + [0] * 5
+    assert all(a["rejected"] == {"future_ts": 8} for a in answers[10:15])
+    assert all(a["rejected"] == {"duplicate_sample": 8} for a in answers[20:])
+    counts = store.query("SELECT count(*) AS n, count(DISTINCT (gpu_uuid, ts)) AS d FROM samples")
+    assert counts.values.tolist() == [[120, 120]]
+    assert float(re.search(future, requests.get(url + "/metrics", timeout=10).text).group(1)) == before + 40

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 import threading
@@ -37,6 +38,7 @@ DDL = [
     detail JSON, prev_sha256 VARCHAR NOT NULL, sha256 VARCHAR NOT NULL)""",
 ]
 
+log = logging.getLogger(__name__)
 PREFIX = "glt"
 _TOKEN = re.compile(rf"^{PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_-]{{43}})$")
 NAME = re.compile(r"^[A-Za-z0-9._:@-]{1,253}$")  # team, node and token names: what the API's headers admit
@@ -139,31 +141,86 @@ class AuditEntry:
     detail: dict[str, Any] | None = None
 
 
-class AuditLog:
-    """Appends entries to the audit_log table, chaining each to the one before (one lock per store, so the chain
-    is a line even with many request threads)."""
+AUDIT_COLUMNS = ["seq", "ts", "actor", "role", "action", "target", "status", "remote", "detail", "prev_sha256",
+                 "sha256"]
+MAX_WAITING = 100_000  # entries held while the store cannot write; past it the oldest are dropped, counted
 
-    def __init__(self, store: "Store") -> None:
+
+class AuditLog:
+    """Appends entries to the audit_log table, chaining each to the one before (one lock, so the chain is a line
+    even with many request threads).
+
+    `append(entry)` writes at once (decisions, tokens, backups: durable before the answer). `append(entry,
+    wait=False)` only queues it: a flush thread writes what queued once a second in one transaction, so a hundred
+    agents pushing (and retrying) cost the store one small commit a second, not one per push. An entry the store
+    cannot take (a full disk) stays queued and goes in, in order, with the next write that succeeds."""
+
+    def __init__(self, store: "Store", flush_every_s: float = 1.0) -> None:
         self.store = store
         self._lock = threading.Lock()
+        self._waiting: list[tuple[AuditEntry, datetime]] = []
+        self.dropped = 0
         last = store.query("SELECT seq, sha256 FROM audit_log ORDER BY seq DESC LIMIT 1")
         self._seq = int(last["seq"].iloc[0]) if not last.empty else 0
         self._prev = last["sha256"].iloc[0] if not last.empty else GENESIS
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, args=(flush_every_s,), name="audit", daemon=True)
+        self._flusher.start()
 
-    def append(self, entry: AuditEntry, at: datetime | None = None) -> int:
-        """Store `entry`; returns its sequence number."""
-        at = at or utc_now()
-        detail = json.dumps(entry.detail, sort_keys=True, default=str) if entry.detail is not None else None
+    def append(self, entry: AuditEntry, at: datetime | None = None, wait: bool = True) -> None:
+        """Queue `entry` and, with `wait`, write everything queued now. Raises what the store raised when it cannot
+        write; the entries stay queued."""
         with self._lock:
-            seq = self._seq + 1
-            digest = _sha256(_chained(self._prev, seq, at, entry.actor, entry.role, entry.action, entry.target,
-                                      entry.status, entry.remote, detail))
+            self._waiting.append((entry, at or utc_now()))
+            if len(self._waiting) > MAX_WAITING:
+                self.dropped += len(self._waiting) - MAX_WAITING
+                del self._waiting[: len(self._waiting) - MAX_WAITING]
+        if wait:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write every queued entry in one transaction; the last sequence number written."""
+        with self._lock:
+            if not self._waiting:
+                return self._seq
+            seq, prev, rows = self._seq, self._prev, []
+            for entry, when in self._waiting:
+                seq += 1
+                detail = json.dumps(entry.detail, sort_keys=True, default=str) if entry.detail is not None else None
+                digest = _sha256(_chained(prev, seq, when, entry.actor, entry.role, entry.action, entry.target,
+                                          entry.status, entry.remote, detail))
+                rows.append([seq, when, entry.actor, entry.role, entry.action, entry.target, entry.status,
+                             entry.remote, detail, prev, digest])
+                prev = digest
+            frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
             with self.store.transaction() as cur:
-                cur.execute("INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [seq, at, entry.actor, entry.role, entry.action, entry.target, entry.status,
-                             entry.remote, detail, self._prev, digest])
-            self._seq, self._prev = seq, digest
-        return seq
+                cur.register("audit_rows", frame)
+                cur.execute("INSERT INTO audit_log SELECT seq, ts, actor, role, action, target, status, remote, "
+                            "detail::JSON, prev_sha256, sha256 FROM audit_rows")
+                cur.unregister("audit_rows")
+            self._seq, self._prev, self._waiting = seq, prev, []
+            return seq
+
+    def _flush_loop(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                self.flush()
+            except Exception as exc:  # noqa: BLE001 - kept queued; the next second tries again
+                log.error("audit log: %d entr(ies) kept in memory, not yet written: %s", self.waiting, exc)
+
+    def close(self) -> None:
+        """Stop the flush thread and write what is queued (a failure is logged; the entries are then lost)."""
+        self._stop.set()
+        self._flusher.join(timeout=10)
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001
+            log.error("audit log: %d entr(ies) not written at shutdown: %s", self.waiting, exc)
+
+    @property
+    def waiting(self) -> int:
+        """Entries not yet written."""
+        return len(self._waiting)
 
 
 def _chained(prev: str, seq: int, at: datetime, *fields: object) -> str:

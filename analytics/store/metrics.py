@@ -22,6 +22,9 @@ INGEST_DUPLICATE_BATCHES = Counter("gpuledger_ingest_duplicate_batches",
 INGEST_REQUESTS_DEFERRED = Counter("gpuledger_ingest_requests_deferred",
                                    "Push requests answered 503 because their group could not be committed (nothing "
                                    "stored; the agent resends), by reason", ["reason"], registry=REGISTRY)
+AUDIT_DEFERRED = Counter("gpuledger_audit_entries_deferred",
+                         "Audit entries the store could not write at once (kept in memory, written with the next)",
+                         registry=REGISTRY)
 INGEST_COMMIT_SECONDS = Histogram("gpuledger_ingest_commit_seconds", "Time to commit one group of batches",
                                   registry=REGISTRY)
 INGEST_ROWS_PER_SECOND = Gauge("gpuledger_ingest_rows_per_second",

@@ -54,7 +54,8 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.state.gate = Gate(store, token, open_reads)
     app.state.metrics = metrics or exported(COLLECTOR_METRICS, STORE_METRICS, StoreGauges(store, config))
     app.state.recommender = RecommendationService(store, config)
-    audit_writes(app, None if store.read_only else AuditLog(store))
+    app.state.audit = None if store.read_only else AuditLog(store)
+    audit_writes(app, app.state.audit)
     for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement):
         app.include_router(area.router)
     return app

@@ -8,6 +8,7 @@ real tokens, then drop it. Reads need a token unless the server runs with `--ope
 """
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -19,8 +20,11 @@ from starlette.responses import Response
 
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import AuditEntry, AuditLog, Identity, Role, find_token
+from gpuledger.analytics.store.metrics import AUDIT_DEFERRED
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
+from gpuledger.collector.wire import INGEST_PATH
 
+logger = logging.getLogger(__name__)
 BOOTSTRAP = Identity("bootstrap", "bootstrap", Role("admin"))
 ANONYMOUS = "anonymous"
 CACHE_S = 30.0  # a token found stays trusted this long; a revocation through the API takes effect at once
@@ -184,5 +188,13 @@ def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
                                target=request.url.path, status=response.status_code,
                                remote=request.client.host if request.client else None,
                                detail=getattr(request.state, "audit", None))
-            await run_in_threadpool(log.append, entry)
+            if path == INGEST_PATH:  # many a second: written with the next flush, within a second
+                log.append(entry, wait=False)
+                return response
+            try:
+                await run_in_threadpool(log.append, entry)
+            except Exception as exc:  # the answer stands (the write itself is done or refused); the entry waits
+                AUDIT_DEFERRED.inc()
+                logger.error("audit entry for %s %s by %s kept in memory (%d waiting): %s", request.method, path,
+                             caller.actor, log.waiting, exc)
         return response

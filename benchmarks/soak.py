@@ -1,0 +1,405 @@
+"""Soak: many agents pushing in compressed time while the dashboard's API calls run, then faults, with every row
+accounted for.
+
+Usage: python benchmarks/soak.py [--nodes 128] [--speedup 10] [--seconds 30] [--readers 4] [--json]
+
+A real `gpuledger serve` process on 127.0.0.1 receives one sender per node. Each sender posts its node's next
+10 s batch (8 GPUs) as an agent does: one request per batch, in order, resent until acknowledged (connection
+refused and 503 are retried). Time is compressed: the cluster's clock moves 10 s every 10/--speedup wall seconds.
+
+1. ingest alone for --seconds: rows stored per second (the baseline of 2);
+2. the same ingest while --readers threads make the dashboard's calls (dashboard/client.py `calls`) in a loop:
+   rows per second as a ratio of 1's, and read latency p50, p95 and max;
+3. faults, each while the senders run:
+   - kill -9 of the server inside a group commit (a failpoint holds one open), then a restart;
+   - the database's disk full (the store sits on a tmpfs this script mounts; needs root) for a few seconds;
+   - one node's clock jumping 2 h forward (its samples are refused as future) and 1 h back;
+   - one node sending batches an older agent wrote (without the columns added since).
+After the run the store is read and compared with what was sent: per phase, rows sent, stored, refused (future
+instants, counted by the server), lost (sent and acknowledged but absent, or never acknowledged) and duplicated.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import pyarrow.compute as pc
+import requests
+
+from gpuledger.collector.samples import ADDED_COLUMNS
+from gpuledger.collector.simulator import cluster_of
+from gpuledger.collector.wire import INGEST_PATH, encode, request_headers
+from gpuledger.dashboard.client import calls
+
+TOKEN = "soak-token"
+INTERVAL_S = 10.0
+FUTURE_LIMIT = timedelta(minutes=5)  # the server refuses samples further ahead of its clock (ingest max_future_s)
+GPULEDGER = str(Path(sys.executable).with_name("gpuledger"))
+
+
+@dataclass
+class Sent:
+    """One batch handed to a sender: its node, seq, instant, rows and the phase it belongs to."""
+
+    node: str
+    seq: int
+    ts: datetime
+    rows: int
+    phase: str
+    future: bool = False  # an instant past the server's future limit: refused by design
+    acked: bool = False
+
+
+@dataclass
+class Sender:
+    """One node's agent: a queue of encoded batches sent in order, each resent until acknowledged."""
+
+    node: str
+    port: int
+    queue: "queue.Queue[tuple[Sent, bytes] | None]" = field(default_factory=queue.Queue)
+    retries: int = 0
+
+    def run(self) -> None:
+        conn = None
+        while (item := self.queue.get()) is not None:
+            sent, body = item
+            while True:
+                try:
+                    conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                    conn.request("POST", INGEST_PATH, body=body, headers=request_headers(
+                        self.node, "soak", sent.seq, INTERVAL_S, token=TOKEN))
+                    response = conn.getresponse()
+                    response.read()
+                    if response.status == 200:
+                        sent.acked = True
+                        break
+                    if response.status not in (503,):
+                        raise RuntimeError(f"{self.node} seq {sent.seq}: {response.status}")
+                except (OSError, http.client.HTTPException):
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                self.retries += 1
+                time.sleep(0.3)
+
+
+class Server:
+    """`gpuledger serve` as a child process, restartable with a failpoint."""
+
+    def __init__(self, db: Path, port: int, log: Path) -> None:
+        self.db, self.port, self.log = db, port, log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, failpoints: str = "") -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", GPULEDGER_FAILPOINTS=failpoints)
+        self.proc = subprocess.Popen([GPULEDGER, "serve", "--source", "none", "--token", TOKEN, "--open-reads",
+                                      "--port", str(self.port), "--db", str(self.db),
+                                      "--reports", str(self.log.parent / "reports")],
+                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{self.port}/healthz", timeout=2).ok:
+                    return
+            except requests.RequestException:
+                time.sleep(0.2)
+        raise RuntimeError(f"server did not start: {self.log.read_text()[-2000:]}")
+
+    def metric(self, name: str) -> float:
+        page = requests.get(f"http://127.0.0.1:{self.port}/metrics", timeout=10).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name))
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=60)
+
+
+class Cluster:
+    """The simulated nodes' clock: every tick, each node's next batch goes to its sender."""
+
+    def __init__(self, nodes: int, port: int, speedup: float) -> None:
+        self.now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=6)
+        self.sim = cluster_of(nodes, now=self.now)
+        self.senders = {f"node-{i:04d}": Sender(f"node-{i:04d}", port) for i in range(nodes)}
+        self.seq = dict.fromkeys(self.senders, 0)
+        self.period_s = INTERVAL_S / speedup
+        self.sent: list[Sent] = []
+        self.phase = "warm-up"
+        self.skew: dict[str, timedelta] = {}  # a node whose clock is off
+        self.old_format: set[str] = set()  # nodes sending batches as an older agent wrote them
+        self.threads = [threading.Thread(target=s.run, daemon=True) for s in self.senders.values()]
+        for thread in self.threads:
+            thread.start()
+
+    def tick(self) -> None:
+        frame = self.sim.frame([self.now.timestamp()], INTERVAL_S)
+        for node, sender in self.senders.items():
+            table = frame.filter(pc.equal(frame["node"], node))
+            skew = self.skew.get(node)
+            if skew:
+                table = table.set_column(table.schema.get_field_index("ts"), "ts",
+                                         pc.add(table["ts"], pc.cast(skew, "duration[us]")))
+            if node in self.old_format:
+                table = table.drop_columns([c for c in table.column_names if c in ADDED_COLUMNS])
+            ts = table["ts"][0].as_py()
+            sent = Sent(node, self.seq[node], ts, table.num_rows, self.phase,
+                        future=ts > datetime.now(timezone.utc) + FUTURE_LIMIT)
+            self.seq[node] += 1
+            self.sent.append(sent)
+            sender.queue.put((sent, encode(table)))
+        self.now += timedelta(seconds=INTERVAL_S)
+
+    def run_for(self, seconds: float, phase: str) -> None:
+        self.phase = phase
+        deadline = time.monotonic() + seconds
+        next_at = time.monotonic()
+        while time.monotonic() < deadline:
+            self.tick()
+            next_at += self.period_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def backlog(self) -> int:
+        return sum(s.queue.qsize() for s in self.senders.values())
+
+    def drain(self, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (self.backlog() or not all(s.acked for s in self.sent[-len(self.senders):])) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self.drain()
+        for sender in self.senders.values():
+            sender.queue.put(None)
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+def stored_rows(server: Server, cluster: Cluster, seconds: float) -> float:
+    """Rows per second the server stored over `seconds` of steady ingest (from its own counter)."""
+    before = server.metric("gpuledger_ingest_rows_total")
+    started = time.monotonic()
+    cluster.run_for(seconds, cluster.phase)
+    return (server.metric("gpuledger_ingest_rows_total") - before) / (time.monotonic() - started)
+
+
+def read_loop(port: int, stop: threading.Event, latencies: dict[str, list[float]], failures: list[str]) -> None:
+    """The dashboard's calls over and over (a fresh window end each round, as each redraw has)."""
+    session = requests.Session()
+    while not stop.is_set():
+        end = datetime.now(timezone.utc).replace(second=0, microsecond=0).isoformat()
+        for name, (path, params) in calls(7, 60, end).items():
+            started = time.perf_counter()
+            response = session.get(f"http://127.0.0.1:{port}{path}", params=params, timeout=60)
+            latencies[name].append(time.perf_counter() - started)
+            if not response.ok:
+                failures.append(f"{path}: {response.status_code}")
+            if stop.is_set():
+                return
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else float("nan")
+
+
+def mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+def fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    try:
+        with open(filler, "wb", buffering=0) as handle:
+            while True:
+                handle.write(b"\0" * 65536)
+    except OSError:
+        pass
+    return filler
+
+
+def account(cluster: Cluster, db: Path) -> dict[str, dict[str, int]]:
+    """Per phase: batches and rows sent, stored, refused (future), lost and duplicated, against the store."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        held = con.execute("SELECT node, ts, count(*) AS n, count(DISTINCT gpu_uuid) AS d FROM samples "
+                           "WHERE node LIKE 'node-%' GROUP BY node, ts").fetchall()
+        nulls = con.execute("SELECT count(*) FROM samples WHERE xid IS NULL AND nvlink_bps IS NULL "
+                            "AND ecc_dbe_total IS NULL").fetchone()[0]
+    finally:
+        con.close()
+    found = {(node, ts.astimezone(timezone.utc)): (n, d) for node, ts, n, d in held}
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for s in cluster.sent:
+        row = out[s.phase]
+        row["batches"] += 1
+        row["rows_sent"] += s.rows
+        n, distinct = found.get((s.node, s.ts), (0, 0))
+        row["stored"] += n
+        row["duplicated"] += n - distinct
+        if s.future:
+            row["refused"] += s.rows
+            row["lost"] += n  # a future row stored would be a bug too
+        else:
+            row["lost"] += s.rows - distinct
+    out["_old_format_rows_with_nulls"] = {"rows": nulls}
+    return {k: dict(v) for k, v in out.items()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=128, help="simulated agents (8 GPUs each; default 128)")
+    parser.add_argument("--speedup", type=float, default=10.0, help="cluster seconds per wall second (default 10)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of each load phase (default 30)")
+    parser.add_argument("--readers", type=int, default=4, help="threads making the dashboard's calls (default 4)")
+    parser.add_argument("--fault-seconds", type=float, default=5.0, help="how long each fault lasts (default 5)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (server log, database)")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="gpuledger-soak-"))
+    dbfs = work / "dbfs"
+    on_tmpfs = os.geteuid() == 0 and mount_tmpfs(dbfs, "2g")
+    dbfs.mkdir(exist_ok=True)
+    port = _free_port()
+    server = Server(dbfs / "soak.duckdb", port, work / "server.log")
+    server.start()
+    cluster = Cluster(args.nodes, port, args.speedup)
+    report: dict = {"nodes": args.nodes, "gpus": 8 * args.nodes, "speedup": args.speedup,
+                    "offered_rows_per_s": 8 * args.nodes / cluster.period_s}
+    try:
+        cluster.run_for(min(5.0, args.seconds), "warm-up")
+        cluster.phase = "ingest alone"
+        alone = stored_rows(server, cluster, args.seconds)
+        latencies: dict[str, list[float]] = defaultdict(list)
+        failures: list[str] = []
+        stop = threading.Event()
+        readers = [threading.Thread(target=read_loop, args=(port, stop, latencies, failures), daemon=True)
+                   for _ in range(args.readers)]
+        for reader in readers:
+            reader.start()
+        cluster.phase = "ingest + readers"
+        with_readers = stored_rows(server, cluster, args.seconds)
+        stop.set()
+        for reader in readers:
+            reader.join(timeout=120)
+        every = [v for values in latencies.values() for v in values]
+        report["ingest"] = {"rows_per_s_alone": alone, "rows_per_s_with_readers": with_readers,
+                            "ratio": with_readers / alone if alone else float("nan")}
+        report["reads"] = {"count": len(every), "failed": len(failures), "p50_s": percentile(every, 0.5),
+                           "p95_s": percentile(every, 0.95), "max_s": max(every, default=float("nan")),
+                           "slowest": max(latencies, key=lambda k: max(latencies[k])) if latencies else None}
+        faults = report["faults"] = {}
+
+        # kill -9 inside a group commit
+        cluster.drain()
+        server.stop()
+        server.start(failpoints="group_commit=3")
+        cluster.phase = "kill -9 in a group commit"
+        deadline = time.monotonic() + 60
+        while "failpoint group_commit" not in server.log.read_text() and time.monotonic() < deadline:
+            cluster.run_for(cluster.period_s, cluster.phase)
+        server.kill9()
+        cluster.run_for(args.fault_seconds, cluster.phase)
+        server.start()
+        cluster.run_for(args.fault_seconds, cluster.phase)
+        faults["kill -9 in a group commit"] = "server killed while a commit was held open, restarted"
+
+        if on_tmpfs:
+            cluster.phase = "database disk full"
+            deferred = server.metric("gpuledger_ingest_requests_deferred_total")
+            filler = fill(dbfs)
+            cluster.run_for(args.fault_seconds, cluster.phase)
+            faults["database disk full"] = (f"{server.metric('gpuledger_ingest_requests_deferred_total') - deferred:.0f}"
+                                            " pushes answered 503 while full")
+            filler.unlink()
+            cluster.run_for(args.fault_seconds, cluster.phase)
+        else:
+            faults["database disk full"] = "skipped: mounting a tmpfs needs root"
+
+        cluster.phase = "clock jumps"
+        skewed = next(iter(cluster.senders))
+        cluster.skew[skewed] = datetime.now(timezone.utc) - cluster.now + timedelta(hours=2)  # ahead of the wall
+        cluster.run_for(args.fault_seconds / 2, cluster.phase)
+        cluster.skew[skewed] = -timedelta(hours=1)
+        cluster.run_for(args.fault_seconds / 2, cluster.phase)
+        del cluster.skew[skewed]
+        faults["clock jumps"] = f"{skewed}: +2 h, then -1 h"
+
+        cluster.phase = "older agent's batches"
+        cluster.old_format.add(list(cluster.senders)[-1])
+        cluster.run_for(args.fault_seconds, cluster.phase)
+        cluster.old_format.clear()
+        faults["older agent's batches"] = (f"{sum(s.rows for s in cluster.sent if s.phase == cluster.phase and s.node == list(cluster.senders)[-1])}"
+                                           " rows without the columns added since")
+
+        cluster.phase = "after"
+        cluster.run_for(2 * cluster.period_s, cluster.phase)
+        cluster.close()
+        report["retries"] = sum(s.retries for s in cluster.senders.values())
+    finally:
+        if server.proc and server.proc.poll() is None:
+            server.stop()
+    report["accounting"] = account(cluster, server.db)
+    if on_tmpfs:
+        subprocess.run(["umount", "-l", str(dbfs)], check=False)
+    if args.keep:
+        print(f"work folder kept: {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        show(report)
+    return report
+
+
+def show(report: dict) -> None:
+    ingest, reads = report["ingest"], report["reads"]
+    print(f"{report['nodes']} agents ({report['gpus']} GPUs), time x{report['speedup']:g}: "
+          f"offered {report['offered_rows_per_s']:,.0f} rows/s")
+    print(f"ingest alone       {ingest['rows_per_s_alone']:>10,.0f} rows/s (baseline)")
+    print(f"ingest + readers   {ingest['rows_per_s_with_readers']:>10,.0f} rows/s = {ingest['ratio']:.3f} x baseline")
+    print(f"reads              {reads['count']} calls, {reads['failed']} failed; p50 {reads['p50_s'] * 1000:.0f} ms, "
+          f"p95 {reads['p95_s'] * 1000:.0f} ms, max {reads['max_s'] * 1000:.0f} ms ({reads['slowest']})")
+    for name, what in report["faults"].items():
+        print(f"fault: {name}: {what}")
+    print(f"{'phase':<28}{'batches':>9}{'rows sent':>11}{'stored':>10}{'refused':>9}{'lost':>6}{'dup':>5}")
+    for phase, row in report["accounting"].items():
+        if phase.startswith("_"):
+            continue
+        print(f"{phase:<28}{row['batches']:>9}{row['rows_sent']:>11}{row['stored']:>10}{row.get('refused', 0):>9}"
+              f"{row['lost']:>6}{row['duplicated']:>5}")
+    print(f"senders retried {report['retries']} time(s); rows stored with the added columns null: "
+          f"{report['accounting']['_old_format_rows_with_nulls']['rows']}")
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
