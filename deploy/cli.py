@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--server", required=True, help="central server URL, e.g. http://gpuledger:8080")
     agent.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
                        help="the node's agent:<node> token (default $GPULEDGER_TOKEN)")
+    agent.add_argument("--token-file", type=Path, metavar="FILE",
+                       help="read the token from this file (a mounted Secret), instead of --token")
     agent.add_argument("--ca", type=Path, metavar="PEM",
                        help="verify an https:// server against this CA certificate (default: the system's CAs)")
     agent.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(),
@@ -667,8 +669,14 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.collector.agent.spool import Spool
     from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
     from gpuledger.collector.metrics import exported
+    if args.token_file:
+        try:
+            args.token = args.token_file.read_text().strip()
+        except OSError as exc:
+            raise InputError(f"cannot read --token-file: {exc}") from exc
     if not args.token:
-        raise InputError("the agent needs --token (or $GPULEDGER_TOKEN) to push to the server")
+        raise InputError("the agent needs an agent:<node> token: --token, --token-file or $GPULEDGER_TOKEN "
+                         "(make one with `gpuledger token create --role agent:NODE`)")
     source = _make_source(args, config)
     spool = Spool(args.spool, int(args.spool_max_mb * 1024 * 1024))
     if args.ca and not args.ca.is_file():

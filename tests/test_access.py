@@ -15,7 +15,7 @@ from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from gpuledger.collector.wire import INGEST_PATH
 from gpuledger.deploy.api.access import OTHER_TEAM
 from gpuledger.deploy.server import ApiServer
-from tests.conftest import SIM_END, SITE
+from tests.conftest import SIM_END, SITE, fill_store
 from tests.ingest_helpers import batch, post
 from tests.procs import GPULEDGER
 
@@ -33,10 +33,18 @@ def call(method: str, url: str, token: str | None = None, **kwargs: Any) -> requ
 
 
 @pytest.fixture(scope="module")
-def closed(sim_store) -> Iterator[tuple[str, dict[str, str]]]:
+def own_store(tmp_path_factory, simulator) -> Iterator[Store]:
+    """The simulated cluster's three days in a store of this module's own (its tests push and decide)."""
+    store = fill_store(Store(tmp_path_factory.mktemp("access") / "access.duckdb"), simulator, days=3, step_s=600)
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def closed(own_store) -> Iterator[tuple[str, dict[str, str]]]:
     """A server whose reads need a token, over the simulated store, and a token of each role made through the API
     by the bootstrap admin: (URL, role -> token)."""
-    server = ApiServer(sim_store, SITE, port=0, token=BOOT)
+    server = ApiServer(own_store, SITE, port=0, token=BOOT)
     url = server.start()
     tokens = {}
     for name, role in (("ops", "reader"), ("lead", f"team:{TEAM}"), ("node-a", "agent:node-a"), ("root", "admin")):
@@ -130,22 +138,22 @@ def test_a_team_token_sees_its_own_team_and_no_other(closed):
         assert answer.status_code == 403 and TEAM in answer.json()["detail"], refused
 
 
-def test_an_agent_token_pushes_only_as_its_node(closed, sim_store):
+def test_an_agent_token_pushes_only_as_its_node(closed, own_store):
     url, tokens = closed
-    before = sim_store.sample_count()
+    before = own_store.sample_count()
     stolen = post(url, batch(), seq=0, node="node-b", token=tokens["agent"])
     assert stolen.status_code == 403 and "node-a" in stolen.json()["detail"]
-    assert sim_store.sample_count() == before  # nothing stored under the other node's name
+    assert own_store.sample_count() == before  # nothing stored under the other node's name
     assert call("GET", f"{url}/v1/costs", tokens["agent"]).status_code == 403
     own = post(url, batch(), seq=0, node="node-a", token=tokens["agent"])
     assert own.status_code == 200 and own.json()["rows"] == 8
-    stored = sim_store.query("SELECT DISTINCT node FROM samples WHERE ts = ?", [batch().column("ts")[0].as_py()])
+    stored = own_store.query("SELECT DISTINCT node FROM samples WHERE ts = ?", [batch().column("ts")[0].as_py()])
     assert stored["node"].tolist() == ["node-a"]  # the rows carry the token's node
 
 
-def test_tokens_are_hashed_at_rest_and_revoked_at_once(closed, sim_store):
+def test_tokens_are_hashed_at_rest_and_revoked_at_once(closed, own_store):
     url, tokens = closed
-    rows = sim_store.query("SELECT * FROM api_tokens")
+    rows = own_store.query("SELECT * FROM api_tokens")
     dumped = rows.to_csv()
     assert all(t.split("_")[-1] not in dumped for t in tokens.values())  # no secret is stored
     made = call("POST", f"{url}/v1/tokens", tokens["admin"], json={"name": "temp", "role": "reader"}).json()
@@ -160,7 +168,7 @@ def test_tokens_are_hashed_at_rest_and_revoked_at_once(closed, sim_store):
     assert call("POST", f"{url}/v1/tokens", tokens["team"], json={"name": "x", "role": "admin"}).status_code == 403
 
 
-def test_every_write_is_audited_and_the_chain_shows_tampering(closed, sim_store):
+def test_every_write_is_audited_and_the_chain_shows_tampering(closed, own_store):
     url, tokens = closed
     rec = call("GET", f"{url}/v1/recommendations/history", tokens["admin"], params={"status": "proposed"}).json()[0]
     done = call("POST", f"{url}/v1/recommendations/{rec['id']}/decision", tokens["admin"],
@@ -180,17 +188,17 @@ def test_every_write_is_audited_and_the_chain_shows_tampering(closed, sim_store)
     assert {e["detail"]["role"] for e in made} >= {"reader", f"team:{TEAM}", "agent:node-a", "admin"}
     seqs = [e["seq"] for e in entries]
     assert seqs == sorted(seqs, reverse=True) and len(set(seqs)) == len(seqs)
-    assert verify_audit(sim_store) is None
-    original = sim_store.scalar("SELECT actor FROM audit_log WHERE seq = 2")
-    with sim_store.transaction() as cur:  # someone edits the log behind gpuledger's back
+    assert verify_audit(own_store) is None
+    original = own_store.scalar("SELECT actor FROM audit_log WHERE seq = 2")
+    with own_store.transaction() as cur:  # someone edits the log behind gpuledger's back
         cur.execute("UPDATE audit_log SET actor = 'nobody' WHERE seq = 2")
     try:
-        assert verify_audit(sim_store) == 2
+        assert verify_audit(own_store) == 2
         assert call("GET", f"{url}/v1/audit", tokens["admin"]).json()["first_broken"] == 2
     finally:
-        with sim_store.transaction() as cur:
+        with own_store.transaction() as cur:
             cur.execute("UPDATE audit_log SET actor = ? WHERE seq = 2", [original])
-    assert verify_audit(sim_store) is None
+    assert verify_audit(own_store) is None
 
 
 def test_the_token_cli_on_a_file_and_through_a_server(tmp_path):

@@ -38,10 +38,13 @@ def test_the_agent_daemonset_names_its_node_from_the_downward_api():
     (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in agent["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert "secretKeyRef" in env["GPULEDGER_TOKEN"]["valueFrom"]
+    assert "GPULEDGER_TOKEN" not in env  # each node its own agent:<node> token, from the Secret's files
     args = build_parser().parse_args(agent["args"])
     assert (args.command, args.source, args.node) == ("agent", "dcgm", "$(NODE_NAME)")  # Kubernetes expands it
-    assert {m["mountPath"] for m in agent["volumeMounts"]} == {str(args.spool)}
+    mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
+    assert set(mounts) == {str(args.spool), str(args.token_file.parent)}
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mounts[str(args.token_file.parent)]]["secret"]["secretName"] == "gpuledger-agent-tokens"
 
 
 def test_the_server_and_dashboard_command_lines_parse_and_the_config_loads(tmp_path):
