@@ -209,13 +209,13 @@ GPU_METRICS = {"util_pct": "mean utilisation, %", "mem_used_mib": "peak memory u
 
 
 def gpu_series(store: Store, start: datetime, end: datetime, bucket_minutes: int = 60) -> pd.DataFrame:
-    """Per GPU and time bucket: mean utilisation, peak memory used and mean power (from the energy counter, else
-    the power readings), for a heatmap of the cluster's GPUs."""
+    """Per GPU and time bucket: mean utilisation, peak memory used, mean power (from the energy counter, else
+    the power readings) and the hottest temperature, for heatmaps of the cluster's GPUs."""
     sql = f"""
         SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket,
                node, gpu_uuid, sum(util_sum) / nullif(sum(util_n), 0) AS util_pct,
                max(mem_used_max) AS mem_used_mib,
-               sum(energy_j) / nullif(sum(samples * interval_s), 0) AS power_w
+               sum(energy_j) / nullif(sum(samples * interval_s), 0) AS power_w, max(temp_max) AS temp_c
         FROM {USAGE} GROUP BY ALL ORDER BY node, gpu_uuid, bucket"""
     return store.query_usage(sql, {"start": start, "end": end, "bucket_minutes": bucket_minutes,
                                    "fine": bucket_minutes % 60 != 0})

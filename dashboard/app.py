@@ -678,7 +678,12 @@ with tab_nodes:
             )
         points = frame(gpu_view["series"], ("bucket",))
         if not points.empty:
-            labels = {"util_pct": "utilisation (%)", "mem_used_mib": "memory used (MiB)", "power_w": "power (W)"}
+            labels = {
+                "util_pct": "utilisation (%)",
+                "mem_used_mib": "memory used (MiB)",
+                "power_w": "power (W)",
+                "temp_c": "hottest temperature (°C)",
+            }
             shown = st.selectbox("Heatmap of", list(labels), format_func=labels.get)
             points = points.dropna(subset=[shown])
             if not points.empty:

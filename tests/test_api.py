@@ -182,3 +182,20 @@ def test_grafana_dashboard_queries_only_metrics_the_server_exports(api_url, sim_
     assert queried and queried <= exported | declared and len(queried & exported) >= len(queried) - 2
     team = [line for line in text.splitlines() if line.startswith("gpuledger_team_")]
     assert any('team="__idle__"' in line for line in team) and any("gpuledger_team_fairshare{" in x for x in team)
+
+
+def test_gpu_heatmap_points_agree_with_the_raw_samples(api_url, sim_store):
+    """Per GPU and hour: mean utilisation, peak memory and the hottest temperature, as the raw samples give them
+    (the rollups keep the temperature since schema 8)."""
+    body = get(api_url, "/v1/gpus", days=1, bucket_minutes=60, end=SIM_END.isoformat()).json()
+    points = {(p["gpu_uuid"], p["bucket"][:13]): p for p in body["series"]}
+    assert len(points) == 48 * 24 and len(body["holders"]) >= 48
+    raw = sim_store.query("""SELECT gpu_uuid, strftime(date_trunc('hour', ts), '%Y-%m-%dT%H') AS hour,
+                                    avg(util_pct) AS util, max(mem_used_mib) AS mem, max(temp_c) AS temp
+                             FROM samples WHERE ts >= ? - INTERVAL 1 DAY AND ts < ? GROUP BY ALL""",
+                          [SIM_END, SIM_END])
+    assert len(raw) == len(points)
+    for row in raw.itertuples():
+        point = points[(row.gpu_uuid, row.hour)]
+        assert point["util_pct"] == pytest.approx(row.util) and point["mem_used_mib"] == pytest.approx(row.mem)
+        assert point["temp_c"] == pytest.approx(row.temp) and 20 < point["temp_c"] < 100

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import duckdb
 import pandas as pd
 import pytest
 
@@ -14,12 +15,13 @@ from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
 from gpuledger.analytics.store import Store, database
 from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
+from gpuledger.analytics.store.schema import SCHEMA_VERSION
 from gpuledger.analytics.usage import cluster_utilization, covered_hours, hourly_demand, team_usage
 from gpuledger.analytics.waste import idle_runs, job_profiles, with_p95
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.metrics import sample_value
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
-from gpuledger.collector.simulator import default_simulator
+from gpuledger.collector.simulator import cluster_of, default_simulator
 from tests.helpers import T0, gpu_rows, table
 
 NOW = utc_now().replace(second=0, microsecond=0)
@@ -301,3 +303,24 @@ def test_stretches_inside_an_hour_and_across_hours_match_the_raw_samples(store):
     assert got["idle_minutes"].tolist() == want["idle_minutes"].tolist() == [45.0, 30.0, 99.0]
     assert got["start_ts"].tolist() == want["start_ts"].tolist()
     assert got["end_ts"].tolist() == want["end_ts"].tolist()
+
+
+def test_a_store_from_before_temperature_gains_it_and_folds_it(tmp_path):
+    """A schema-7 file (rollups without temp_max) opened by this version: the column is added, old rows keep
+    none, and minutes folded from then on carry the hottest reading."""
+    path = tmp_path / "old.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    for rollup in ("usage_minute", "usage_hour"):
+        con.execute(f"ALTER TABLE {rollup} DROP COLUMN temp_max")
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    con.close()
+    with Store(path) as store:
+        assert store.meta("schema_version") == SCHEMA_VERSION
+        frame = cluster_of(1).frame([NOW.timestamp() - 600 + 10 * k for k in range(30)], 10.0)
+        store.append_samples(frame)
+        store.fold(until=NOW)
+        folded = store.query("SELECT gpu_uuid, max(temp_max) AS t FROM usage_minute GROUP BY 1 ORDER BY 1")
+        raw = store.query("SELECT gpu_uuid, max(temp_c) AS t FROM samples "
+                          "WHERE ts < date_trunc('minute', ?::TIMESTAMPTZ) GROUP BY 1 ORDER BY 1", [NOW])
+        assert folded["t"].tolist() == pytest.approx(raw["t"].tolist()) and len(folded) == 8

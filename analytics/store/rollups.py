@@ -51,6 +51,7 @@ CORE_COLUMNS = {
     "util_sum": "DOUBLE", "util_n": "BIGINT",  # for mean utilisation (samples with a utilisation)
     "mem_used_max": "DOUBLE", "mem_total_max": "DOUBLE",
     "energy_j": "DOUBLE", "nvlink_bytes": "DOUBLE",
+    "temp_max": "DOUBLE",  # the hottest reading, °C (schema 8; rows folded before it have none)
 }
 # the idle stretch before a row's first busy sample (the whole row when none is busy) and after its last
 SEGMENT_COLUMNS = {
@@ -75,6 +76,9 @@ DDL = [
     # an hour row also lists the idle stretches of at least a minute strictly inside it (between busy samples)
     # and each minute's mean utilisation, in order: percentiles do not add up, so they are taken over these
     _table("usage_hour", CORE_COLUMNS | SEGMENT_COLUMNS | {"inner_runs": INNER_RUNS, "util_minutes": "DOUBLE[]"}),
+    # stores made before schema 8 gain the temperature column (CREATE TABLE IF NOT EXISTS leaves them as they are)
+    "ALTER TABLE usage_minute ADD COLUMN IF NOT EXISTS temp_max DOUBLE",
+    "ALTER TABLE usage_hour ADD COLUMN IF NOT EXISTS temp_max DOUBLE",
     # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
     "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
     f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} "
@@ -92,7 +96,7 @@ MACROS = [
     # the fold: samples in [lo, hi) (of one node, or all when only_node is NULL) to minute rows
     f"""CREATE OR REPLACE MACRO minute_rollup_of(lo, hi, only_node, idle_pct) AS TABLE
     WITH s AS (
-        SELECT date_trunc('minute', ts) AS bucket, {KEY}, ts, interval_s,
+        SELECT date_trunc('minute', ts) AS bucket, {KEY}, ts, interval_s, temp_c,
                interval_s * gpu_fraction AS gpu_s, util_pct, mem_used_mib, mem_total_mib,
                coalesce(power_avg_w, power_w) * interval_s AS energy_j,
                coalesce(nvlink_tx_bps + nvlink_rx_bps, nvlink_tx_bps, nvlink_rx_bps, nvlink_bps, 0) * interval_s
@@ -113,7 +117,7 @@ MACROS = [
            coalesce(sum(interval_s) FILTER (WHERE idle), 0) AS idle_s,
            sum(util_pct) AS util_sum, count(util_pct) AS util_n,
            max(mem_used_mib) AS mem_used_max, max(mem_total_mib) AS mem_total_max,
-           sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes,
+           sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes, max(temp_c) AS temp_max,
            count(*) FILTER (WHERE busy) AS busy_n,
            coalesce(sum(interval_s) FILTER (WHERE lead), 0) AS lead_s,
            coalesce(sum(gpu_s) FILTER (WHERE lead), 0) AS lead_gpu_s,
@@ -164,7 +168,7 @@ MACROS = [
            sum(used_gpu_s) AS used_gpu_s, sum(idle_gpu_s) AS idle_gpu_s, sum(idle_s) AS idle_s,
            sum(util_sum) AS util_sum, sum(util_n) AS util_n, max(mem_used_max) AS mem_used_max,
            max(mem_total_max) AS mem_total_max, sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes,
-           sum(busy_n) AS busy_n,
+           max(temp_max) AS temp_max, sum(busy_n) AS busy_n,
            coalesce(sum(lead_s) FILTER (WHERE lead), 0) AS lead_s,
            coalesce(sum(lead_gpu_s) FILTER (WHERE lead), 0) AS lead_gpu_s,
            sum(lead_util_sum) FILTER (WHERE lead) AS lead_util_sum,

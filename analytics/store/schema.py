@@ -90,8 +90,8 @@ def table_migrations(existing: set[str]) -> list[str]:
 
 
 # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history;
-# 7: API tokens and the audit log (analytics/store/access.py)
-SCHEMA_VERSION = "7"
+# 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature
+SCHEMA_VERSION = "8"
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

@@ -429,6 +429,8 @@ class GpuPoint(BaseModel):
     util_pct: float | None = Field(description="mean utilisation over the bucket, %")
     mem_used_mib: float | None = Field(description="peak memory used, MiB")
     power_w: float | None = Field(description="mean power, W")
+    temp_c: float | None = Field(None, description="the hottest reading in the bucket, °C (null where the exporter "
+                                                   "sends none, or for buckets folded before gpuledger kept it)")
 
 
 class Gpus(BaseModel):
