@@ -94,7 +94,7 @@ def page_figures(at: AppTest) -> list:
     return figures
 
 
-@pytest.mark.parametrize("page", ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare"])
+@pytest.mark.parametrize("page", ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "GPU health", "Nodes"])
 def test_the_window_slider_changes_every_view(monkeypatch, api_url, page):
     """Every page follows the sidebar's window (Recommendations come from the policy window on purpose)."""
     at = show(app_against(monkeypatch, api_url), page)
@@ -120,8 +120,9 @@ def test_the_nodes_page_has_the_gpu_inventory_and_a_heatmap(monkeypatch, api_url
     assert inventory["gpu_uuid"].nunique() == 48 and inventory["team"].map(type).eq(str).all()  # "free" when no job
     heatmap = [s for s in at.selectbox if "utilisation (%)" in s.options]
     assert heatmap, "the heatmap's metric choice"
-    heatmap[0].set_value("power_w").run()
-    assert not at.exception
+    for metric in ("power_w", "temp_c"):
+        heatmap[0].set_value(metric).run()
+        assert not at.exception and not at.warning
 
 
 def test_a_decision_button_records_a_decision(monkeypatch, sim_store):
