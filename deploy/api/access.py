@@ -79,7 +79,9 @@ class Caller:
 
     @property
     def actor(self) -> str:
-        return f"{self.identity.name} ({self.identity.id})" if self.identity else ANONYMOUS
+        if self.identity is None:
+            return ANONYMOUS
+        return self.identity.name if self.identity is BOOTSTRAP else f"{self.identity.name} ({self.identity.id})"
 
     @property
     def role(self) -> str:
