@@ -12,6 +12,7 @@ import requests
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.backup import BackupError, Manifest, manifest_path, snapshot, stamp, verify
 from gpuledger.collector.errors import GpuledgerError
+from gpuledger.deploy.token_admin import refusal
 
 Echo = Callable[[str], None]
 
@@ -32,11 +33,7 @@ def backup_remote(server: str, token: str, folder: Path, ca: str | None = None,
         raise GpuledgerError(f"cannot reach {server}: {exc}") from exc
     with response:
         if not response.ok:
-            try:
-                detail = response.json().get("detail")
-            except ValueError:
-                detail = response.text[:300]
-            raise GpuledgerError(f"{server} refused the backup ({response.status_code}): {detail}")
+            raise GpuledgerError(f"{server} refused the backup ({response.status_code}): {refusal(response)}")
         manifest = Manifest(**json.loads(response.headers["X-Gpuledger-Manifest"]))
         name = response.headers.get("content-disposition", "").split("filename=")[-1].strip('"') \
             or f"gpuledger-{stamp()}.duckdb"

@@ -26,6 +26,14 @@ from gpuledger.collector.errors import GpuledgerError, InputError
 LOCAL_ACTOR = "cli"  # who made a token on the file: the person at the server's console
 
 
+def refusal(response: requests.Response) -> str:
+    """Why the server refused: its `detail`, else the start of the body."""
+    try:
+        return str(response.json().get("detail"))
+    except (ValueError, AttributeError):
+        return response.text[:300]
+
+
 class TokenAdmin(Protocol):
     """Where tokens and the audit log are kept: the file itself or a server's API."""
 
@@ -81,11 +89,7 @@ class RemoteAdmin:
         except requests.RequestException as exc:
             raise GpuledgerError(f"cannot reach {self.server}: {exc}") from exc
         if not response.ok:
-            try:
-                detail = response.json().get("detail")
-            except ValueError:
-                detail = response.text[:300]
-            raise GpuledgerError(f"{self.server} refused ({response.status_code}): {detail}")
+            raise GpuledgerError(f"{self.server} refused ({response.status_code}): {refusal(response)}")
         return response.json()
 
     def create(self, name: str, role: str) -> dict[str, Any]:
