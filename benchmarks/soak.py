@@ -202,10 +202,14 @@ def stored_rows(server: Server, cluster: Cluster, seconds: float) -> float:
     return (server.metric("gpuledger_ingest_rows_total") - before) / (time.monotonic() - started)
 
 
-def read_loop(port: int, stop: threading.Event, latencies: dict[str, list[float]], failures: list[str]) -> None:
-    """The dashboard's calls over and over (a fresh window end each round, as each redraw has)."""
+def read_loop(port: int, stop_file: Path) -> None:
+    """The dashboard's calls over and over (a fresh window end each round, as each redraw has) until `stop_file`
+    exists; then prints {"latencies": {call: [s, ...]}, "failures": [...]} as JSON. Run as a process of its own
+    (`--reader`), as a dashboard is: the senders' threads in this one would slow the reader, not the server."""
     session = requests.Session()
-    while not stop.is_set():
+    latencies: dict[str, list[float]] = defaultdict(list)
+    failures: list[str] = []
+    while not stop_file.exists():
         end = datetime.now(timezone.utc).replace(second=0, microsecond=0).isoformat()
         for name, (path, params) in calls(7, 60, end).items():
             started = time.perf_counter()
@@ -213,8 +217,9 @@ def read_loop(port: int, stop: threading.Event, latencies: dict[str, list[float]
             latencies[name].append(time.perf_counter() - started)
             if not response.ok:
                 failures.append(f"{path}: {response.status_code}")
-            if stop.is_set():
-                return
+            if stop_file.exists():
+                break
+    print(json.dumps({"latencies": latencies, "failures": failures}))
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -291,18 +296,20 @@ def main(argv: list[str] | None = None) -> dict:
         cluster.run_for(min(5.0, args.seconds), "warm-up")
         cluster.phase = "ingest alone"
         alone = stored_rows(server, cluster, args.seconds)
-        latencies: dict[str, list[float]] = defaultdict(list)
-        failures: list[str] = []
-        stop = threading.Event()
-        readers = [threading.Thread(target=read_loop, args=(port, stop, latencies, failures), daemon=True)
-                   for _ in range(args.readers)]
-        for reader in readers:
-            reader.start()
+        stop_file = work / "stop-reading"
+        readers = [subprocess.Popen([sys.executable, __file__, "--reader", str(port), str(stop_file)],
+                                    stdout=subprocess.PIPE, text=True) for _ in range(args.readers)]
         cluster.phase = "ingest + readers"
         with_readers = stored_rows(server, cluster, args.seconds)
-        stop.set()
+        stop_file.touch()
+        latencies: dict[str, list[float]] = defaultdict(list)
+        failures: list[str] = []
         for reader in readers:
-            reader.join(timeout=120)
+            out, _ = reader.communicate(timeout=120)
+            took = json.loads(out)
+            for name, values in took["latencies"].items():
+                latencies[name] += values
+            failures += took["failures"]
         every = [v for values in latencies.values() for v in values]
         report["ingest"] = {"rows_per_s_alone": alone, "rows_per_s_with_readers": with_readers,
                             "ratio": with_readers / alone if alone else float("nan")}
@@ -402,4 +409,7 @@ def _free_port() -> int:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--reader"]:  # a reader process started by main()
+        read_loop(int(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main()
