@@ -598,6 +598,7 @@ def cmd_collect(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.store.access import list_tokens
     from gpuledger.analytics.store.ingest_writer import use_cross_thread_allocator
     from gpuledger.deploy.collect_loop import CollectLoop
     from gpuledger.deploy.server import ApiServer, start_report_scheduler
@@ -621,6 +622,9 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
     pushes = "reads open to all" if args.open_reads else "reads need a token"
     print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
+    if not args.token and list_tokens(store).empty:
+        print("no API tokens yet, so nobody can push or read: stop the server and run `gpuledger token create "
+              f"--role admin --db {args.db}`, or start it with --token (a bootstrap admin token)", flush=True)
     wait_for_stop()
     if loop:
         loop.stop()
