@@ -20,6 +20,7 @@ from gpuledger.dashboard.client import (
     frame,
     get_json,
     post_decision,
+    proxied_token,
 )
 
 FAIRSHARE_TITLES = {
@@ -52,8 +53,9 @@ signed_in = st.sidebar.text_input(
     key="token",
     help="An admin, reader or team token (`gpuledger token create`). Empty: the dashboard's own token, if any.",
 )
-TOKEN = signed_in or deployment_token()
 try:
+    PROXIED_USER, PROXIED = proxied_token(st.context.headers)
+    TOKEN = signed_in or PROXIED or deployment_token()
     WHO = get_json(BASE, "/v1/whoami", TOKEN)
 except NeedsToken as exc:
     st.error(f"That token is not accepted: {exc}")
@@ -61,7 +63,8 @@ except NeedsToken as exc:
 except ApiUnavailable as exc:
     st.error(str(exc))
     st.stop()
-st.sidebar.caption(f"Signed in as {WHO['actor']} ({WHO['role']})")
+by_proxy = f" for {PROXIED_USER}, named by the site's proxy" if PROXIED and not signed_in else ""
+st.sidebar.caption(f"Signed in as {WHO['actor']} ({WHO['role']}){by_proxy}")
 if st.sidebar.button("Refresh"):
     st.cache_data.clear()
 

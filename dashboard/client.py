@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping
 
 import pandas as pd
 import requests
+import tomllib
 
 
 class ApiUnavailable(RuntimeError):
@@ -39,6 +41,23 @@ def get_json(base: str, path: str, token: str | None = None, **params: Any) -> A
 def deployment_token() -> str | None:
     """The token the dashboard was started with (GPULEDGER_TOKEN): what it reads with until someone signs in."""
     return os.environ.get("GPULEDGER_TOKEN") or None
+
+
+def proxied_token(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(user, token) for a dashboard behind the site's authenticating proxy: the proxy names the user in the header
+    $GPULEDGER_TRUSTED_HEADER (e.g. X-Forwarded-Email), and $GPULEDGER_USER_TOKENS is a TOML file of `"user" =
+    "token"`. (None, None) when either is unset or the user has no token. The header is trusted as is: the dashboard
+    must be reachable only through that proxy."""
+    header, table = os.environ.get("GPULEDGER_TRUSTED_HEADER"), os.environ.get("GPULEDGER_USER_TOKENS")
+    user = headers.get(header) if header else None
+    if not user or not table:
+        return user, None
+    try:
+        tokens = tomllib.loads(Path(table).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ApiUnavailable(f"cannot read GPULEDGER_USER_TOKENS {table}: {exc}") from exc
+    token = tokens.get(user)
+    return user, token if isinstance(token, str) else None
 
 
 def post_decision(base: str, rec_id: str, decision: str, by: str, token: str, note: str | None = None) -> dict:

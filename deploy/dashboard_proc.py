@@ -16,9 +16,10 @@ APP = Path(dashboard.__file__).with_name("app.py")
 
 
 def start_dashboard(api_url: str, host: str = "127.0.0.1", port: int = 8501, timeout_s: float = 60.0,
-                    token: str | None = None) -> tuple[subprocess.Popen, str]:
-    """The Streamlit app against `api_url`; with `token` (the server's), its decision buttons work."""
-    env = dict(os.environ, GPULEDGER_API=api_url)
+                    token: str | None = None, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """The Streamlit app against `api_url`; with `token` (the server's), its decision buttons work. `env`: more
+    of the dashboard's settings (GPULEDGER_TRUSTED_HEADER, GPULEDGER_USER_TOKENS)."""
+    env = dict(os.environ, GPULEDGER_API=api_url, **(env or {}))
     if token:
         env["GPULEDGER_TOKEN"] = token
     cmd = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.headless", "true",

@@ -294,6 +294,42 @@ def test_an_admin_accepts_advice_in_headless_chromium(sim_store):
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
                     reason="Debian chromium not installed (CI installs it)")
+def test_behind_the_sites_proxy_a_user_sees_what_their_token_allows(sim_store, tmp_path):
+    """Reads closed; the proxy names the user in a header, the dashboard maps that user to a team token: the team
+    lead sees their team only, someone the map does not know is asked to sign in."""
+    import requests
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import SITE
+    server = ApiServer(sim_store, SITE, port=0, token="proxy-boot")
+    url = server.start()
+    made = requests.post(f"{url}/v1/tokens", json={"name": "nlp-lead", "role": "team:nlp"}, timeout=30,
+                         headers={"Authorization": "Bearer proxy-boot"}).json()
+    (tmp_path / "users.toml").write_text(f'"lead@example.org" = "{made["token"]}"\n')
+    proc, dash = start_dashboard(url, port=_free_port(), env={"GPULEDGER_TRUSTED_HEADER": "X-Forwarded-Email",
+                                                               "GPULEDGER_USER_TOKENS": str(tmp_path / "users.toml")})
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            lead = browser.new_page(extra_http_headers={"X-Forwarded-Email": "lead@example.org"})
+            lead.goto(dash)
+            lead.get_by_text("(team:nlp) for lead@example.org").wait_for(state="visible", timeout=90_000)
+            lead.get_by_role("tab", name="Jobs").click()  # pages load with the team's token (tests/test_access.py:
+            lead.get_by_text("Search job id").first.wait_for(state="visible", timeout=60_000)  # what it may see)
+            assert not lead.get_by_text("Sign in with a token").count()
+            stranger = browser.new_page(extra_http_headers={"X-Forwarded-Email": "who@example.org"})
+            stranger.goto(dash)
+            stranger.get_by_text("Sign in with a token in the sidebar").first.wait_for(state="visible",
+                                                                                      timeout=90_000)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        server.stop()
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (CI installs it)")
 def test_api_docs_render_offline_in_headless_chromium(api_url):
     """This machine reaches no CDN, so /docs rendering proves its assets are served by gpuledger itself."""
     from playwright.sync_api import sync_playwright
