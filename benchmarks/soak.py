@@ -88,7 +88,7 @@ class Sender:
                     if response.status == 200:
                         sent.acked = True
                         break
-                    if response.status not in (503,):
+                    if response.status != 503:
                         raise RuntimeError(f"{self.node} seq {sent.seq}: {response.status}")
                 except (OSError, http.client.HTTPException):
                     if conn is not None:
@@ -337,8 +337,8 @@ def main(argv: list[str] | None = None) -> dict:
             deferred = server.metric("gpuledger_ingest_requests_deferred_total")
             filler = fill(dbfs)
             cluster.run_for(args.fault_seconds, cluster.phase)
-            faults["database disk full"] = (f"{server.metric('gpuledger_ingest_requests_deferred_total') - deferred:.0f}"
-                                            " pushes answered 503 while full")
+            deferred = server.metric("gpuledger_ingest_requests_deferred_total") - deferred
+            faults["database disk full"] = f"{deferred:.0f} pushes answered 503 while full"
             filler.unlink()
             cluster.run_for(args.fault_seconds, cluster.phase)
         else:
@@ -354,11 +354,12 @@ def main(argv: list[str] | None = None) -> dict:
         faults["clock jumps"] = f"{skewed}: +2 h, then -1 h"
 
         cluster.phase = "older agent's batches"
-        cluster.old_format.add(list(cluster.senders)[-1])
+        older = list(cluster.senders)[-1]
+        cluster.old_format.add(older)
         cluster.run_for(args.fault_seconds, cluster.phase)
         cluster.old_format.clear()
-        faults["older agent's batches"] = (f"{sum(s.rows for s in cluster.sent if s.phase == cluster.phase and s.node == list(cluster.senders)[-1])}"
-                                           " rows without the columns added since")
+        old_rows = sum(s.rows for s in cluster.sent if s.phase == cluster.phase and s.node == older)
+        faults["older agent's batches"] = f"{old_rows} rows without the columns added since"
 
         cluster.phase = "after"
         cluster.run_for(2 * cluster.period_s, cluster.phase)

@@ -23,7 +23,7 @@ def backup_local(store: Store, folder: Path) -> tuple[Path, Manifest]:
     return target, snapshot(store, target)
 
 
-def backup_remote(server: str, token: str, folder: Path, ca: str | None = None,
+def backup_remote(server: str, token: str, ca: str | None, folder: Path,
                   echo: Echo = print) -> tuple[Path, Manifest]:
     """Download a running server's snapshot into `folder`, with its manifest, and check it."""
     try:

@@ -7,9 +7,10 @@ import logging
 import os
 import socket
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from gpuledger.analytics.config import Config, load_config
 from gpuledger.analytics.store import Store, StoreError, lake
@@ -39,7 +40,8 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
     p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
 
 
-READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup")  # commands that use a database that exists
+# commands that use a database that exists
+READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup")
 
 
 def _store_spec(text: str) -> Path | str:
@@ -698,17 +700,26 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _token_admin(args: argparse.Namespace) -> tuple[Any, Store | None]:
+def _server_access(args: argparse.Namespace) -> tuple[str, str, str | None]:
+    """(URL, admin token, CA file) of the running server a token, audit or backup command asks."""
+    if not args.token:
+        raise InputError("--server needs an admin --token (or $GPULEDGER_TOKEN)")
+    return args.server, args.token, str(args.ca) if args.ca else None
+
+
+@contextmanager
+def _token_admin(args: argparse.Namespace) -> Iterator[Any]:
+    """Where tokens and the audit log are: the running --server, else the --db file (closed afterwards)."""
     from gpuledger.deploy.token_admin import LocalAdmin, RemoteAdmin
     if args.server:
-        if not args.token:
-            raise InputError("--server needs an admin --token (or $GPULEDGER_TOKEN)")
-        return RemoteAdmin(args.server, args.token, str(args.ca) if args.ca else None), None
+        yield RemoteAdmin(*_server_access(args))
+        return
     try:
         store = _store(args)
     except StoreError as exc:
         raise StoreError(f"{exc}; while a server runs, pass --server URL and an admin --token") from exc
-    return LocalAdmin(store), store
+    with store:
+        yield LocalAdmin(store)
 
 
 def cmd_token(args: argparse.Namespace, config: Config) -> int:
@@ -717,32 +728,22 @@ def cmd_token(args: argparse.Namespace, config: Config) -> int:
         raise InputError("token create needs --role (admin, reader, team:<team> or agent:<node>)")
     if args.action == "revoke" and not args.id:
         raise InputError("token revoke needs the token's id (see `gpuledger token list`)")
-    admin, store = _token_admin(args)
-    try:
+    with _token_admin(args) as admin:
         return run_token(admin, args.action, args.name, args.role, args.id, args.revoked, args.json,
                          note=lambda text: print(text, file=sys.stderr))
-    finally:
-        if store is not None:
-            store.close()
 
 
 def cmd_audit(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.token_admin import run_audit
-    admin, store = _token_admin(args)
-    try:
+    with _token_admin(args) as admin:
         return run_audit(admin, args.since, args.limit, args.json)
-    finally:
-        if store is not None:
-            store.close()
 
 
 def cmd_backup(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.backups import backup_local, backup_remote, describe
     if args.server:
-        if not args.token:
-            raise InputError("--server needs an admin --token (or $GPULEDGER_TOKEN)")
         print(f"backing up {args.server} into {args.dir}", file=sys.stderr)
-        target, manifest = backup_remote(args.server, args.token, args.dir, str(args.ca) if args.ca else None,
+        target, manifest = backup_remote(*_server_access(args), args.dir,
                                          echo=lambda text: print(text, file=sys.stderr))
     else:
         store = _open_existing(args, config)

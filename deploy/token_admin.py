@@ -15,11 +15,11 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import (
     AccessError,
     Role,
-    audit_entries,
+    audit_report,
     create_token,
     list_tokens,
     revoke_token,
-    verify_audit,
+    token_info,
 )
 from gpuledger.collector.errors import GpuledgerError, InputError
 
@@ -57,7 +57,7 @@ class LocalAdmin:
             identity, token = create_token(self.store, name, Role.parse(role), LOCAL_ACTOR)
         except AccessError as exc:
             raise InputError(str(exc)) from exc
-        return {"id": identity.id, "name": identity.name, "role": str(identity.role), "token": token}
+        return {**token_info(self.store, identity.id), "token": token}
 
     def list(self, revoked: bool) -> list[dict[str, Any]]:
         return records(list_tokens(self.store, revoked))
@@ -65,13 +65,10 @@ class LocalAdmin:
     def revoke(self, token_id: str) -> dict[str, Any]:
         if not revoke_token(self.store, token_id, LOCAL_ACTOR):
             raise InputError(f"no live token with id {token_id!r}; see `gpuledger token list`")
-        found = list_tokens(self.store, revoked=True)
-        return records(found[found["id"] == token_id])[0]
+        return token_info(self.store, token_id)
 
     def audit(self, since: datetime | None, limit: int) -> dict[str, Any]:
-        broken = verify_audit(self.store)
-        return {"intact": broken is None, "first_broken": broken,
-                "entries": records(audit_entries(self.store, since, None, limit))}
+        return audit_report(self.store, since, None, limit)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from gpuledger.analytics.records import records
 from gpuledger.analytics.windows import utc_now
 
 if TYPE_CHECKING:
@@ -117,6 +118,12 @@ def list_tokens(store: "Store", revoked: bool = False) -> pd.DataFrame:
     """Every token (without its hash), newest first; revoked ones only when asked."""
     return store.query("""SELECT id, name, role, created, created_by, revoked, revoked_by FROM api_tokens
                           WHERE $revoked OR revoked IS NULL ORDER BY created DESC, id""", {"revoked": revoked})
+
+
+def token_info(store: "Store", token_id: str) -> dict[str, Any]:
+    """One token as `list_tokens` shows it (revoked or not), for the answer to making or revoking it."""
+    found = list_tokens(store, revoked=True)
+    return records(found[found["id"] == token_id])[0]
 
 
 def revoke_token(store: "Store", token_id: str, by: str) -> bool:
@@ -230,12 +237,19 @@ def _chained(prev: str, seq: int, at: datetime, *fields: object) -> str:
     return json.dumps([prev, seq, micros, *fields], default=str)
 
 
-def audit_entries(store: "Store", since: datetime | None = None, actor: str | None = None,
-                  limit: int = 1000) -> pd.DataFrame:
-    """Audit entries, newest first, optionally since an instant or by one actor."""
-    return store.query("""SELECT seq, ts, actor, role, action, target, status, remote, detail FROM audit_log
-                          WHERE ($since IS NULL OR ts >= $since) AND ($actor IS NULL OR actor = $actor)
-                          ORDER BY seq DESC LIMIT $limit""", {"since": since, "actor": actor, "limit": limit})
+def audit_report(store: "Store", since: datetime | None = None, actor: str | None = None,
+                 limit: int = 1000) -> dict[str, Any]:
+    """The audit log as the API and `gpuledger audit` show it: whether its chain is intact (else the first broken
+    entry) and the entries, newest first, optionally since an instant or by one actor, their detail parsed."""
+    broken = verify_audit(store)
+    entries = records(store.query(
+        """SELECT seq, ts, actor, role, action, target, status, remote, detail FROM audit_log
+           WHERE ($since IS NULL OR ts >= $since) AND ($actor IS NULL OR actor = $actor)
+           ORDER BY seq DESC LIMIT $limit""", {"since": since, "actor": actor, "limit": limit}))
+    for entry in entries:
+        if isinstance(entry["detail"], str):
+            entry["detail"] = json.loads(entry["detail"])
+    return {"intact": broken is None, "first_broken": broken, "entries": entries}
 
 
 def verify_audit(store: "Store") -> int | None:

@@ -43,8 +43,12 @@ class Manifest:
     sha256: str
     bytes: int
 
+    def text(self, indent: int | None = None) -> str:
+        """The manifest as JSON: the file beside a backup (indented), and the header a server sends one with."""
+        return json.dumps(asdict(self), indent=indent)
+
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        path.write_text(self.text(indent=2) + "\n")
 
     @classmethod
     def read(cls, path: Path) -> "Manifest":

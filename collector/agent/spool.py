@@ -45,11 +45,16 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """`data` as `path`, whole or not at all: a failed write (a full disk) leaves no temp file behind."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
@@ -89,7 +94,6 @@ class Spool:
         except OSError as exc:
             if exc.errno not in DISK_FULL or not path.exists():
                 raise
-            path.with_name(path.name + ".tmp").unlink(missing_ok=True)
             with open(path, "r+b") as handle:  # the same size in place: no new blocks needed
                 handle.write(text)
                 handle.flush()
@@ -105,7 +109,6 @@ class Spool:
             except OSError as exc:
                 if exc.errno not in DISK_FULL:
                     raise
-                path.with_name(path.name + ".tmp").unlink(missing_ok=True)
                 self._held[seq] = (SpooledBatch(seq, rows, path), data)
                 AGENT_HELD_IN_MEMORY.inc()
                 log.warning("spool %s: disk full; batch seq %d held in memory until the server has it (%d held, "

@@ -2,7 +2,6 @@
 only."""
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from datetime import datetime
@@ -16,11 +15,11 @@ from gpuledger.analytics.records import records
 from gpuledger.analytics.store.access import (
     AccessError,
     Role,
-    audit_entries,
+    audit_report,
     create_token,
     list_tokens,
     revoke_token,
-    verify_audit,
+    token_info,
 )
 from gpuledger.analytics.store.backup import BackupError, snapshot, stamp
 from gpuledger.deploy.api.access import AdminCaller, Caller
@@ -49,8 +48,7 @@ def make_token(body: TokenRequest, request: Request, caller: AdminCaller, store:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
     identity, token = create_token(store, body.name, role, caller.actor)
     request.state.audit = {"token": identity.id, "name": identity.name, "role": str(role)}
-    made = list_tokens(store)
-    return {**records(made[made["id"] == identity.id])[0], "token": token}
+    return {**token_info(store, identity.id), "token": token}
 
 
 @router.get("/v1/tokens", response_model=list[TokenInfo])
@@ -66,23 +64,19 @@ def revoke(token_id: str, request: Request, caller: AdminCaller, store: StoreDep
     if not revoke_token(store, token_id, caller.actor):
         raise HTTPException(status_code=404, detail=f"no live token with id {token_id!r}; see GET /v1/tokens")
     request.app.state.gate.forget(token_id)
-    found = list_tokens(store, revoked=True)
-    return records(found[found["id"] == token_id])[0]
+    return token_info(store, token_id)
 
 
 @router.get("/v1/audit", response_model=AuditLog)
-def audit(request: Request, caller: AdminCaller, store: StoreDep, since: datetime | None = Query(None, description="from this instant"),
+def audit(request: Request, caller: AdminCaller, store: StoreDep,
+          since: datetime | None = Query(None, description="from this instant"),
           actor: str | None = Query(None, max_length=300, description="only this actor"),
           limit: int = Query(1000, ge=1, le=100_000)) -> dict:
     """The audit log: every write and decision (refused ones too), who made it, when, from where and how it ended;
     and whether the log's hash chain is intact. Pushes queued for the log are written first."""
     if request.app.state.audit is not None:
         request.app.state.audit.flush()
-    broken = verify_audit(store)
-    rows = records(audit_entries(store, since, actor, limit))
-    for row in rows:
-        row["detail"] = json.loads(row["detail"]) if isinstance(row["detail"], str) else row["detail"]
-    return {"intact": broken is None, "first_broken": broken, "entries": rows}
+    return audit_report(store, since, actor, limit)
 
 
 @router.get("/v1/backup", response_class=FileResponse, responses={200: {
@@ -100,5 +94,5 @@ def backup(request: Request, caller: AdminCaller, store: StoreDep) -> FileRespon
         raise HTTPException(status_code=507, detail=str(exc)) from exc
     request.state.audit = {"backup": name, "bytes": manifest.bytes, "sha256": manifest.sha256}
     return FileResponse(work / name, media_type="application/vnd.duckdb", filename=name,
-                        headers={"X-Gpuledger-Manifest": json.dumps(manifest.__dict__)},
+                        headers={"X-Gpuledger-Manifest": manifest.text()},
                         background=BackgroundTask(shutil.rmtree, work, ignore_errors=True))
