@@ -39,9 +39,12 @@ def team_usage(store: Store, start: datetime, end: datetime, team: str | None = 
 # under-count partial buckets at the edges of the window and of the history; averaging per-instant sums
 # under-counts when nodes sample at different moments. `$team` narrows "allocated" to one team (NULL: all) while
 # the whole cluster still counts as present.
+# a rollup row's bucket (a minute or an hour) put into the caller's $bucket_minutes (epoch math: time_bucket on
+# TIMESTAMPTZ is slow)
+BUCKET = "to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket"
 _BUCKETED = f"""
     WITH per_gpu AS (
-        SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket,
+        SELECT {BUCKET},
                node, gpu_uuid, mig_instance, sum(gpu_s) AS present_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated AND owned), 0) AS allocated_s,
                coalesce(sum(used_gpu_s) FILTER (WHERE allocated AND owned), 0) AS used_s,
@@ -74,7 +77,7 @@ def team_model_series(store: Store, start: datetime, end: datetime, team: str,
     and limit are compared with. Buckets are averaged over the seconds the evidence covers, as `_BUCKETED` does."""
     sql = f"""
         WITH per_gpu AS (
-            SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket,
+            SELECT {BUCKET},
                    node, gpu_uuid, mig_instance, gpu_model,
                    coalesce(sum(gpu_s) FILTER (WHERE allocated AND owner(team, $unattributed) = $team), 0)
                        AS allocated_s,
@@ -212,7 +215,7 @@ def gpu_series(store: Store, start: datetime, end: datetime, bucket_minutes: int
     """Per GPU and time bucket: mean utilisation, peak memory used, mean power (from the energy counter, else
     the power readings) and the hottest temperature, for heatmaps of the cluster's GPUs."""
     sql = f"""
-        SELECT to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket,
+        SELECT {BUCKET},
                node, gpu_uuid, sum(util_sum) / nullif(sum(util_n), 0) AS util_pct,
                max(mem_used_max) AS mem_used_mib,
                sum(energy_j) / nullif(sum(samples * interval_s), 0) AS power_w, max(temp_max) AS temp_c

@@ -558,7 +558,7 @@ class Store:
 
     def latest_ts_of(self, source: str) -> datetime | None:
         """The newest sample a source (the `source` column: nvml, dcgm, prometheus, ...) stored; where it resumes."""
-        return self.scalar("SELECT max(ts) FROM samples WHERE source = $source", {"source": source})
+        return self.span_of(source)[1]
 
     def latest_ts(self, before: datetime | None = None) -> datetime | None:
         """The newest sample instant (before `before`, when given); None for an empty store."""
