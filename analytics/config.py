@@ -1,15 +1,17 @@
 """Site configuration: rate card, team shares and quotas, attribution rules, thresholds.
 
-Everything has a default so the demo runs with no file; a TOML file overrides any part. The
-scalar settings are one declarative table (`SETTINGS`): each key is written once, and a key
-that is not in the table is refused with the nearest valid one, so a typo such as
-`idle_minutez` cannot silently leave the default in force.
+Everything has a default so the demo runs with no file; a TOML file overrides any part. Each section of
+scalar settings is one frozen dataclass named for it (`[waste]` is `WasteConfig`, held as `config.waste`),
+whose field names are exactly the file's keys; `SETTINGS` bounds each key by section and field name. A key
+that is not a field of its section is refused with the nearest valid one, so a typo such as `idle_minutez`
+cannot silently leave the default in force.
 """
 from __future__ import annotations
 
 import difflib
+import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -20,8 +22,9 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.database import Retention
 from gpuledger.analytics.store.rollups import DEFAULT_IDLE_UTIL_PCT, MINUTE_DAYS, RAW_DAYS
 from gpuledger.collector.attribution import Attributor
-from gpuledger.collector.errors import GpuledgerError
+from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.gpu_catalog import DEFAULT_RATES
+from gpuledger.collector.identifiers import check_identifier
 
 
 class ConfigError(GpuledgerError, ValueError):
@@ -81,7 +84,66 @@ def _email(data: Any) -> EmailConfig | None:
                        sender=str(email.get("from", "gpuledger@localhost")),
                        username_env=email.get("username_env"), password_env=email.get("password_env"),
                        admins=_addresses("report.email.admins", email.get("admins", [])),
-                       teams={t: _addresses(f"report.email.teams.{t}", a) for t, a in teams.items()})
+                       teams={_name("team", t, "[report.email.teams]"): _addresses(f"report.email.teams.{t}", a)
+                              for t, a in teams.items()})
+
+
+FAIRSHARE_ALGORITHMS = ("slurm_classic", "slurm_fair_tree", "kai_time_based")
+
+
+@dataclass(frozen=True)
+class WasteConfig:
+    """`[waste]`: what counts as waste (and the idle threshold the rollups count under)."""
+    idle_minutes: float = 30.0  # an allocated GPU idle this long is waste
+    idle_util_pct: float = DEFAULT_IDLE_UTIL_PCT  # "idle" means utilisation under this
+    oversized_mem_fraction: float = 0.25  # peak memory under this share of the card = oversized
+
+
+@dataclass(frozen=True)
+class FairshareConfig:
+    """`[fairshare]`: the algorithm and its parameters."""
+    algorithm: str = "slurm_classic"  # one of FAIRSHARE_ALGORITHMS
+    half_life_days: float = 7.0  # Slurm: PriorityDecayHalfLife
+    window_days: float = 7.0  # KAI time-based: windowSize
+    k_value: float = 1.0  # KAI time-based: kValue
+    kai_half_life_days: float = 0.0  # KAI time-based: halfLifePeriod; 0 = no decay (KAI's default)
+
+
+@dataclass(frozen=True)
+class QuotaConfig:
+    """`[quota]`: how quota advice is made and how often it may change."""
+    headroom: float = 0.10
+    window_days: float = 14.0  # recommendations look at this much history, whatever the caller views
+    min_coverage: float = 0.80  # share of the policy window's hours with samples needed before advising
+    cooldown_hours: float = 24.0  # no new quota advice for a team and model sooner than this after the last
+    max_change: float = 0.25  # one change moves a guarantee by at most this share of its current value
+    min_change_gpus: float = 1.0  # smaller changes are not worth a scheduler's churn
+    min_change_fraction: float = 0.10
+    refresh_minutes: float = 60.0  # stored recommendations are re-evaluated at most this often
+    pending_min_wait_minutes: float = 5.0  # a queued job counts as demand once it has waited this long
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """`[retention]`: how long the store keeps each level."""
+    raw_days: float = RAW_DAYS  # raw samples are kept this long (and ingest refuses older ones)
+    minute_days: float = MINUTE_DAYS  # minute rollups are kept this long; hour rollups forever
+
+    def levels(self) -> Retention:
+        """The store's retention (which checks raw_days <= minute_days)."""
+        return Retention(self.raw_days, self.minute_days)
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """`[placement]`."""
+    # teams or namespaces whose jobs are latency-sensitive (inference): they should not share a GPU with others
+    latency_sensitive: tuple[str, ...] = ("LS", "inference", "serving")
+
+
+# the file's sections of settings, each the dataclass whose fields are its keys (in the order the loader reads them)
+SECTION_TYPES: dict[str, type] = {"placement": PlacementConfig, "waste": WasteConfig, "fairshare": FairshareConfig,
+                                  "quota": QuotaConfig, "retention": RetentionConfig}
 
 
 @dataclass
@@ -90,37 +152,18 @@ class Config:
     teams: dict[str, TeamConfig] = field(default_factory=dict)
     namespace_to_team: dict[str, str] = field(default_factory=dict)
     user_to_team: dict[str, str] = field(default_factory=dict)
-    idle_minutes: float = 30.0
-    idle_util_pct: float = DEFAULT_IDLE_UTIL_PCT
-    oversized_mem_fraction: float = 0.25
-    half_life_days: float = 7.0
-    fairshare_algorithm: str = "slurm_classic"
-    fairshare_window_days: float = 7.0  # KAI time-based: windowSize
-    fairshare_k: float = 1.0  # KAI time-based: kValue
-    kai_half_life_days: float = 0.0  # KAI time-based: halfLifePeriod; 0 = no decay (KAI's default)
-    quota_headroom: float = 0.10
-    policy_window_days: float = 14.0  # recommendations look at this much history, whatever the caller views
-    min_coverage: float = 0.80  # share of the policy window's hours with samples needed before advising
-    cooldown_hours: float = 24.0  # no new quota advice for a team and model sooner than this after the last
-    max_change: float = 0.25  # one change moves a guarantee by at most this share of its current value
-    min_change_gpus: float = 1.0  # smaller changes are not worth a scheduler's churn
-    min_change_fraction: float = 0.10
-    refresh_minutes: float = 60.0  # stored recommendations are re-evaluated at most this often
-    pending_min_wait_minutes: float = 5.0  # a queued job counts as demand once it has waited this long
-    # teams or namespaces whose jobs are latency-sensitive (inference): they should not share a GPU with others
-    latency_sensitive: tuple[str, ...] = ("LS", "inference", "serving")
+    waste: WasteConfig = field(default_factory=WasteConfig)
+    fairshare: FairshareConfig = field(default_factory=FairshareConfig)
+    quota: QuotaConfig = field(default_factory=QuotaConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
     email: EmailConfig | None = None  # [report.email]: mail the weekly report
-    raw_days: float = RAW_DAYS  # raw samples are kept this long (and ingest refuses older ones)
-    minute_days: float = MINUTE_DAYS  # minute rollups are kept this long; hour rollups forever
-
-    def retention(self) -> Retention:
-        return Retention(self.raw_days, self.minute_days)
 
     def apply_to(self, store: Store) -> None:
         """Give the store this site's retention, and rollups that count idle under this site's threshold
         (rebuilt from the raw samples kept when the threshold changed)."""
-        store.retention = self.retention()
-        store.use_idle_threshold(self.idle_util_pct)
+        store.retention = self.retention.levels()
+        store.use_idle_threshold(self.waste.idle_util_pct)
 
     def attributor(self) -> Attributor:
         return Attributor(namespace_to_team=self.namespace_to_team, user_to_team=self.user_to_team)
@@ -138,68 +181,103 @@ class Config:
                             columns=["team", "gpu_model", "guarantee_gpus", "limit_gpus"])
 
 
-FAIRSHARE_ALGORITHMS = ("slurm_classic", "slurm_fair_tree", "kai_time_based")
-
 
 @dataclass(frozen=True)
-class Setting:
-    """One scalar key of the file: where it lives, which Config field it sets, and what it accepts
-    (a number from `minimum` to `maximum`, or one of `choices`)."""
-    section: str
-    key: str
-    attr: str
+class Bound:
+    """What one key of a section accepts: a number from `minimum` to `maximum`, one of `choices`, or (`names`)
+    a list of that kind of name (collector/identifiers.py)."""
     minimum: float = 0.0
     maximum: float | None = None
     choices: tuple[str, ...] = ()
+    names: str | None = None
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("waste", "idle_minutes", "idle_minutes", 1.0),  # an allocated GPU idle this long is waste
-    Setting("waste", "idle_util_pct", "idle_util_pct", 0.0, 100.0),  # "idle" means utilisation under this
-    Setting("waste", "oversized_mem_fraction", "oversized_mem_fraction", 0.0, 1.0),  # peak memory under this share
-    Setting("fairshare", "algorithm", "fairshare_algorithm", choices=FAIRSHARE_ALGORITHMS),
-    Setting("fairshare", "half_life_days", "half_life_days", 0.01),
-    Setting("fairshare", "window_days", "fairshare_window_days", 0.01),
-    Setting("fairshare", "k_value", "fairshare_k", 0.0),
-    Setting("fairshare", "kai_half_life_days", "kai_half_life_days", 0.0),
-    Setting("quota", "headroom", "quota_headroom", 0.0),
-    Setting("quota", "window_days", "policy_window_days", 1.0),
-    Setting("quota", "min_coverage", "min_coverage", 0.0, 1.0),
-    Setting("quota", "cooldown_hours", "cooldown_hours", 0.0),
-    Setting("quota", "max_change", "max_change", 0.01, 10.0),
-    Setting("quota", "min_change_gpus", "min_change_gpus", 0.0),
-    Setting("quota", "min_change_fraction", "min_change_fraction", 0.0, 1.0),
-    Setting("quota", "refresh_minutes", "refresh_minutes", 0.0),
-    Setting("quota", "pending_min_wait_minutes", "pending_min_wait_minutes", 0.0),
-    Setting("retention", "raw_days", "raw_days", 1.0),  # raw samples; also the oldest sample ingest accepts
-    Setting("retention", "minute_days", "minute_days", 1.0),  # minute rollups (idle stretches need them)
-)
+# per section, per field of its dataclass: what the key accepts (tests/test_config.py holds these to the fields)
+SETTINGS: dict[str, dict[str, Bound]] = {
+    "placement": {"latency_sensitive": Bound(names="namespace")},
+    "waste": {
+        "idle_minutes": Bound(1.0),
+        "idle_util_pct": Bound(0.0, 100.0),
+        "oversized_mem_fraction": Bound(0.0, 1.0),
+    },
+    "fairshare": {
+        "algorithm": Bound(choices=FAIRSHARE_ALGORITHMS),
+        "half_life_days": Bound(0.01),
+        "window_days": Bound(0.01),
+        "k_value": Bound(0.0),
+        "kai_half_life_days": Bound(0.0),
+    },
+    "quota": {
+        "headroom": Bound(0.0),
+        "window_days": Bound(1.0),
+        "min_coverage": Bound(0.0, 1.0),
+        "cooldown_hours": Bound(0.0),
+        "max_change": Bound(0.01, 10.0),
+        "min_change_gpus": Bound(0.0),
+        "min_change_fraction": Bound(0.0, 1.0),
+        "refresh_minutes": Bound(0.0),
+        "pending_min_wait_minutes": Bound(0.0),
+    },
+    "retention": {
+        "raw_days": Bound(1.0),  # raw samples; also the oldest sample ingest accepts
+        "minute_days": Bound(1.0),  # minute rollups (idle stretches need them)
+    },
+}
+
+
+def section_keys(section: str) -> tuple[str, ...]:
+    """The keys the file's `[section]` accepts: the field names of its dataclass."""
+    return tuple(f.name for f in fields(SECTION_TYPES[section]))
+
+
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "teams", "attribution", "placement", "report", *dict.fromkeys(s.section for s in SETTINGS))
-PLACEMENT_KEYS = ("latency_sensitive",)
+SECTIONS = ("rates", "teams", "attribution", "report", *SECTION_TYPES)
+
+
+def _name(kind: str, value: Any, where: str) -> str:
+    """A team, department, GPU model, namespace or user name from the file, held to the identifier rule
+    (collector/identifiers.py): these names are later written into shell scripts, YAML, HTML, CSV and Markdown,
+    so one with syntax in it is refused here, as a ConfigError naming where it was (`where`, e.g. "[rates]")."""
+    try:
+        return check_identifier(kind, value, where)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _model(value: Any, where: str) -> str:
+    """A GPU model as the rate card and quotas key it: the catalogue's name, or for a card the catalogue does not
+    know the driver's name (single spaces allowed, e.g. `RTX 6000 Ada`)."""
+    return _name("model_name", value, f"[{where}]")
 
 
 def _number(where: str, key: str, value: Any, minimum: float = 0.0, maximum: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum \
-            or (maximum is not None and value > maximum):
+    """A finite number in bounds: TOML has `nan` and `inf`, which pass every comparison or overflow an int and
+    would reach the cost queries (a NaN rate makes every bill NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < minimum or (maximum is not None and value > maximum):
         bound = f">= {minimum:g}" + (f" and <= {maximum:g}" if maximum is not None else "")
         raise ConfigError(f"[{where}] {key} must be a number {bound}, got {value!r}")
     return float(value)
 
 
-def _value(setting: Setting, value: Any) -> Any:
-    if setting.choices:
-        if value not in setting.choices:
-            raise ConfigError(f"[{setting.section}] {setting.key} must be one of {', '.join(setting.choices)}, "
-                              f"got {value!r}")
+def _value(section: str, key: str, value: Any) -> Any:
+    """One key of a section of settings, checked against its bound in SETTINGS."""
+    bound = SETTINGS[section][key]
+    if bound.choices:
+        if value not in bound.choices:
+            raise ConfigError(f"[{section}] {key} must be one of {', '.join(bound.choices)}, got {value!r}")
         return value
-    return _number(setting.section, setting.key, value, setting.minimum, setting.maximum)
+    if bound.names:
+        if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+            raise ConfigError(f"[{section}] {key} must be a list of team or {bound.names} names, got {value!r}")
+        return tuple(_name(bound.names, n, f"[{section}] {key}") for n in value)
+    return _number(section, key, value, bound.minimum, bound.maximum)
 
 
 def _per_model(where: str, value: Any) -> dict[str, float]:
     """A table of GPU model -> GPUs (a team's guarantee or limit per model)."""
-    return {model: _number(where, model, gpus) for model, gpus in _table(where, value).items()}
+    return {_model(model, where): _number(where, model, gpus) for model, gpus in _table(where, value).items()}
 
 
 def _known_keys(where: str, given: Iterable[str], known: Iterable[str]) -> None:
@@ -218,13 +296,13 @@ def _table(where: str, value: Any) -> Mapping[str, Any]:
     return value
 
 
-def _names(where: str, value: Any) -> dict[str, str]:
-    """A table of name -> team (attribution maps)."""
+def _names(where: str, value: Any, kind: str) -> dict[str, str]:
+    """A table of name -> team (attribution maps); each key a valid `kind` of name and each value a team name."""
     table = _table(where, value)
     bad = {k: v for k, v in table.items() if not isinstance(v, str) or not v}
     if bad:
         raise ConfigError(f"[{where}] values must be team names, got {bad!r}")
-    return dict(table)
+    return {_name(kind, k, f"[{where}]"): _name("team", v, f"[{where}] {k}") for k, v in table.items()}
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -243,9 +321,11 @@ def load_config(path: str | Path | None) -> Config:
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {unknown}; expected {sorted(SECTIONS)}")
     for model, rate in _table("rates", data.get("rates", {})).items():
+        model = _model(model, "rates")  # the name first: a bad rate's message then shows a checked name
         config.rates[model] = _number("rates", model, rate)
     for team, spec in _table("teams", data.get("teams", {})).items():
         where = f"teams.{team}"
+        _name("team", team, "[teams]")
         if not isinstance(spec, dict):
             raise ConfigError(f"[{where}] must be a table with share and quota_gpus")
         _known_keys(where, spec, TEAM_KEYS)
@@ -253,6 +333,8 @@ def load_config(path: str | Path | None) -> Config:
         parent = spec.get("parent")
         if parent is not None and (not isinstance(parent, str) or not parent or parent == team):
             raise ConfigError(f"[{where}] parent must be the name of a department other than the team, got {parent!r}")
+        if parent is not None:
+            _name("department", parent, f"[{where}] parent")
         config.teams[team] = TeamConfig(
             share=_number(where, "share", spec.get("share", 1)),
             quota_gpus=int(_number(where, "quota_gpus", quota)) if quota is not None else None,
@@ -266,24 +348,16 @@ def load_config(path: str | Path | None) -> Config:
     attribution = _table("attribution", data.get("attribution", {}))
     _known_keys("attribution", attribution, ATTRIBUTION_KEYS)
     for key in ATTRIBUTION_KEYS:
-        getattr(config, key).update(_names(f"attribution.{key}", attribution.get(key, {})))
+        kind = "namespace" if key == "namespace_to_team" else "user"
+        getattr(config, key).update(_names(f"attribution.{key}", attribution.get(key, {}), kind))
     config.email = _email(data)
-    placement = _table("placement", data.get("placement", {}))
-    _known_keys("placement", placement, PLACEMENT_KEYS)
-    if "latency_sensitive" in placement:
-        names = placement["latency_sensitive"]
-        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-            raise ConfigError(f"[placement] latency_sensitive must be a list of team or namespace names, got {names!r}")
-        config.latency_sensitive = tuple(names)
-    for section in dict.fromkeys(s.section for s in SETTINGS):
+    for section in SECTION_TYPES:
         values = _table(section, data.get(section, {}))
-        settings = [s for s in SETTINGS if s.section == section]
-        _known_keys(section, values, [s.key for s in settings])
-        for setting in settings:
-            if setting.key in values:
-                setattr(config, setting.attr, _value(setting, values[setting.key]))
+        _known_keys(section, values, section_keys(section))
+        setattr(config, section, replace(getattr(config, section),
+                                         **{key: _value(section, key, v) for key, v in values.items()}))
     try:
-        config.retention()
+        config.retention.levels()
     except ValueError as exc:
         raise ConfigError(f"{path}: [retention] {exc}") from exc
     return config

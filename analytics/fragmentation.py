@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 
 if TYPE_CHECKING:
     from gpuledger.analytics.store import Store
@@ -127,7 +128,7 @@ _LIVE = """
     WITH live AS (
         SELECT *, row_number() OVER (PARTITION BY node, gpu_uuid, mig_instance, job_id, pod ORDER BY ts DESC) AS k
         FROM samples
-        WHERE ts <= $at AND ts > $since AND epoch(ts) + 2 * interval_s > epoch($at))"""
+        WHERE ts <= $at AND ts > $since AND epoch(ts) + 2 * seconds_of(interval_s) > epoch($at))"""
 
 
 def allocation_state(store: "Store", at: datetime, stale: timedelta = timedelta(hours=2)) -> NodeArrays:
@@ -135,10 +136,12 @@ def allocation_state(store: "Store", at: datetime, stale: timedelta = timedelta(
     (MIG instances and shared pods hold their fractions). GPU telemetry says nothing of CPU or memory, so those are
     left unconstrained."""
     frame = store.query(_LIVE + """
-        SELECT node, gpu_uuid, any_value(gpu_model) AS gpu_model, min(gpu_index) AS gpu_index,
-               coalesce(sum(gpu_fraction) FILTER (WHERE allocated), 0) AS held, sum(gpu_fraction) AS present
+        SELECT node, gpu_uuid, coalesce(any_value(gpu_model), $unknown) AS gpu_model, min(gpu_index) AS gpu_index,
+               coalesce(sum(share_of(gpu_fraction)) FILTER (WHERE allocated), 0) AS held,
+               sum(share_of(gpu_fraction)) AS present
         FROM live WHERE k = 1
-        GROUP BY node, gpu_uuid ORDER BY node, gpu_index, gpu_uuid""", {"at": at, "since": at - stale})
+        GROUP BY node, gpu_uuid ORDER BY node, gpu_index, gpu_uuid""",
+        {"at": at, "since": at - stale, "unknown": UNKNOWN_MODEL})
     return _node_arrays(frame)
 
 
@@ -181,7 +184,9 @@ def recent_workload(store: "Store", start: datetime, end: datetime, coverage: fl
         return None
     shapes = []
     for gpus, fraction in jobs[["gpus", "fraction"]].itertuples(index=False):
-        milli = int(min(MILLI, max(10, round((fraction or 1.0) * 100) * 10)))
+        if pd.isna(fraction) or not 0 < fraction <= 1:  # no sampled time to divide by (the fold counted none)
+            fraction = 1.0
+        milli = int(min(MILLI, max(10, round(fraction * 100) * 10)))
         shapes.append(TaskShape(0, milli, int(gpus) if milli == MILLI else 1))
     return Workload.typical(shapes, coverage)
 
@@ -239,10 +244,11 @@ def holders(store: "Store", at: datetime, stale: timedelta = timedelta(hours=2))
     """Who holds what in the samples standing for `at`: one row per GPU and job (a free GPU: a row with no job),
     with the part of the GPU held."""
     return store.query(_LIVE + """
-        SELECT node, gpu_uuid, any_value(gpu_model) AS gpu_model, job_id, any_value(team) AS team,
-               sum(gpu_fraction) AS fraction, bool_or(allocated) AS allocated
+        SELECT node, gpu_uuid, coalesce(any_value(gpu_model), $unknown) AS gpu_model, job_id, any_value(team) AS team,
+               sum(share_of(gpu_fraction)) AS fraction, bool_or(allocated) AS allocated
         FROM live WHERE k = 1
-        GROUP BY node, gpu_uuid, job_id ORDER BY node, gpu_uuid""", {"at": at, "since": at - stale})
+        GROUP BY node, gpu_uuid, job_id ORDER BY node, gpu_uuid""",
+        {"at": at, "since": at - stale, "unknown": UNKNOWN_MODEL})
 
 
 def job_traffic(store: "Store", start: datetime, end: datetime) -> pd.DataFrame:

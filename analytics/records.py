@@ -32,3 +32,27 @@ def json_safe(value: Any) -> Any:
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """A frame's rows as JSON-safe dicts."""
     return json_safe(frame.to_dict(orient="records"))
+
+
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection"): `=HYPERLINK(...)`
+# in a team or job name would run when finance opens the file. Tab and CR start one too in some spreadsheets.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell that a spreadsheet would read as a formula, prefixed with `'` so it shows as the text it is;
+    anything else (numbers, negative ones included, dates, nulls) unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def write_csv(frame: pd.DataFrame, path: Any) -> None:
+    """The one way gpuledger writes a CSV: text cells neutralised by `csv_cell`, number columns as numbers.
+    Names in these files come from telemetry, and the files are opened in spreadsheets."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[column]) and not pd.api.types.is_datetime64_any_dtype(safe[column]):
+            safe[column] = safe[column].map(csv_cell)
+    safe.columns = [csv_cell(str(c)) for c in safe.columns]
+    safe.to_csv(path, index=False)

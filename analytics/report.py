@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
+from gpuledger.analytics.records import write_csv
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import cluster_utilization
+from gpuledger.analytics.team_scope import redact_for_team
+from gpuledger.analytics.usage import cluster_utilization, covered_hours
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
@@ -33,8 +36,27 @@ class ReportFiles:
 
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2rem;color:#222}table{border-collapse:collapse;margin:1rem 0}
-td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}"""
+td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}th{background:#f3f3f3;font-weight:600}
+td:first-child,th:first-child{text-align:left}
+@media print{body{margin:0;font-size:10pt}h1{font-size:15pt}h2{font-size:12pt;break-after:avoid}
+table{width:100%;table-layout:fixed;font-size:7.5pt;break-inside:auto}tr{break-inside:avoid}
+td,th{padding:.1rem .2rem;overflow-wrap:anywhere;white-space:normal}svg{max-width:100%;height:auto}}"""
+# Printed (Chromium, A4 portrait, 1 cm margins) a table takes the page's width and wraps its cells, so the last
+# columns of the ten-column cost table are on the page, not cut off (tests/test_report_pdf.py reads the PDF's text).
+
+# Column headers as a reader sees them, with their units; a column not listed gets its name with spaces.
+HEADERS = {
+    "team": "Team", "gpu_model": "GPU model", "job_id": "Job", "node": "Node", "kind": "Kind", "reason": "Reason",
+    "gpus": "GPUs", "gpu_hours": "GPU-hours allocated", "used_gpu_hours": "GPU-hours busy",
+    "efficiency": "Efficiency (busy / allocated)", "cost_usd": "Cost (USD)",
+    "cost_prev_week_usd": "Cost previous week (USD)", "cost_change": "Change on previous week",
+    "idle_gpu_hours": "Idle GPU-hours (waste)", "idle_cost_usd": "Idle cost (USD, waste)",
+    "unpriced_gpu_hours": "Unpriced GPU-hours", "usd_per_gpu_hour": "Rate (USD / GPU-hour)",
+    "longest_idle_minutes": "Longest idle stretch (min)", "mean_util_pct": "Mean utilisation (%)",
+    "idle_share": "Idle share", "allocated_gpu_hours": "GPU-hours allocated",
+}
+LIKE_WITH_LIKE = 0.9  # coverages within 90% of each other compare week totals; else cost per covered day
+
 
 
 def _page(title: str, body: str) -> str:
@@ -44,18 +66,24 @@ def _page(title: str, body: str) -> str:
 
 
 def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.DataFrame, by_model: pd.DataFrame,
-               jobs: pd.DataFrame, idle: pd.DataFrame, recs: pd.DataFrame, chart: str, unfinished: str) -> str:
+               jobs: pd.DataFrame, idle: pd.DataFrame, recs: pd.DataFrame, chart: str, unfinished: str,
+               coverage: str) -> str:
     """What one team lead reads: the team's line of the bill, its cost per day, models, costliest jobs, idle
     allocations and the advice that concerns it."""
     name = owner_label(team)
-    mine = recs[recs["team"] == team] if not recs.empty else recs
+    # the team's own advice, with other teams' jobs and users named only as "another team's" (team_scope.py)
+    mine = pd.DataFrame([redact_for_team(r, team) for r in recs.to_dict(orient="records") if r.get("team") == team],
+                        columns=recs.columns) if not recs.empty else recs
     row = line.iloc[0] if not line.empty else None
     headline = (f"Cost <strong>${row['cost_usd']:,.2f}</strong>, {row['gpu_hours']:,.1f} GPU-hours allocated, "
                 f"efficiency {row['efficiency']:.0%}" + (f", {row['cost_change']:+.0%} on the week before"
+                                                          + (" per covered day" if row["change_basis"] == PER_DAY
+                                                             else "")
                                                           if pd.notna(row["cost_change"]) else "")
                 if row is not None else "No usage this week.")
     body = f"""<h1>GPU cost report — {html.escape(name)} — week {html.escape(label)}</h1>
 <p>{start:%Y-%m-%d} to {end:%Y-%m-%d} (UTC).{unfinished} {headline}.</p>
+<p>{coverage}</p>
 <h2>Cost per day</h2>
 {chart}
 <h2>Cost per GPU model</h2>
@@ -65,7 +93,7 @@ def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.D
 <h2>Largest idle allocations</h2>
 {_table(idle, money=("idle_cost_usd",))}
 <h2>Recommendations</h2>
-{_table(mine[["kind", "reason"]]) if not mine.empty else "<p><em>None.</em></p>"}"""
+{_recommendations(mine, ["kind", "gpu_model", "reason"])}"""
     return _page(f"gpuledger {name} {label}", body)
 
 
@@ -74,22 +102,25 @@ def _safe(name: str) -> str:
 
 
 def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, ...] = (),
-           percent: tuple[str, ...] = ()) -> str:
+           percent: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> str:
     if frame.empty:
         return "<p><em>No data in this window.</em></p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    named = {**HEADERS, **(headers or {})}
+    head = "".join(f"<th>{html.escape(named.get(str(c), str(c).replace('_', ' ')))}</th>" for c in frame.columns)
     body = []
     for row in frame.itertuples(index=False):
         cells = []
         for col, value in zip(frame.columns, row):
-            if pd.isna(value):
+            if _missing(value):
                 text = "–"
+            elif isinstance(value, (list, tuple, dict)):
+                text = ", ".join(map(str, value)) if not isinstance(value, dict) else str(value)
             elif col in money:
                 text = f"${value:,.2f}"
             elif col in percent:
                 text = f"{value:+.0%}" if col.endswith("change") else f"{value:.0%}"
-            elif col in hours or isinstance(value, float):
-                text = f"{value:,.1f}"
+            elif col in hours or isinstance(value, (float, np.floating)):
+                text = f"{float(value):,.1f}"
             elif col == "team":
                 text = owner_label(str(value))
             else:
@@ -97,6 +128,80 @@ def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, .
             cells.append(f"<td>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _missing(value: object) -> bool:
+    """None, NaN, NaT or pd.NA, and the text a missing value became on its way ("None", "nan"): shown as a dash."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("", "none", "nan", "nat", "<na>")
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # a list or an array: not one missing value
+        return False
+
+
+def _insufficient(recs: pd.DataFrame) -> pd.DataFrame:
+    """The insufficient-data notes, one row per GPU model and reason: which teams it leaves without advice."""
+    if recs.empty or "status" not in recs:
+        return pd.DataFrame()
+    notes = recs[recs["status"] == "insufficient_data"]
+    rows: dict[tuple[str, str], list[str]] = {}
+    for rec in notes.to_dict(orient="records"):
+        evidence = rec.get("evidence") if isinstance(rec.get("evidence"), dict) else {}
+        model = str(rec.get("gpu_model") or "unknown")
+        if not evidence.get("capacity_gpus"):
+            why = f"no {model} GPU present at the evaluation"
+        elif evidence.get("coverage") is not None:
+            why = (f"samples cover {float(evidence['coverage']):.0%} of the policy window's hours "
+                   f"({float(evidence.get('min_coverage') or 0):.0%} needed)")
+        else:
+            why = "too few samples in the policy window"
+        rows.setdefault((model, why), []).append(owner_label(str(rec.get("team"))))
+    return pd.DataFrame([{"gpu_model": model, "why": why, "teams": ", ".join(sorted(set(teams)))}
+                         for (model, why), teams in sorted(rows.items())])
+
+
+def _recommendations(recs: pd.DataFrame, columns: list[str]) -> str:
+    """Advice with a number as a table, then the insufficient-data notes grouped: one line per GPU model."""
+    if recs.empty:
+        return "<p><em>None.</em></p>"
+    advice = recs[recs["status"] != "insufficient_data"] if "status" in recs else recs
+    parts = [_table(advice[[c for c in columns if c in advice]]) if not advice.empty
+             else "<p><em>No advice with a number.</em></p>"]
+    notes = _insufficient(recs)
+    if not notes.empty:
+        items = "".join(f"<li>not enough data for <strong>{html.escape(r.gpu_model)}</strong> ({html.escape(r.why)}):"
+                        f" {'team' if ',' not in r.teams else 'teams'} {html.escape(r.teams)}</li>"
+                        for r in notes.itertuples(index=False))
+        parts.append(f"<p>No quota advice where the data is too thin:</p><ul>{items}</ul>")
+    return "\n".join(parts)
+
+
+PER_DAY = "per covered day"
+
+
+def _coverage(store: Store, start: datetime, end: datetime) -> tuple[int, float]:
+    """(clock hours in [start, end) holding at least one sample of any GPU, hours in [start, end))."""
+    found = covered_hours(store, start, end)
+    hours = {pd.Timestamp(h) for listed in found["hours"] for h in listed} if not found.empty else set()
+    return len(hours), (end - start).total_seconds() / 3600.0
+
+
+def _days(hours: float) -> str:
+    return f"{hours / 24:.1f}".removesuffix(".0")
+
+
+def _coverage_note(now: tuple[int, float], before: tuple[int, float], basis: str | None) -> str:
+    """What both weeks' data covers, and how the change compares them."""
+    text = (f"Data coverage: this week has samples in {now[0]} of {now[1]:.0f} hours ({_days(now[0])} of "
+            f"{_days(now[1])} days); the previous week has data for {_days(before[0])} of {_days(before[1])} days "
+            f"({before[0]} of {before[1]:.0f} hours).")
+    if basis == PER_DAY:
+        return text + (" The coverages differ, so the change on the previous week compares cost per covered day, "
+                       "not week totals.")
+    if basis is None:
+        return text + " No change on the previous week is given: one of the weeks has no data."
+    return text
 
 
 def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
@@ -173,23 +278,38 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     out = Path(out_dir) / label
     out.mkdir(parents=True, exist_ok=True)
     costs = cost_by_team(store, start, end)
-    found = waste(store, start, end, config.idle_minutes, config.idle_util_pct, config.oversized_mem_fraction)
+    found = waste(store, start, end, config.waste)
     per_team = found.by_team
     summary = costs.merge(per_team[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
         {"idle_gpu_hours": 0.0, "idle_cost_usd": 0.0})
     summary["efficiency"] = (summary["used_gpu_hours"] / summary["gpu_hours"]).fillna(0.0)
-    before = cost_by_team(store, start - (end - start), start)[["team", "cost_usd"]]
+    prev_start = start - (end - start)
+    before = cost_by_team(store, prev_start, start)[["team", "cost_usd"]]
     summary = summary.merge(before.rename(columns={"cost_usd": "cost_prev_week_usd"}), on="team", how="left")
-    summary["cost_change"] = (summary["cost_usd"] / summary["cost_prev_week_usd"] - 1.0).where(
+    # like with like: a week whose data covers materially less (under 90% of the other's covered hours) is
+    # compared per covered day, never as a week total against a fuller one
+    cover, cover_prev = _coverage(store, start, end), _coverage(store, prev_start, start)
+    share, share_prev = cover[0] / cover[1], cover_prev[0] / cover_prev[1]
+    if not (share > 0 and share_prev > 0):
+        basis, scale = None, float("nan")
+    elif min(share, share_prev) >= LIKE_WITH_LIKE * max(share, share_prev):
+        basis, scale = "week", 1.0
+    else:
+        basis, scale = PER_DAY, cover_prev[0] / cover[0]
+    summary["cost_change"] = (summary["cost_usd"] * scale / summary["cost_prev_week_usd"] - 1.0).where(
         summary["cost_prev_week_usd"] > 0)
+    summary["change_basis"] = basis
+    summary["covered_hours"], summary["covered_hours_prev_week"] = cover[0], cover_prev[0]
+    summary["week_hours"] = cover[1]
+    coverage = html.escape(_coverage_note(cover, cover_prev, basis))
     summary.insert(0, "week", label)
     files = ReportFiles(label=label, html=out / f"gpuledger-{label}.html", summary_csv=out / "summary.csv")
-    summary.to_csv(files.summary_csv, index=False)
+    write_csv(summary, files.summary_csv)
     by_model = cost_by_team_and_model(store, start, end)
     for team, frame in by_model.groupby("team"):
         path = out / f"team-{_safe(str(team))}.csv"
         frame.insert(0, "week", label)
-        frame.to_csv(path, index=False)
+        write_csv(frame, path)
         files.team_csvs[str(team)] = path
     top_idle = _idle_by_job(found.runs).head(15)
     chart = _cost_chart(daily_cost_by_team(store, start, end))
@@ -202,12 +322,13 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     recs = pd.DataFrame(recommendations or [])
     if not recs.empty and end <= now:  # placement advice is about what runs now: stale for a week that is over
         recs = recs[recs["kind"] == "quota"]
-    rec_html = _table(recs[["kind", "team", "reason"]]) if not recs.empty else "<p><em>None.</em></p>"
+    rec_html = _recommendations(recs, ["kind", "team", "gpu_model", "reason"])
     rec_note = ("Quota advice as the policy stood at the week's end." if end <= now
                 else "Open advice as of now.")
     body = f"""<h1>GPU cost report — week {html.escape(label)}</h1>
 <p>{html.escape(start.strftime('%Y-%m-%d'))} to {html.escape(end.strftime('%Y-%m-%d'))} (UTC).{unfinished}
 Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${idle_cost:,.2f}</strong>.</p>
+<p>{coverage}</p>
 <h2>Cost per day</h2>
 {chart}
 <h2>GPUs present, allocated and busy</h2>
@@ -215,7 +336,8 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <h2>Cost per team</h2>
 {_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "cost_usd", "cost_prev_week_usd",
                  "cost_change", "idle_gpu_hours", "idle_cost_usd", "unpriced_gpu_hours"]],
-        money=("cost_usd", "cost_prev_week_usd", "idle_cost_usd"), percent=("efficiency", "cost_change"))}
+        money=("cost_usd", "cost_prev_week_usd", "idle_cost_usd"), percent=("efficiency", "cost_change"),
+        headers={"cost_change": "Change on previous week, per covered day"} if basis == PER_DAY else None)}
 <h2>Largest idle allocations</h2>
 {_table(top_idle, money=("idle_cost_usd",))}
 <h2>Recommendations</h2>
@@ -224,7 +346,7 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <p>Per-team pages and CSV files sit next to this page. Rates: USD per GPU-hour from the site rate card.</p>"""
     page = _page(f"gpuledger weekly cost report {label}", body)
     daily = daily_cost_by_team(store, start, end)
-    all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.oversized_mem_fraction)
+    all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.waste.oversized_mem_fraction)
     idle_jobs = _idle_by_job(found.runs)
     job_columns = ["job_id", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "idle_share"]
     for team in sorted(set(summary["team"]) - {IDLE_CAPACITY}):
@@ -234,7 +356,7 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
         path.write_text(_team_page(
             str(team), label, start, end, summary[summary["team"] == team],
             by_model[by_model["team"] == team], team_jobs, team_idle, recs,
-            _cost_chart(daily[daily["team"] == team]), unfinished), encoding="utf-8")
+            _cost_chart(daily[daily["team"] == team]), unfinished, coverage), encoding="utf-8")
         files.team_pages[str(team)] = path
     files.html.write_text(page, encoding="utf-8")
     return files

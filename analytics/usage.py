@@ -8,13 +8,14 @@ GPU, busy or not.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pandas as pd
 
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.database import floor_minute
 from gpuledger.collector.errors import InputError
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
 # the rollups of [$start, $end) (analytics/store/rollups.py): every query below reads these, never raw samples
@@ -39,6 +40,10 @@ def team_usage(store: Store, start: datetime, end: datetime, team: str | None = 
 # under-count partial buckets at the edges of the window and of the history; averaging per-instant sums
 # under-counts when nodes sample at different moments. `$team` narrows "allocated" to one team (NULL: all) while
 # the whole cluster still counts as present.
+# The seconds a GPU was sampled in a bucket: its rows' samples times their interval, but never more than the span
+# from its first sample to its last one's end. Pods sharing a GPU (time-slicing) are a row each at every instant,
+# and summed they made the GPU look sampled twice as long, halving the cluster's GPUs.
+SAMPLED_S = "least(sum(samples * interval_s), epoch(max(end_ts)) - epoch(min(first_ts))) AS sampled_s"
 # a rollup row's bucket (a minute or an hour) put into the caller's $bucket_minutes (epoch math: time_bucket on
 # TIMESTAMPTZ is slow)
 BUCKET = "to_timestamp(floor(epoch(bucket) / ($bucket_minutes * 60)) * $bucket_minutes * 60) AS bucket"
@@ -48,7 +53,7 @@ _BUCKETED = f"""
                node, gpu_uuid, mig_instance, sum(gpu_s) AS present_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated AND owned), 0) AS allocated_s,
                coalesce(sum(used_gpu_s) FILTER (WHERE allocated AND owned), 0) AS used_s,
-               sum(samples * interval_s) AS sampled_s
+               {SAMPLED_S}
         FROM (SELECT *, ($team IS NULL OR owner(team, $unattributed) = $team) AS owned FROM {USAGE})
         GROUP BY ALL)
     SELECT bucket, sum(present_s) AS present_s, sum(allocated_s) AS allocated_s, sum(used_s) AS used_s,
@@ -81,7 +86,7 @@ def team_model_series(store: Store, start: datetime, end: datetime, team: str,
                    node, gpu_uuid, mig_instance, gpu_model,
                    coalesce(sum(gpu_s) FILTER (WHERE allocated AND owner(team, $unattributed) = $team), 0)
                        AS allocated_s,
-                   sum(samples * interval_s) AS sampled_s
+                   {SAMPLED_S}
             FROM {USAGE} GROUP BY ALL),
         covered AS (SELECT bucket, max(sampled_s) AS covered_s FROM per_gpu GROUP BY 1)
         SELECT bucket, gpu_model, sum(allocated_s) / any_value(covered_s) AS allocated_gpus
@@ -120,16 +125,25 @@ def covered_hours(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     return store.query_usage(sql, {"start": start, "end": end})
 
 
-def capacity_by_model(store: Store, before: datetime) -> pd.DataFrame:
-    """Per GPU model: GPUs present at the newest instant before `before` (MIG instances as their fractions)."""
-    sql = """SELECT gpu_model, sum(gpu_fraction) AS gpus FROM samples
-             WHERE ts = (SELECT max(ts) FROM samples WHERE ts < $end) GROUP BY gpu_model ORDER BY gpu_model"""
-    return store.query(sql, {"end": before})
+CAPACITY_STALE = timedelta(hours=2)  # a node with no sample this long before the instant asked is not present
+
+
+def capacity_by_model(store: Store, before: datetime, stale: timedelta = CAPACITY_STALE) -> pd.DataFrame:
+    """Per GPU model: GPUs present before `before` (MIG instances as their fractions), each node as its own newest
+    instant shows it. Per node, because agents sample at their own moments: the newest instant of the whole table
+    is one node's (one pushed a few minutes ahead made every other node's GPUs vanish). A node silent for `stale`
+    has no GPU present. Parts are clamped to one GPU (share_of), so a hostile row cannot inflate the capacity."""
+    sql = """WITH newest AS (SELECT node, max(ts) AS ts FROM samples WHERE ts < $end AND ts >= $since GROUP BY node)
+             SELECT coalesce(s.gpu_model, $unknown) AS gpu_model, sum(share_of(s.gpu_fraction)) AS gpus
+             FROM samples s JOIN newest n ON s.node = n.node AND s.ts = n.ts
+             WHERE s.ts < $end AND s.ts >= $since GROUP BY 1 ORDER BY 1"""
+    return store.query(sql, {"end": before, "since": before - stale, "unknown": UNKNOWN_MODEL})
 
 
 def interval_at(store: Store, ts: datetime) -> float | None:
     """The longest sampling interval at instant `ts`: how long a sample taken then stands for."""
-    return store.scalar("SELECT max(interval_s) FROM samples WHERE ts = $ts", {"ts": ts})
+    # seconds_of: a stored NaN, Inf or 1e308 interval counts as none (the caller falls back to its default)
+    return store.scalar("SELECT nullif(max(seconds_of(interval_s)), 0) FROM samples WHERE ts = $ts", {"ts": ts})
 
 
 def pending_jobs(store: Store, at: datetime, min_wait_minutes: float = 0.0) -> pd.DataFrame:

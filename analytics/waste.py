@@ -11,6 +11,7 @@ from datetime import datetime
 
 import pandas as pd
 
+from gpuledger.analytics.config import WasteConfig
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import USAGE, check_idle_threshold
@@ -18,15 +19,14 @@ from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_
 from gpuledger.collector.samples import UNATTRIBUTED
 
 
-def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
-              idle_util_pct: float) -> pd.DataFrame:
-    """Stretches where an allocated GPU stayed under `idle_util_pct` for at least `idle_minutes`.
+def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteConfig) -> pd.DataFrame:
+    """Stretches where an allocated GPU stayed under `idle_util_pct` for at least `idle_minutes` (`thresholds`).
 
     Read from the rollups: each segment of a GPU and job (an hour row for whole hours, else a minute row) either
     is idle throughout (it joins the stretch in progress) or holds busy samples, whose idle lead closes the
     stretch before and whose idle tail opens the next. A stretch inside an hour, between busy samples, is listed
     in its hour row; one inside a minute is shorter than the minute `idle_minutes` must at least be."""
-    check_idle_threshold(store, idle_util_pct)
+    check_idle_threshold(store, thresholds.idle_util_pct)
     sql = f"""
         WITH candidates AS (  -- only a GPU and job idle this long in all can hold such a stretch (a tenth, typically)
             SELECT gpu_uuid, coalesce(mig_instance, -1) AS mig, coalesce(job_id, '') AS job FROM {USAGE}
@@ -60,7 +60,7 @@ def idle_runs(store: Store, start: datetime, end: datetime, idle_minutes: float,
         GROUP BY p.team, p.job_id, p.node, p.gpu_uuid, p.mig_instance, p.gpu_model, p.run
         HAVING sum(p.s) >= $idle_minutes * 60
         ORDER BY idle_gpu_hours DESC"""
-    return store.query_usage(sql, {"start": start, "end": end, "idle_minutes": idle_minutes,
+    return store.query_usage(sql, {"start": start, "end": end, "idle_minutes": thresholds.idle_minutes,
                                    "unattributed": UNATTRIBUTED})
 
 
@@ -114,9 +114,9 @@ def smallest_fit(model: str, peak_mem_mib: float, p95_util_pct: float) -> dict |
     return None
 
 
-def oversized_jobs(store: Store, start: datetime, end: datetime, mem_fraction: float,
-                   min_gpu_hours: float = 0.5, idle_util_pct: float = 0.0) -> pd.DataFrame:
-    """Jobs whose peak memory stayed under `mem_fraction` of the card, with the smallest shape that fits.
+def oversized_jobs(store: Store, start: datetime, end: datetime, thresholds: WasteConfig,
+                   min_gpu_hours: float = 0.5) -> pd.DataFrame:
+    """Jobs whose peak memory stayed under `oversized_mem_fraction` of the card, with the smallest shape that fits.
 
     A job whose p95 utilisation stayed under `idle_util_pct` is `idle`: it is listed, but no shape is suggested,
     since a slice held idle wastes the slice (its GPUs should be given back)."""
@@ -124,10 +124,11 @@ def oversized_jobs(store: Store, start: datetime, end: datetime, mem_fraction: f
     if jobs.empty:
         return jobs.assign(p95_util_pct=pd.Series(dtype=float), idle=pd.Series(dtype=bool),
                            fits=pd.Series(dtype=object))
-    over = jobs[(jobs["peak_mem_mib"] < mem_fraction * jobs["mem_total_mib"]) & (jobs["gpu_hours"] >= min_gpu_hours)]
+    small = jobs["peak_mem_mib"] < thresholds.oversized_mem_fraction * jobs["mem_total_mib"]
+    over = jobs[small & (jobs["gpu_hours"] >= min_gpu_hours)]
     over = with_p95(store, over, start, end)
     known = over["p95_util_pct"].notna()
-    over["idle"] = known & (over["p95_util_pct"] < idle_util_pct)
+    over["idle"] = known & (over["p95_util_pct"] < thresholds.idle_util_pct)
     # no shape is suggested without the p95 it rests on
     over["fits"] = [smallest_fit(m, p, u) if ok and not idle else None for m, p, u, idle, ok in
                     zip(over["gpu_model"], over["peak_mem_mib"], over["p95_util_pct"], over["idle"], known)]
@@ -142,17 +143,15 @@ class Waste:
     by_team: pd.DataFrame
 
 
-def waste(store: Store, start: datetime, end: datetime, idle_minutes: float, idle_util_pct: float,
-          mem_fraction: float) -> Waste:
-    runs = idle_runs(store, start, end, idle_minutes, idle_util_pct)
-    over = oversized_jobs(store, start, end, mem_fraction, idle_util_pct=idle_util_pct)
+def waste(store: Store, start: datetime, end: datetime, thresholds: WasteConfig) -> Waste:
+    runs = idle_runs(store, start, end, thresholds)
+    over = oversized_jobs(store, start, end, thresholds)
     return Waste(runs, over, _per_team(runs, over))
 
 
-def waste_by_team(store: Store, start: datetime, end: datetime, idle_minutes: float, idle_util_pct: float,
-                  mem_fraction: float) -> pd.DataFrame:
+def waste_by_team(store: Store, start: datetime, end: datetime, thresholds: WasteConfig) -> pd.DataFrame:
     """Per team: idle allocated GPU-hours and their cost, and how many jobs were memory-oversized."""
-    return waste(store, start, end, idle_minutes, idle_util_pct, mem_fraction).by_team
+    return waste(store, start, end, thresholds).by_team
 
 
 def _per_team(runs: pd.DataFrame, over: pd.DataFrame) -> pd.DataFrame:

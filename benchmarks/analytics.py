@@ -25,7 +25,7 @@ from pathlib import Path
 
 import requests
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, QuotaConfig
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import iso_week, utc_now
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "an existing one is reused as it is (measure again without rebuilding)")
     parser.add_argument("--lake-data", help="DuckLake only: the folder for a new lake's Parquet files")
     args = parser.parse_args(argv)
-    config = Config(policy_window_days=min(14.0, args.days))
+    config = Config(quota=QuotaConfig(window_days=min(14.0, args.days)))
     with tempfile.TemporaryDirectory() as tmp:
         lake = bool(args.db) and is_lake(args.db)
         target = args.db or str(Path(tmp) / "bench.duckdb")

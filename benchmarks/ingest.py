@@ -112,7 +112,7 @@ def duckdb_baseline(batches: list[tuple[str, int, pa.Table]], workdir: Path) -> 
 
 
 def start_server(workdir: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([GPULEDGER, "serve", "--source", "none", "--token", TOKEN, "--port", str(port),
+    proc = subprocess.Popen([GPULEDGER, "serve", "--create", "--source", "none", "--token", TOKEN, "--port", str(port),
                              "--db", str(workdir / "central.duckdb"), "--reports", str(workdir / "reports")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60

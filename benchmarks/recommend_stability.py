@@ -27,7 +27,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, QuotaConfig
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import hourly_demand
 from gpuledger.analytics.windows import utc_now
@@ -56,7 +56,7 @@ def replay(store: Store, sim, config: Config, start, hours: int) -> dict:
         at = start + timedelta(hours=k)
         store.upsert_jobs(sim.jobs_frame(at))
         began = time.perf_counter()
-        evaluation = Evaluation(at, at - timedelta(days=config.policy_window_days), evaluate_quotas(store, config, at))
+        evaluation = Evaluation(at, at - timedelta(days=config.quota.window_days), evaluate_quotas(store, config, at))
         for rec in refresh(store, config, at, evaluation):
             if rec.kind == "quota" and rec.created == at:
                 decide(store, rec.id, "applied", by="benchmark", now=at)
@@ -69,7 +69,7 @@ def replay(store: Store, sim, config: Config, start, hours: int) -> dict:
 
 def distances(store: Store, config: Config, guarantees: list[tuple], end) -> dict[str, tuple[float, float]]:
     """Per team: mean |guarantee - realised p95 busy over the next 24 h| and the mean signed difference."""
-    demand = hourly_demand(store, guarantees[0][0], end, config.idle_util_pct)
+    demand = hourly_demand(store, guarantees[0][0], end, config.waste.idle_util_pct)
     demand["busy"] = (demand["allocated_gpus"] - demand["idle_gpus"]).clip(lower=0)
     busy = {key: frame.set_index("hour")["busy"] for key, frame in demand.groupby(["team", "gpu_model"])}
     gaps: dict[str, list[float]] = defaultdict(list)
@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     end = utc_now().replace(minute=0, second=0, microsecond=0)
     hours = int(args.replay_days * 24)
     start = end - timedelta(hours=hours)
-    policy = Config(policy_window_days=args.history_days)
-    unstable = replace(policy, cooldown_hours=0, max_change=10.0)  # no cool-down, no step bound
+    policy = Config(quota=QuotaConfig(window_days=args.history_days))
+    # no cool-down, no step bound
+    unstable = replace(policy, quota=replace(policy.quota, cooldown_hours=0, max_change=10.0))
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, config in (("gpuledger policy", policy), ("baseline: no stability rules", unstable)):

@@ -11,7 +11,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from gpuledger.collector.traces.openb import load_nodes, load_tasks
+from gpuledger.policies.openb_placement import load_nodes, load_tasks
 from gpuledger.policies.placers import POLICIES
 from gpuledger.policies.replay import replay
 

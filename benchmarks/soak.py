@@ -15,6 +15,12 @@ refused and 503 are retried). Time is compressed: the cluster's clock moves 10 s
    - the database's disk full (the store sits on a tmpfs this script mounts; needs root) for a few seconds;
    - one node's clock jumping 2 h forward (its samples are refused as future) and 1 h back;
    - one node sending batches an older agent wrote (without the columns added since).
+4. attacks (issue 21; --no-attacks skips them, --small shrinks them), each measured by the server's peak RSS
+   (VmHWM, reset before each phase) and /healthz latency from 127.0.0.1 while it runs:
+   - a decompression bomb: an LZ4 body of zeros that declares ~1 GiB unpacked (refused 422 from its headers);
+   - oversized bodies without a token: 400 MiB declared to /v1/placement and /v1/tokens, and 8 MiB streamed;
+   - a flood of half-sent request heads from 127.0.0.2 (the per-client cap and the head timeout);
+   - /v1/gpus over 366 days at 1-minute buckets (answered at a coarser bucket).
 After the run the store is read and compared with what was sent: per phase, rows sent, stored, refused (future
 instants, counted by the server), lost (sent and acknowledged but absent, or never acknowledged) and duplicated.
 """
@@ -43,7 +49,7 @@ import requests
 
 from gpuledger.collector.samples import ADDED_COLUMNS
 from gpuledger.collector.simulator import cluster_of
-from gpuledger.collector.wire import INGEST_PATH, encode, request_headers
+from gpuledger.collector.wire import CONTENT_TYPE, INGEST_PATH, encode, request_headers
 from gpuledger.dashboard.client import calls
 
 TOKEN = "soak-token"
@@ -107,7 +113,8 @@ class Server:
 
     def start(self, failpoints: str = "") -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1", GPULEDGER_FAILPOINTS=failpoints)
-        self.proc = subprocess.Popen([GPULEDGER, "serve", "--source", "none", "--token", TOKEN, "--open-reads",
+        self.proc = subprocess.Popen([GPULEDGER, "serve", "--create", "--source", "none", "--token", TOKEN,
+                                      "--open-reads",
                                       "--port", str(self.port), "--db", str(self.db),
                                       "--reports", str(self.log.parent / "reports")],
                                      stdout=open(self.log, "a"), stderr=subprocess.STDOUT, env=env)
@@ -281,6 +288,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--fault-seconds", type=float, default=5.0, help="how long each fault lasts (default 5)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (server log, database)")
+    parser.add_argument("--no-attacks", action="store_true", help="skip the attack phases")
+    parser.add_argument("--small", action="store_true",
+                        help="smaller attacks: a 256 MiB bomb, 500 half-sent heads (what tests/test_soak.py runs)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="gpuledger-soak-"))
     dbfs = work / "dbfs"
@@ -365,6 +375,8 @@ def main(argv: list[str] | None = None) -> dict:
         cluster.run_for(2 * cluster.period_s, cluster.phase)
         cluster.close()
         report["retries"] = sum(s.retries for s in cluster.senders.values())
+        if not args.no_attacks:
+            report["attacks"] = attacks(server, small=args.small)
     finally:
         if server.proc and server.proc.poll() is None:
             server.stop()
@@ -380,6 +392,171 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         show(report)
     return report
+
+
+def server_memory(pid: int, key: str = "VmHWM") -> int:
+    """The server's peak (VmHWM) or current (VmRSS) resident memory in bytes, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset the server's VmHWM to its current RSS (Linux: 5 > clear_refs), so each phase shows its own peak."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class HealthProbe:
+    """/healthz from 127.0.0.1 every 0.1 s while a phase runs: its latencies, and the calls that failed."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.latencies, self.failed = port, [], 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            started = time.perf_counter()
+            try:
+                ok = requests.get(f"http://127.0.0.1:{self.port}/healthz", timeout=5).ok
+            except requests.RequestException:
+                ok = False
+            self.latencies.append(time.perf_counter() - started)
+            self.failed += not ok
+            self.stop.wait(0.1)
+
+    def __enter__(self) -> "HealthProbe":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def bomb_body(rows: int) -> bytes:
+    """An LZ4 body in the sample schema of all zeros and nulls: ~250 unpacked bytes per packed byte. The columns
+    share their buffers, so building it costs this process a few hundred MB at most, not what it declares."""
+    import numpy as np
+    import pyarrow as pa
+
+    from gpuledger.collector.samples import SAMPLE_SCHEMA
+    same: dict = {}
+    for f in SAMPLE_SCHEMA:
+        if f.type not in same:
+            same[f.type] = (pa.nulls(rows, f.type) if pa.types.is_string(f.type) or pa.types.is_boolean(f.type)
+                            else pa.array(np.zeros(rows, np.int64)).cast(f.type))
+    return encode(pa.Table.from_arrays([same[f.type] for f in SAMPLE_SCHEMA], schema=SAMPLE_SCHEMA))
+
+
+def raw_exchange(port: int, head: bytes, body: bytes = b"", source: str = "127.0.0.1") -> str:
+    """Send a request head, then the body 1 MiB at a time until the server answers; the status line answered,
+    or what stopped the exchange."""
+    import socket
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0)) as sock:
+            sock.sendall(head)
+            for at in range(0, len(body), 2**20):
+                sock.setblocking(False)
+                try:
+                    answered = bool(sock.recv(1, socket.MSG_PEEK))
+                except BlockingIOError:
+                    answered = False
+                finally:
+                    sock.setblocking(True)
+                if answered:
+                    break
+                try:
+                    sock.sendall(body[at:at + 2**20])
+                except OSError:
+                    break
+            return sock.recv(256).split(b"\r\n", 1)[0].decode(errors="replace") or "closed"
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def attacks(server: Server, small: bool) -> dict[str, dict]:
+    """The attacks of issue 21 against the running server, one phase each: per phase the server's peak RSS
+    before and during it, its RSS after, /healthz latency p50 and max, and what the attack got back."""
+    import socket
+    pid, port, out = server.proc.pid, server.port, {}
+    auth = f"Authorization: Bearer {TOKEN}\r\n"
+
+    def bomb() -> str:
+        body = bomb_body(1_000_000 if small else 4_000_000)
+        answer = requests.post(f"http://127.0.0.1:{port}{INGEST_PATH}", data=body, timeout=120,
+                               headers=request_headers("node-bomb", "soak", 0, INTERVAL_S, token=TOKEN))
+        return f"{len(body) / 2**20:.1f} MiB body: {answer.status_code} {answer.json().get('detail', '')[:80]}"
+
+    def oversized() -> str:
+        seen: dict[str, int] = defaultdict(int)
+        for _ in range(2 if small else 5):
+            for path in ("/v1/placement", "/v1/tokens", INGEST_PATH):
+                head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {400 * 2**20}\r\n\r\n").encode()
+                seen[f"{path} 400 MiB declared: {raw_exchange(port, head)}"] += 1
+            head = (b"POST /v1/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n")
+            chunk = b"%x\r\n" % (2**20) + b"x" * 2**20 + b"\r\n"
+            seen[f"/v1/tokens 8 MiB streamed: {raw_exchange(port, head, chunk * 8)}"] += 1
+            head = (f"POST {INGEST_PATH} HTTP/1.1\r\nHost: x\r\n{auth}X-Gpuledger-Node: n\r\nX-Gpuledger-Stream: s"
+                    f"\r\nX-Gpuledger-Seq: 0\r\nX-Gpuledger-Interval: 10\r\nContent-Type: {CONTENT_TYPE}\r\n"
+                    f"Transfer-Encoding: chunked\r\n\r\n").encode()
+            seen[f"{INGEST_PATH} 72 MiB streamed with a token: {raw_exchange(port, head, chunk * 72)}"] += 1
+        return "; ".join(f"{n}x {what}" for what, n in seen.items())
+
+    def flood() -> str:
+        held: list[socket.socket] = []
+        failed = 0
+        try:
+            for _ in range(500 if small else 2000):
+                try:
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Half: ")
+                    held.append(sock)
+                except OSError:
+                    failed += 1
+            time.sleep(2.0)  # the probe keeps asking /healthz meanwhile
+            still = 0
+            for sock in held:
+                sock.setblocking(False)
+                try:
+                    sock.recv(256, socket.MSG_PEEK)  # an answer (503) or the end: the server let it go
+                except BlockingIOError:
+                    still += 1
+                except OSError:
+                    pass
+            return f"{len(held)} half-sent heads from 127.0.0.2 ({failed} failed to connect): {still} still open"
+        finally:
+            for sock in held:
+                sock.close()
+
+    def huge_query() -> str:
+        started = time.perf_counter()
+        answer = requests.get(f"http://127.0.0.1:{port}/v1/gpus", params={"days": 366, "bucket_minutes": 1},
+                              timeout=120)
+        took = time.perf_counter() - started
+        bucket = answer.json().get("bucket_minutes") if answer.ok else None
+        return (f"{answer.status_code}, {len(answer.content) / 2**20:.1f} MiB in {took:.1f} s, "
+                f"answered at bucket_minutes={bucket}")
+
+    for name, attack in (("decompression bomb", bomb), ("oversized bodies", oversized),
+                         ("half-header flood", flood), ("huge /v1/gpus", huge_query)):
+        resets = reset_peak(pid)
+        before = server_memory(pid, "VmHWM")
+        with HealthProbe(port) as probe:
+            outcome = attack()
+        out[name] = {"peak_before_mib": before / 2**20, "peak_mib": server_memory(pid, "VmHWM") / 2**20,
+                     "rss_after_mib": server_memory(pid, "VmRSS") / 2**20, "peak_reset": resets,
+                     "healthz_p50_ms": percentile(probe.latencies, 0.5) * 1000,
+                     "healthz_max_ms": max(probe.latencies, default=float("nan")) * 1000,
+                     "healthz_failed": probe.failed, "healthz_calls": len(probe.latencies), "outcome": outcome}
+    return out
 
 
 def show(report: dict) -> None:
@@ -400,6 +577,14 @@ def show(report: dict) -> None:
               f"{row['lost']:>6}{row['duplicated']:>5}")
     print(f"senders retried {report['retries']} time(s); rows stored with the added columns null: "
           f"{report['accounting']['_old_format_rows_with_nulls']['rows']}")
+    if report.get("attacks"):
+        print(f"{'attack':<22}{'peak RSS before':>16}{'peak during':>13}{'RSS after':>11}{'healthz p50':>13}"
+              f"{'max':>9}{'failed':>8}")
+        for name, row in report["attacks"].items():
+            print(f"{name:<22}{row['peak_before_mib']:>12.0f} MiB{row['peak_mib']:>9.0f} MiB"
+                  f"{row['rss_after_mib']:>7.0f}"
+                  f" MiB{row['healthz_p50_ms']:>10.0f} ms{row['healthz_max_ms']:>6.0f} ms{row['healthz_failed']:>8}")
+            print(f"  {row['outcome']}")
 
 
 def _free_port() -> int:

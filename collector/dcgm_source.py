@@ -19,7 +19,7 @@ from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_
 from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.prom_text import ParseResult, PromTextParser
 from gpuledger.collector.samples import HEALTH_COLUMNS, SAMPLE_SCHEMA, rows_to_table
-from gpuledger.collector.source import SourceError
+from gpuledger.collector.source import Source, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +324,7 @@ def bill_each_gpu_once(rows: list[dict[str, Any]],
     return rows
 
 
-class DcgmExporterSource:
+class DcgmExporterSource(Source):
     """Source that scrapes one dcgm-exporter endpoint (usually http://NODE:9400/metrics)."""
 
     def __init__(

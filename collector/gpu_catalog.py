@@ -141,16 +141,20 @@ def mig_fraction(model: str, profile: str | None) -> float:
     return 1.0 if share is None else share
 
 
+def models_with_profile(profile: str | None) -> list[str]:
+    """The catalogue models that offer a MIG profile of this name (`1g.10gb`: A100-80GB and H100); none for a card
+    without MIG (L4, L40S) or a profile no card has."""
+    match = _MIG_PROFILE.search(profile or "")
+    if not match:
+        return []
+    name = match.group(0).lower()
+    return [m.name for m in CATALOG if any(p.name == name for p in m.mig_profiles)]
+
+
 def model_for_profile(profile: str | None) -> str | None:
     """The one catalogue model that has a MIG profile of this name (`1g.5gb`: A100-40GB), else None: pages of old
     exporters name the profile but not the card."""
-    if not profile:
-        return None
-    match = _MIG_PROFILE.search(profile)
-    if not match:
-        return None
-    name = match.group(0).lower()
-    owners = [m.name for m in CATALOG if any(p.name == name for p in m.mig_profiles)]
+    owners = models_with_profile(profile)
     return owners[0] if len(owners) == 1 else None
 
 

@@ -24,7 +24,7 @@ from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model, vgpu_
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.proc_attribution import describe_process
 from gpuledger.collector.samples import PROCESS_SCHEMA, rows_to_table
-from gpuledger.collector.source import SourceError
+from gpuledger.collector.source import Source, SourceError
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -34,7 +34,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class NvmlSource:
+class NvmlSource(Source):
     def __init__(
         self,
         nvml: ModuleType | None = None,
@@ -57,7 +57,7 @@ class NvmlSource:
         self._xid_watched: set[str] = set()  # GPUs registered with it
         self._last_xid: dict[str, int] = {}  # GPU UUID -> last XID seen, kept like DCGM's XID field (0: none)
         self.rates = RateTracker(interval_s)
-        self.processes: pa.Table = PROCESS_SCHEMA.empty_table()
+        self.processes: pa.Table = PROCESS_SCHEMA.empty_table()  # the last collect's, for process_rows
 
     def _init(self) -> None:
         if not self._initialised:
@@ -132,6 +132,9 @@ class NvmlSource:
         self.processes = rows_to_table(procs, PROCESS_SCHEMA)
         SAMPLES_READ.labels(source="nvml").inc(len(rows))
         return rows_to_table(rows)
+
+    def process_rows(self) -> pa.Table:
+        return self.processes
 
     def _fill_device(self, handle: Any, uuid: str, row: dict[str, Any], now_s: float) -> None:
         nvml = self.nvml

@@ -31,7 +31,7 @@ from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.dcgm_source import DcgmPageConverter, PodFacts
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.samples import SAMPLE_SCHEMA
-from gpuledger.collector.source import SourceError
+from gpuledger.collector.source import Source, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ POD_LABELS = "kube_pod_labels"
 POD_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_gpucores|nvidia_com_gpumem"}'
 
 
-class PrometheusSource:
+class PrometheusSource(Source):
     """Source that reads dcgm-exporter series from Prometheus' HTTP API: backfill, then follow."""
 
     def __init__(self, url: str, interval_s: float = 30.0, since: timedelta = timedelta(days=30),

@@ -6,6 +6,13 @@ slice, NVLink-heavy multi-GPU jobs and pods in namespaces no team owns. Jobs are
 first-fit on whole nodes, so queueing (pending time) and fragmentation appear naturally.
 Samples are generated a chunk at a time with numpy, so two weeks of a 48-GPU cluster
 take seconds.
+
+The random workload leaves the layout at any given instant to chance, and advice is about the instant it is
+evaluated at. So a simulator given a `showcase` instant (the demo's: `default_simulator`) also lays out two nodes
+of one model by hand from a few hours before it to the end of the run, so that every kind of advice has its cause
+then, whatever the seed: a gang job waiting for GPUs that small jobs fragment, a job spread over both nodes, a
+latency-sensitive service time-sliced with another job, an idle notebook and a memory-oversized job
+(`_plant_showcase`). The random workload keeps to the other nodes while the layout stands.
 """
 from __future__ import annotations
 
@@ -26,9 +33,15 @@ from gpuledger.collector.gpu_catalog import MODELS, GpuModel
 from gpuledger.collector.gpu_health import HW_THERMAL, SW_POWER_CAP
 from gpuledger.collector.metrics import SAMPLES_READ
 from gpuledger.collector.samples import SAMPLE_SCHEMA
+from gpuledger.collector.source import Source
 
 PROFILES = ("busy", "light", "idle", "oversized", "nvlink")
-_ATTRIBUTOR = Attributor()  # namespaces are teams; pods in `default` are nobody's
+# the showcase's model-serving namespace: named in the default `[placement] latency_sensitive`, billed to a team
+SERVING_NAMESPACE, SERVING_TEAM = "inference", "nlp"
+# namespaces are teams, but for the serving namespace (billed to the team that runs it); `default` is nobody's
+_ATTRIBUTOR = Attributor(namespace_to_team={SERVING_NAMESPACE: SERVING_TEAM})
+SHOWCASE_LEAD_S = 3 * 3600.0  # the showcase's jobs run from this long before its instant: idle past 30 min, etc.
+SHOWCASE_WAIT_S = 3600.0  # its gang job was submitted this long before the instant (waiting past any threshold)
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,11 @@ class SimJob:
     gpu_indices: tuple[int, ...] = ()
     mem_mib: float = 0.0  # steady memory footprint per GPU
     util: float = 0.0  # mean utilisation %
+    # GPUs on further nodes, (node, indices) each: a job the scheduler spread over nodes (the showcase's)
+    also_on: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    fraction: float = 1.0  # the part of each GPU it holds: under 1 when time-sliced with another job
+    guest: bool = False  # time-sliced onto GPUs another job (the host) holds: one more sample row per GPU
+    want_model: str | None = None  # the GPU model it asks for (a node selector); None: any
 
 
 @dataclass
@@ -112,12 +130,16 @@ class ClusterSimulator:
     teams: Sequence[TeamSpec] = DEFAULT_TEAMS
     target_load: float = 0.9
     jobs: list[SimJob] = field(default_factory=list)
+    # the instant whose layout is staged so that every kind of advice has its cause (module docstring); None: none
+    showcase: datetime | None = None
 
     def __post_init__(self) -> None:
         self._t0 = self.start.timestamp()
         self._t1 = self.end.timestamp()
         self._build_gpu_table()
+        self._showcase_nodes = self._pick_showcase_nodes() if self.showcase is not None else ()
         self._schedule()
+        self._plant_showcase()
         self._plan_faults()
 
     # --- cluster layout -------------------------------------------------------------------
@@ -152,10 +174,17 @@ class ClusterSimulator:
         weights = np.array([t.weight for t in self.teams], dtype=float)
         weights /= weights.sum()
         free_at = [np.full(n.gpus, self._t0) for n in self.nodes]
+        # the showcase's nodes are the random workload's only until its layout begins
+        reserved_from = [np.full(n.gpus, math.inf) for n in self.nodes]
+        staged = self._showcase_from()
+        for n in self._showcase_nodes:
+            reserved_from[n][:] = staged
+        # while they are staged, arrivals slow to the GPUs left, so the other nodes keep the same load
+        left = 1.0 - sum(self.nodes[n].gpus for n in self._showcase_nodes) / self.gpu_count
         t = self._t0 - 12 * 3600.0  # warm up so the window starts with a loaded cluster
         k = 0
         while True:
-            t += rng.exponential(1.0 / rate_per_s)
+            t += rng.exponential(1.0 / (rate_per_s * (left if t >= staged else 1.0)))
             if t >= self._t1:
                 break
             team = self.teams[rng.choice(len(self.teams), p=weights)]
@@ -168,28 +197,32 @@ class ClusterSimulator:
             user = f"{team.name}-user{int(rng.integers(1, 5))}"
             job = SimJob(job_id=f"{team.name}/job-{k:05d}", team=team.name, user=user, namespace=team.name,
                          pod=f"job-{k:05d}-worker", gpus=gpus, profile=profile, submit=t, start=t, end=t)
-            self._place(job, free_at, hours * 3600.0, rng)
+            self._place(job, free_at, reserved_from, hours * 3600.0, rng)
             k += 1
             self.jobs.append(job)
 
-    def _place(self, job: SimJob, free_at: list[np.ndarray], duration: float, rng: np.random.Generator) -> None:
-        best_node, best_start = -1, math.inf
+    def _place(self, job: SimJob, free_at: list[np.ndarray], reserved_from: list[np.ndarray], duration: float,
+               rng: np.random.Generator) -> None:
+        best_node, best_start, best_chosen = -1, math.inf, np.zeros(0, dtype=np.int64)
         for n, node_free in enumerate(free_at):
             if len(node_free) < job.gpus:
                 continue
-            kth = np.partition(node_free, job.gpus - 1)[job.gpus - 1]
-            start = max(job.submit, float(kth))
+            start, chosen = _earliest_start(node_free, reserved_from[n], job.submit, duration, job.gpus)
             if start < best_start - 1e-6:
-                best_node, best_start = n, start
+                best_node, best_start, best_chosen = n, start, chosen
         if best_node < 0:  # cannot ever fit (bigger than any node): leave it pending forever
             job.start = job.end = math.inf
             return
         node_free = free_at[best_node]
-        chosen = np.argsort(node_free, kind="stable")[: job.gpus]
+        chosen = best_chosen
         job.node, job.start, job.end = best_node, best_start, best_start + duration
         job.gpu_indices = tuple(int(i) for i in sorted(chosen))
         node_free[chosen] = job.end
-        spec = self.nodes[best_node]
+        self._size(job, rng)
+
+    def _size(self, job: SimJob, rng: np.random.Generator) -> None:
+        """A placed job's steady memory per GPU and mean utilisation, from its profile and its node's card."""
+        spec = self.nodes[job.node]
         if job.profile == "oversized":
             job.mem_mib = float(rng.uniform(3500, 8500))  # fits a 1g.10gb MIG slice
             job.util = float(rng.uniform(15, 35))
@@ -203,99 +236,187 @@ class ClusterSimulator:
             job.mem_mib = float(rng.uniform(0.6, 0.92) * spec.mem_mib)
             job.util = float(rng.uniform(75, 97))
 
+    # --- the showcase ----------------------------------------------------------------------
+    def _pick_showcase_nodes(self) -> tuple[int, ...]:
+        """The first two 8-GPU nodes of one model, when the cluster has more nodes besides: the staged layout needs
+        a second node of the model to spread and move jobs to, and the random workload somewhere to run meanwhile.
+        () when there is no such pair: then nothing is staged."""
+        by_model: dict[str, list[int]] = {}
+        for n, node in enumerate(self.nodes):
+            if node.gpus == 8:
+                by_model.setdefault(node.model, []).append(n)
+        pair = next((nodes[:2] for nodes in by_model.values() if len(nodes) >= 2), [])
+        return tuple(pair) if pair and len(self.nodes) > 2 else ()
+
+    def _showcase_from(self) -> float:
+        """When the staged layout begins (epoch seconds); inf when nothing is staged."""
+        if not self._showcase_nodes or self.showcase is None:
+            return math.inf
+        return self.showcase.timestamp() - SHOWCASE_LEAD_S
+
+    def _plant_showcase(self) -> None:
+        """Lay out the two showcase nodes by hand from `_showcase_from` to the end of the run (the random workload
+        has left them by then). On the first node (A) and the second (B), 8 GPUs each:
+
+        - A0-1 + B0-1: a 4-GPU NVLink job the scheduler spread over both nodes; A has room for all of it (colocate);
+        - A2: a notebook holding its GPU at 0% (reclaim); A3: a job using a few GiB of an 80 GiB card (resize);
+        - A4: a batch job time-sliced with the `inference` namespace's model server, which is latency-sensitive
+          under the default `[placement] latency_sensitive` (separate);
+        - A5, B2-3, B4, B5: busy jobs; A6-7 and B6-7 free: 2 GPUs free on each node;
+        - a 4-GPU job asking for this model, submitted an hour before the instant and never started: no node has 4
+          free, but moving two 1-GPU jobs off one node frees 4 there (consolidate), and its queued GPUs raise its
+          team's demand for the model (quota).
+
+        The teams are the site's teams with a share, in order; memory and utilisation are drawn from the profiles
+        with a stream of their own, so the seed still varies them and the random workload stays as seeded."""
+        if not self._showcase_nodes:
+            return
+        a, b = self._showcase_nodes
+        begin, end = self._showcase_from(), self._t1
+        rng = np.random.default_rng([self.seed, 0x5C0A])
+        named = [t.name for t in self.teams if t.share > 0] or [t.name for t in self.teams]
+        team = lambda i: named[i % len(named)]  # noqa: E731 - the i-th team with a share, cycling
+
+        def put(name: str, namespace: str, owner: str, node: int, gpus: tuple[int, ...], profile: str,
+                also_on: tuple[tuple[int, tuple[int, ...]], ...] = (), **extra) -> SimJob:
+            job = SimJob(job_id=f"{namespace}/{name}", team=owner, user=f"{owner}-user{1 + len(self.jobs) % 4}",
+                         namespace=namespace, pod=f"{name}-0", gpus=len(gpus) + sum(len(g) for _, g in also_on),
+                         profile=profile, submit=begin, start=begin, end=end, node=node, gpu_indices=gpus,
+                         also_on=also_on, **extra)
+            self._size(job, rng)
+            self.jobs.append(job)
+            return job
+
+        put("ddp-train", team(0), team(0), a, (0, 1), "nvlink", also_on=((b, (0, 1)),))
+        put("notebook", team(4), team(4), a, (2,), "idle")
+        put("embedding-eval", team(3), team(3), a, (3,), "oversized")
+        host = put("batch-eval", team(2), team(2), a, (4,), "light", fraction=0.5)
+        guest = put("llm-serving", SERVING_NAMESPACE, SERVING_TEAM, a, (4,), "light", fraction=0.5, guest=True)
+        card = self.nodes[a].mem_mib  # the two share one card: their memory and compute add up on it
+        host.mem_mib, host.util = float(rng.uniform(0.3, 0.5) * card), float(rng.uniform(25, 40))
+        guest.mem_mib, guest.util = float(rng.uniform(0.15, 0.3) * card), float(rng.uniform(20, 35))
+        put("finetune-a", team(1), team(1), a, (5,), "busy")
+        put("finetune-b", team(3), team(3), b, (2, 3), "busy")
+        put("finetune-c", team(0), team(0), b, (4,), "busy")
+        put("finetune-d", team(4), team(4), b, (5,), "busy")
+        waiting = SimJob(job_id=f"{team(1)}/pretrain", team=team(1), user=f"{team(1)}-user1", namespace=team(1),
+                         pod="pretrain-0", gpus=4, profile="nvlink", submit=self.showcase.timestamp() - SHOWCASE_WAIT_S,
+                         start=math.inf, end=math.inf, want_model=self.nodes[a].model)
+        self.jobs.append(waiting)
+
     # --- samples -------------------------------------------------------------------------
     def frame(self, times: Sequence[float], step_s: float) -> pa.Table:
-        """Samples for every GPU at each epoch-second in `times` (sorted)."""
+        """Samples for every GPU at each epoch-second in `times` (sorted): one row per GPU, and one more for each
+        job time-sliced onto a GPU another job holds (as dcgm-exporter repeats a shared GPU's series per pod)."""
         times = np.asarray(times, dtype=float)
         n_t, n_g = len(times), self.gpu_count
         n_jobs = len(self.jobs)
         owner = np.full((n_t, n_g), n_jobs, dtype=np.int64)  # n_jobs = "free" sentinel row
+        guest = np.full((n_t, n_g), n_jobs, dtype=np.int64)  # a second job time-sliced onto the GPU
         lo, hi = times[0] if n_t else 0, times[-1] if n_t else 0
         for j, job in enumerate(self.jobs):
             if job.node < 0 or job.end <= lo or job.start > hi:
                 continue
             a, b = np.searchsorted(times, job.start, "left"), np.searchsorted(times, job.end, "left")
-            cols = self._node_offset[job.node] + np.array(job.gpu_indices)
+            cols = np.concatenate([self._node_offset[n] + np.array(g, dtype=np.int64)
+                                   for n, g in ((job.node, job.gpu_indices), *job.also_on)])
             if a < b:
-                owner[a:b, cols] = j
+                (guest if job.guest else owner)[a:b, cols] = j
         rng = np.random.default_rng([self.seed, int(lo), n_t])
         noise = rng.normal(0.0, 1.0, size=(4, n_t, n_g))
         jobs = self.jobs
         job_util = np.array([j.util for j in jobs] + [0.0])
         job_mem = np.array([j.mem_mib for j in jobs] + [0.0])
         job_nvl = np.array([j.profile == "nvlink" for j in jobs] + [False])
+        job_fraction = np.array([j.fraction for j in jobs] + [1.0])  # a free GPU is present whole
         mem_total = np.array([self.nodes[n].mem_mib for n in self.gpu_node])
         tdp = np.array([self.nodes[n].tdp_w for n in self.gpu_node])
         has_nvlink = np.array([self.nodes[n].nvlink for n in self.gpu_node])
         free = owner == n_jobs
-        util = np.clip(job_util[owner] + np.where(job_util[owner] > 0, 4.0, 0.0) * noise[0], 0, 100)
+        load = job_util[owner] + job_util[guest]  # time-sliced jobs add up on their card
+        util = np.clip(load + np.where(load > 0, 4.0, 0.0) * noise[0], 0, 100)
         util = np.where(free, 0.0, util)
         activity = util / 100.0
-        mem_used = np.where(free, 512.0, np.minimum(job_mem[owner] * (1 + 0.02 * noise[1]), mem_total))
-        nvl = np.where(job_nvl[owner] & has_nvlink, np.abs(1.2e11 + 3e10 * noise[2]), 0.0)
+        mem_used = np.where(free, 512.0, np.minimum((job_mem[owner] + job_mem[guest]) * (1 + 0.02 * noise[1]),
+                                                    mem_total))
+        nvl = np.where((job_nvl[owner] | job_nvl[guest]) & has_nvlink, np.abs(1.2e11 + 3e10 * noise[2]), 0.0)
         power = tdp * (0.12 + 0.8 * activity) + 3.0 * noise[3]
-        ts = pd.to_datetime(np.repeat(np.round(times * 1e6).astype(np.int64), n_g), unit="us", utc=True)
         faulted = times[:, None] >= self.xid_at[None, :]
         xid = np.where(faulted, self.xid_code[None, :], 0)
         dbe = (faulted & (self.xid_code[None, :] == 48)).astype(np.int64)
         hot = self.runs_hot[None, :]
         throttle = np.where(hot & (util >= 97.0), HW_THERMAL, 0) | np.where(hot & (power > 0.95 * tdp), SW_POWER_CAP, 0)
-        flat = owner.ravel()
+        # the rows: each GPU at each instant, then (right after its host's row) each guest's
+        cells = np.arange(n_t * n_g)
+        shared = np.flatnonzero(guest.ravel() != n_jobs)
+        if len(shared):
+            both = np.concatenate([cells, shared])
+            order = np.argsort(both, kind="stable")
+            rows, flat = both[order], np.concatenate([owner.ravel(), guest.ravel()[shared]])[order]
+        else:
+            rows, flat = cells, owner.ravel()
+        n_rows = len(rows)
+        cell = lambda a: np.asarray(a).ravel()[rows]  # noqa: E731 - a per-instant, per-GPU array, one value per row
+        tile = lambda a: np.tile(a, n_t)[rows]  # noqa: E731 - per-GPU constants repeated for each instant
+        ts = pd.to_datetime(np.repeat(np.round(times * 1e6).astype(np.int64), n_g)[rows], unit="us", utc=True)
         job_ids = np.array([j.job_id for j in jobs] + [None], dtype=object)
         teams = np.array([_billed_team(j) for j in jobs] + [None], dtype=object)
         spaces = np.array([j.namespace for j in jobs] + [None], dtype=object)
         pods = np.array([j.pod for j in jobs] + [None], dtype=object)
         users = np.array([j.user for j in jobs] + [None], dtype=object)
-        tile = lambda a: np.tile(a, n_t)  # noqa: E731 - per-GPU constants repeated for each instant
         node_names = np.array([n.name for n in self.nodes], dtype=object)
         models = np.array([n.model for n in self.nodes], dtype=object)
         model_names = np.array([n.model_name for n in self.nodes], dtype=object)
-        mem_used_f = mem_used.ravel()
-        mem_total_f = np.tile(mem_total, n_t)
+        activity_f = cell(activity)
+        power_f = cell(np.maximum(power, 0.0))
+        mem_used_f = cell(mem_used)
+        mem_total_f = tile(mem_total)
+        dbe_f = cell(dbe)
+        unheld = flat == n_jobs
         columns = {
             "ts": pa.array(ts, type=pa.timestamp("us", tz="UTC")),
-            "interval_s": np.full(n_t * n_g, float(step_s)),
+            "interval_s": np.full(n_rows, float(step_s)),
             "node": tile(node_names[self.gpu_node]),
             "gpu_index": tile(self.gpu_index),
             "gpu_uuid": tile(self.gpu_uuid),
             "gpu_model": tile(models[self.gpu_node]),
             "model_name": tile(model_names[self.gpu_node]),
-            "mig_profile": pa.nulls(n_t * n_g, pa.string()),
-            "mig_instance": pa.nulls(n_t * n_g, pa.int32()),
-            "gpu_fraction": np.ones(n_t * n_g),
-            "allocated": ~free.ravel(),
-            "util_pct": util.ravel(),
-            "sm_active": (activity * 0.85).ravel(),
-            "sm_occupancy": (activity * 0.55).ravel(),
-            "tensor_active": (activity * 0.45).ravel(),
-            "dram_active": (activity * 0.4).ravel(),
+            "mig_profile": pa.nulls(n_rows, pa.string()),
+            "mig_instance": pa.nulls(n_rows, pa.int32()),
+            "gpu_fraction": job_fraction[flat],
+            "allocated": ~unheld,
+            "util_pct": cell(util),
+            "sm_active": activity_f * 0.85,
+            "sm_occupancy": activity_f * 0.55,
+            "tensor_active": activity_f * 0.45,
+            "dram_active": activity_f * 0.4,
             "mem_used_mib": mem_used_f,
             "mem_free_mib": mem_total_f - mem_used_f,
-            "mem_reserved_mib": np.full(n_t * n_g, 0.0),
+            "mem_reserved_mib": np.full(n_rows, 0.0),
             "mem_total_mib": mem_total_f,
-            "power_w": np.maximum(power, 0.0).ravel(),
-            "power_avg_w": np.maximum(power, 0.0).ravel(),
-            "temp_c": (30 + 45 * activity).ravel(),
-            "nvlink_tx_bps": nvl.ravel(),
-            "nvlink_rx_bps": nvl.ravel(),
-            "pcie_tx_bps": (activity * 2.0e9).ravel(),
-            "pcie_rx_bps": (activity * 4.0e9).ravel(),
+            "power_w": power_f,
+            "power_avg_w": power_f,
+            "temp_c": 30 + 45 * activity_f,
+            "nvlink_tx_bps": cell(nvl),
+            "nvlink_rx_bps": cell(nvl),
+            "pcie_tx_bps": activity_f * 2.0e9,
+            "pcie_rx_bps": activity_f * 4.0e9,
             "namespace": spaces[flat],
             "pod": pods[flat],
-            "container": np.where(free.ravel(), None, "main").astype(object),
+            "container": np.where(unheld, None, "main").astype(object),
             "job_id": job_ids[flat],
             "user": users[flat],
             "team": teams[flat],
-            "source": np.full(n_t * n_g, "simulator", dtype=object),
-            "xid": xid.ravel().astype(np.int32),
-            "throttle_reasons": throttle.ravel().astype(np.int64),
-            "ecc_sbe_total": np.zeros(n_t * n_g, dtype=np.int64),
-            "ecc_dbe_total": dbe.ravel(),
-            "remapped_rows_corr": np.zeros(n_t * n_g, dtype=np.int64),
-            "remapped_rows_uncorr": dbe.ravel(),
-            "row_remap_failed": np.zeros(n_t * n_g, dtype=bool),
+            "source": np.full(n_rows, "simulator", dtype=object),
+            "xid": cell(xid).astype(np.int32),
+            "throttle_reasons": cell(throttle).astype(np.int64),
+            "ecc_sbe_total": np.zeros(n_rows, dtype=np.int64),
+            "ecc_dbe_total": dbe_f,
+            "remapped_rows_corr": np.zeros(n_rows, dtype=np.int64),
+            "remapped_rows_uncorr": dbe_f,
+            "row_remap_failed": np.zeros(n_rows, dtype=bool),
         }
-        columns["nvlink_bps"] = pa.nulls(n_t * n_g, pa.float64())  # read per direction (nvlink_tx/rx_bps)
+        columns["nvlink_bps"] = pa.nulls(n_rows, pa.float64())  # read per direction (nvlink_tx/rx_bps)
         arrays = [pa.array(columns[f.name], type=f.type) if not isinstance(columns[f.name], pa.Array)
                   else columns[f.name] for f in SAMPLE_SCHEMA]
         return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)
@@ -326,7 +447,7 @@ class ClusterSimulator:
                 "job_id": job.job_id, "team": _billed_team(job),
                 "user": job.user, "namespace": job.namespace, "pod": job.pod,
                 "node": node.name if node and started else None,
-                "gpu_model": node.model if node and started else None,
+                "gpu_model": node.model if node and started else job.want_model,  # waiting: what it asks for
                 "gpus": job.gpus,
                 "submit_ts": _ts(job.submit), "start_ts": _ts(job.start) if started else None,
                 "end_ts": _ts(job.end) if job.end <= now else None,
@@ -358,6 +479,21 @@ class ClusterSimulator:
         return pd.DataFrame(rows, columns=["team", "gpu_model", "guarantee_gpus", "limit_gpus"])
 
 
+def _earliest_start(free_at: np.ndarray, reserved_from: np.ndarray, submit: float, duration: float,
+                    gpus: int) -> tuple[float, np.ndarray]:
+    """The earliest instant from `submit` at which `gpus` GPUs of one node are free for `duration`, and which ones
+    (those free longest first). A GPU is usable only until the instant it is reserved from (the showcase's): a job
+    placed there must end by then. (inf, none) when that never happens."""
+    ready = np.maximum(free_at, submit)
+    if not np.isfinite(reserved_from).any():  # the usual node: the k-th GPU to be free decides
+        return float(np.partition(ready, gpus - 1)[gpus - 1]), np.argsort(free_at, kind="stable")[:gpus]
+    for start in np.unique(ready[ready + duration <= reserved_from]):
+        usable = np.flatnonzero((ready <= start) & (start + duration <= reserved_from))
+        if len(usable) >= gpus:
+            return float(start), usable[np.argsort(free_at[usable], kind="stable")[:gpus]]
+    return math.inf, np.zeros(0, dtype=np.int64)
+
+
 def _billed_team(job: SimJob) -> str:
     """The team the collectors would bill: the same attribution rule as for real pods."""
     return _ATTRIBUTOR.team_for(namespace=job.namespace)
@@ -367,7 +503,7 @@ def _ts(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
 
 
-class SimulatorSource:
+class SimulatorSource(Source):
     """Live view of a ClusterSimulator: each collect() returns the samples for 'now'.
 
     `node` narrows it to one node, as a per-node agent would see. With `replay_start`, step k
@@ -411,6 +547,10 @@ def cluster_of(nodes: int, seed: int = 7, days: float = 1.0, now: datetime | Non
 
 
 def default_simulator(days: float = 14.0, seed: int = 7, now: datetime | None = None,
-                      future_days: float = 2.0) -> ClusterSimulator:
+                      future_days: float = 2.0, showcase: bool = True) -> ClusterSimulator:
+    """The demo's cluster: `days` of history before `now` and `future_days` to collect live after it. With
+    `showcase`, the layout from a few hours before `now` to the end gives every kind of advice its cause (module
+    docstring), so the demo shows them all from its first minute, whatever the seed."""
     now = now or datetime.now(timezone.utc)
-    return ClusterSimulator(start=now - timedelta(days=days), end=now + timedelta(days=future_days), seed=seed)
+    return ClusterSimulator(start=now - timedelta(days=days), end=now + timedelta(days=future_days), seed=seed,
+                            showcase=now if showcase else None)

@@ -22,15 +22,43 @@ from gpuledger.dashboard.client import (
     post_decision,
     proxied_token,
 )
+from gpuledger.dashboard.charts import (
+    BLANK,
+    change,
+    colour_of,
+    colour_scale,
+    daily_bars,
+    daily_spec,
+    heatmap,
+    heatmap_spec,
+    model_gaps,
+    model_spec,
+    readable,
+    team_colours,
+    words,
+)
+from gpuledger.dashboard.escape import md
 
 FAIRSHARE_TITLES = {
     "slurm_classic": "Slurm classic, F = 2^(-U/S): 0.5 = used exactly its share, lower = over-served",
     "slurm_fair_tree": "Slurm Fair Tree: mean rank-based FairShare of the team's users, 1 = first in line",
     "kai_time_based": "KAI time-based: the team's part of over-quota GPUs, P = max(0, W + k(W - U))",
 }
+# every kind of advice (policies/recommendation.py KINDS), in words
+ADVICE_KINDS = {
+    "quota": "Set the team's guarantee and limit for this GPU model",
+    "reclaim": "Take back GPUs a job holds idle",
+    "resize": "Move a job to a smaller MIG slice or card that fits its memory",
+    "consolidate": "Move running jobs to free a node for a job waiting for whole GPUs",
+    "colocate": "Run a job spread over nodes on one node",
+    "separate": "Give a latency-sensitive job a GPU of its own",
+}
 GLOSSARY = {
     "allocated": "held by a job, busy or not",
-    "busy": "allocated and at or over the idle threshold of utilisation ([waste] idle_util_pct)",
+    "busy": "allocated and at or over the idle threshold of utilisation ([waste] idle_util_pct), as /metrics' "
+    "gpuledger_*_busy_gpus and the quota advice count it",
+    "used": "allocated GPU time weighted by utilisation (a GPU held at 40% counts 0.4 of a GPU), averaged over the "
+    "window, as a share of the GPUs present: not the busy count (allocated and at or over the idle threshold)",
     "idle capacity": "GPUs no job held: the cluster's unused capacity, its own line of the bill",
     "idle allocation": "GPUs a job held under the idle threshold: waste charged to the team",
 }
@@ -58,13 +86,13 @@ try:
     TOKEN = signed_in or PROXIED or deployment_token()
     WHO = get_json(BASE, "/v1/whoami", TOKEN)
 except NeedsToken as exc:
-    st.error(f"That token is not accepted: {exc}")
+    st.error(f"That token is not accepted: {md(exc)}")
     st.stop()
 except ApiUnavailable as exc:
-    st.error(str(exc))
+    st.error(md(exc))
     st.stop()
-by_proxy = f" for {PROXIED_USER}, named by the site's proxy" if PROXIED and not signed_in else ""
-st.sidebar.caption(f"Signed in as {WHO['actor']} ({WHO['role']}){by_proxy}")
+by_proxy = f" for {md(PROXIED_USER)}, named by the site's proxy" if PROXIED and not signed_in else ""
+st.sidebar.caption(f"Signed in as {md(WHO['actor'])} ({md(WHO['role'])}){by_proxy}")
 if st.sidebar.button("Refresh"):
     st.cache_data.clear()
 
@@ -88,10 +116,10 @@ def get(*names: str) -> dict:
     try:
         return fetch_batch(BASE, TOKEN, tuple((n, CALLS[n][0], tuple(sorted(CALLS[n][1].items()))) for n in names))
     except NeedsToken as exc:
-        st.warning(f"Sign in with a token in the sidebar to see this page ({exc}).")
+        st.warning(f"Sign in with a token in the sidebar to see this page ({md(exc)}).")
         st.stop()
     except ApiUnavailable as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         st.stop()
 
 
@@ -103,7 +131,9 @@ def open_advice(advice: dict) -> tuple[list[dict], list[dict]]:
     )
 
 
-got = get("health", "util", "costs", "costs_before", "util_before", "nodes")  # the header, on every page
+got = get("health", "util", "costs", "costs_before", "util_before", "nodes", "teams")  # the header, on every page
+# one team -> colour map for every chart on every page: the sorted team list takes a fixed palette in order
+COLOURS = team_colours([t["team"] for t in got["teams"]] + [t["team"] for t in got["costs"]["teams"]])
 health, costs, costs_before = got["health"], got["costs"], got["costs_before"]
 util, util_before = frame(got["util"], ("bucket",)), frame(got["util_before"])
 nodes = frame(got["nodes"], ("last_seen",))
@@ -114,7 +144,7 @@ if health["samples"] == 0:
 
 if not nodes.empty and nodes["stale"].any():
     stale = nodes[nodes["stale"]]
-    st.warning(f"{len(stale)} stale node(s), no batch for 3 intervals: " + ", ".join(stale["node"].tolist()))
+    st.warning(f"{len(stale)} stale node(s), no batch for 3 intervals: " + ", ".join(map(md, stale["node"])))
 
 cost_df = frame(costs["teams"])
 idle_line = cost_df[cost_df["team"] == IDLE_CAPACITY]
@@ -162,12 +192,12 @@ col3.metric(
     delta=f"{(mean_alloc - alloc_before) * 100:+.1f} pts" if had_before else None,
 )
 col4.metric(
-    "GPUs busy",
+    "GPUs used (utilisation-weighted)",
     f"{mean_used:.0%}",
-    help=GLOSSARY["busy"],
+    help=GLOSSARY["used"],
     delta=f"{(mean_used - used_before) * 100:+.1f} pts" if had_before else None,
 )
-st.caption(f"Latest sample {health['latest_sample']} · {health['samples']:,} samples in store")
+st.caption(f"Latest sample {md(health['latest_sample'])} · {health['samples']:,} samples in store")
 
 # lazy tabs: only the page shown runs (and fetches), so a window change redraws one page, not eight
 tab_util, tab_teams, tab_jobs, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
@@ -175,8 +205,10 @@ tab_util, tab_teams, tab_jobs, tab_cost, tab_fair, tab_recs, tab_health, tab_nod
     on_change="rerun",
     key="page",
 )
-MONEY = st.column_config.NumberColumn(format="$%.2f")
-WHEN = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")
+def when(label: str | None = None, **kwargs) -> dict:
+    return st.column_config.DatetimeColumn(label, format="YYYY-MM-DD HH:mm", **kwargs)
+
+
 # how every money, hour, share and time column is shown, by the API's column names
 READABLE = {
     "cost_usd": st.column_config.NumberColumn("cost", format="$%.2f"),
@@ -192,13 +224,20 @@ READABLE = {
     "p95_util_pct": st.column_config.NumberColumn("p95 util", format="%.0f%%"),
     "peak_mem_mib": st.column_config.NumberColumn("peak memory (MiB)", format="%.0f"),
     "mem_total_mib": st.column_config.NumberColumn("card memory (MiB)", format="%.0f"),
-    "start_ts": WHEN,
-    "end_ts": WHEN,
-    "first_ts": WHEN,
-    "last_ts": WHEN,
+    "start_ts": when("idle from"),
+    "end_ts": when("idle until"),
+    "first_ts": when("first seen"),
+    "last_ts": when("last seen"),
     "idle_share": st.column_config.ProgressColumn("idle share", min_value=0.0, max_value=1.0, format="percent"),
     "job_id": "job",
     "fits": "fits in",
+    "team": "team",
+    "gpu_model": "GPU model",
+    "gpus": st.column_config.NumberColumn("GPUs", format="%g"),
+    "user": st.column_config.TextColumn("user", help=f"{BLANK}: not known (no pod or process owner)"),
+    "mig_profile": st.column_config.TextColumn("MIG profile", help=f"{BLANK}: a whole GPU"),
+    "waste": st.column_config.CheckboxColumn("waste", help="idle share at least 50%, or memory-oversized"),
+    "jobs": st.column_config.NumberColumn("jobs", format="%d"),
     "idle_stretches": "idle stretches",
     "oversized_jobs": "oversized jobs",
 }
@@ -221,44 +260,74 @@ JOB_COLUMNS = (
     "first_ts",
     "last_ts",
 )
+BLANK_JOB = st.column_config.TextColumn("job", help=f"{BLANK}: no job (unattributed workload)")
+
+
+def column_labels(df: pd.DataFrame, **extra) -> dict:
+    """A readable label (and format, where READABLE has one) for every column of a table."""
+    return {c: READABLE.get(c, c.replace("_", " ")) for c in df.columns} | extra
+
+
+def show_table(df: pd.DataFrame, order: list[str] | tuple[str, ...] | None = None, digits: int = 2, **extra) -> None:
+    """A table as every page shows one: readable labels, floats rounded, empty text cells as the blank mark."""
+    st.dataframe(
+        readable(df, digits),
+        hide_index=True,
+        width="stretch",
+        column_config=column_labels(df, **extra),
+        column_order=[c for c in order if c in df] if order else None,
+    )
 
 with tab_util:
     if tab_util.open:
         got = get("daily", "waste")
         daily, waste = frame(got["daily"], ("day",)), got["waste"]
         st.subheader("Cost per day by team")
-        st.caption("Stacked: each team, the unattributed bucket, and the idle capacity (GPUs no job held).")
         if daily.empty:
             st.info("No cost in this window.")
         else:
-            wide = (
-                daily.assign(team=daily["team"].map(owner_label))
-                .pivot_table(index="day", columns="team", values="cost_usd", aggfunc="sum")
-                .fillna(0.0)
+            window_end = pd.Timestamp(END)
+            reported = util["bucket"] if "bucket" in util else None  # the hours that hold data
+            bars = daily_bars(daily, window_end - pd.Timedelta(days=days), window_end, reported, bucket)
+            partial = bars[bars["partial"]].drop_duplicates("label")
+            st.caption(
+                "Stacked per UTC day: each team, the unattributed bucket, and the idle capacity (GPUs no job held)."
+                + (
+                    " Partial days (the window's or the data's first day, and today): "
+                    + " and ".join(f"{md(label)} ({hours:g} h)" for label, hours in zip(partial["label"], partial["hours"]))
+                    + ". They are drawn lighter: their costs are for those hours only, not a whole day."
+                    if not partial.empty
+                    else ""
+                )
             )
-            st.area_chart(wide, y_label="USD per day", stack=True)
+            st.vega_lite_chart(bars, daily_spec(bars, COLOURS), width="stretch")
         top = frame(waste["by_team"])
         if not top.empty and "idle_cost_usd" in top:
             st.subheader("Top waste")
             top = top.sort_values("idle_cost_usd", ascending=False).head(5)
             top["team"] = top["team"].map(owner_label)
-            st.dataframe(
+            show_table(
                 top,
-                hide_index=True,
-                width="stretch",
-                column_config={
-                    **READABLE,
-                    "idle_gpu_hours": st.column_config.NumberColumn(
-                        "idle GPU-hours", format="%.1f", help=GLOSSARY["idle allocation"]
-                    ),
-                },
+                idle_gpu_hours=st.column_config.NumberColumn(
+                    "idle GPU-hours", format="%.1f", help=GLOSSARY["idle allocation"]
+                ),
             )
         st.subheader("Cluster utilization over time")
         if util.empty:
             st.info("No samples in this window.")
         else:
+            st.caption(
+                f"Per {bucket}-minute bucket. Used: {GLOSSARY['used']}. Busy as /metrics and the quota advice count "
+                "it is the GPUs allocated and at or over the idle threshold."
+            )
             st.line_chart(
-                util.set_index("bucket")[["total_gpus", "allocated_gpus", "used_gpus"]],
+                util.set_index("bucket")[["total_gpus", "allocated_gpus", "used_gpus"]].rename(
+                    columns={
+                        "total_gpus": "present",
+                        "allocated_gpus": "allocated",
+                        "used_gpus": "used (utilisation-weighted)",
+                    }
+                ),
                 y_label="GPUs (average concurrent)",
             )
 
@@ -279,7 +348,7 @@ with tab_teams:
                     fetch(BASE, "/v1/jobs", days=days, team=chosen, limit=200, end=END), ("first_ts", "last_ts")
                 )
             except ApiUnavailable as exc:
-                st.error(str(exc))
+                st.error(md(exc))
                 st.stop()
             totals = usage["totals"]
             t1, t2, t3, t4 = st.columns(4)
@@ -297,7 +366,16 @@ with tab_teams:
                 plot = series.set_index("bucket")[["allocated_gpus", "used_gpus"]]
                 if quota is not None and pd.notna(quota):
                     plot["quota_gpus"] = float(quota)
-                st.line_chart(plot, y_label="GPUs (average concurrent)")
+                st.line_chart(
+                    plot.rename(
+                        columns={
+                            "allocated_gpus": "allocated",
+                            "used_gpus": "used (utilisation-weighted)",
+                            "quota_gpus": "quota",
+                        }
+                    ),
+                    y_label="GPUs (average concurrent)",
+                )
             quotas = frame(usage["quotas"])
             per_model = frame(usage["model_series"], ("bucket",))
             if not quotas.empty:
@@ -305,15 +383,26 @@ with tab_teams:
                     "**Quota vs usage per GPU model** (the guarantee is promised, the limit the most it may hold)"
                 )
                 model = st.selectbox("GPU model", quotas["gpu_model"].tolist(), key="quota-model")
-                held = per_model[per_model["gpu_model"] == model].set_index("bucket")[["allocated_gpus"]]
+                held = per_model[per_model["gpu_model"] == model] if "gpu_model" in per_model else per_model
                 if held.empty:
-                    st.info(f"{owner_label(chosen)} held no {model} in this window.")
+                    st.info(f"{md(owner_label(chosen))} held no {md(model)} in this window.")
                 else:
                     row = quotas.set_index("gpu_model").loc[model]
-                    for column in ("guarantee_gpus", "limit_gpus"):
-                        if pd.notna(row[column]):
-                            held[column] = float(row[column])
-                    st.line_chart(held, y_label=f"{model} GPUs")
+                    quota = {
+                        label: float(row[column])
+                        for column, label in (("guarantee_gpus", "guarantee"), ("limit_gpus", "limit"))
+                        if pd.notna(row[column])
+                    }
+                    window_end = pd.Timestamp(END)
+                    reported = series["bucket"] if "bucket" in series else pd.Series([], dtype="datetime64[ns, UTC]")
+                    line = model_gaps(held, reported, window_end - pd.Timedelta(days=days), window_end, bucket)
+                    line["bucket"] = line["bucket"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    st.vega_lite_chart(line, model_spec(model, quota), width="stretch")
+                    st.caption(
+                        f"Per {bucket}-minute bucket. A gap is a bucket the cluster sent no data for; 0 is a bucket "
+                        f"it reported in which {md(owner_label(chosen))} held no {md(model)}. Dashed: the quota's "
+                        "guarantee and limit."
+                    )
             mine = fair[fair["team"] == chosen] if not fair.empty else fair
             if not mine.empty:
                 st.markdown("**Fairshare** (the line at 0.5 is at share for Slurm's classic factor)")
@@ -322,24 +411,13 @@ with tab_teams:
                     line["at share"] = 0.5
                 st.line_chart(line)
             st.markdown("**Cost by GPU model**")
-            st.dataframe(
-                frame(usage["by_model"]),
-                hide_index=True,
-                width="stretch",
-                column_config=READABLE,
-            )
+            show_table(frame(usage["by_model"]))
             st.markdown("**Jobs**")
-            st.dataframe(
-                team_jobs,
-                hide_index=True,
-                width="stretch",
-                column_order=JOB_COLUMNS,
-                column_config=READABLE,
-            )
+            show_table(team_jobs, JOB_COLUMNS)
             theirs = [r for r in recs if r["team"] == chosen]
             st.markdown(f"**Recommendations** ({len(theirs)})")
             for r in theirs:
-                st.write(f"- {r['kind']}: {r['reason']}")
+                st.markdown(f"- {md(r['kind'])}: {md(r['reason'])}")
 
 with tab_jobs:
     if tab_jobs.open:
@@ -354,31 +432,37 @@ with tab_jobs:
                 fetch(BASE, "/v1/jobs", days=days, q=query or None, limit=1000, end=END), ("first_ts", "last_ts")
             )
         except ApiUnavailable as exc:
-            st.error(str(exc))
+            st.error(md(exc))
             st.stop()
         if listing.empty:
             st.info("No job matches in this window.")
         else:
             listing["team"] = listing["team"].map(owner_label)
-            st.dataframe(
-                listing,
-                hide_index=True,
-                width="stretch",
-                column_order=JOB_COLUMNS,
-                column_config=READABLE,
-            )
+            show_table(listing, JOB_COLUMNS)
 
 with tab_cost:
     if tab_cost.open:
         waste = get("waste")["waste"]
         st.subheader("Cost per team")
-        st.bar_chart(cost_df.set_index("team")[["cost_usd"]], y_label="USD")
-        st.dataframe(cost_df, hide_index=True, width="stretch", column_config=READABLE)
+        st.vega_lite_chart(
+            cost_df[["team", "cost_usd"]].round(2),
+            {
+                "mark": {"type": "bar", "tooltip": True},
+                "encoding": {
+                    "x": {"field": "team", "type": "nominal", "title": None, "sort": "-y", "axis": {"labelAngle": 0}},
+                    "y": {"field": "cost_usd", "type": "quantitative", "title": "USD"},
+                    "color": {"field": "team", "type": "nominal", "legend": None,
+                              "scale": colour_scale(COLOURS, cost_df["team"])},
+                },
+            },
+            width="stretch",
+        )
+        show_table(cost_df)
         st.subheader("Waste per team")
         waste_df = frame(waste["by_team"])
         if not waste_df.empty:
             waste_df["team"] = waste_df["team"].map(owner_label)
-        st.dataframe(waste_df, hide_index=True, width="stretch", column_config=READABLE)
+        show_table(waste_df)
         st.subheader("Longest idle allocations")
         runs = frame(waste["idle_runs"], ("start_ts", "end_ts"))
         first = [
@@ -386,13 +470,7 @@ with tab_cost:
             for c in ("job_id", "team", "idle_minutes", "idle_cost_usd", "idle_gpu_hours", "mean_util_pct")
             if c in runs
         ]
-        st.dataframe(
-            runs,
-            hide_index=True,
-            width="stretch",
-            column_config=READABLE,
-            column_order=first + [c for c in runs.columns if c not in first],
-        )
+        show_table(runs, first + [c for c in runs.columns if c not in first], job_id=BLANK_JOB)
         st.subheader("Memory-oversized jobs")
         oversized = frame(waste["oversized_jobs"], ("first_ts", "last_ts"))
         if not oversized.empty:
@@ -402,12 +480,10 @@ with tab_cost:
             for c in ("job_id", "team", "fits", "peak_mem_mib", "mem_total_mib", "p95_util_pct", "cost_usd")
             if c in oversized
         ]
-        st.dataframe(
+        show_table(
             oversized,
-            hide_index=True,
-            width="stretch",
-            column_config=READABLE,
-            column_order=first + [c for c in oversized.columns if c not in first],
+            first + [c for c in oversized.columns if c not in first],
+            fits=st.column_config.TextColumn("fits in", help=f"the smallest MIG slice or card that fits; {BLANK}: none"),
         )
 
 with tab_fair:
@@ -415,13 +491,14 @@ with tab_fair:
         fairness = get("fairness")["fairness"]
         fair = frame(fairness["history"], ("hour",))
         st.subheader(
-            f"Fairshare factor per team ({FAIRSHARE_TITLES.get(fairness['algorithm'], fairness['algorithm'])})"
+            f"Fairshare factor per team ({FAIRSHARE_TITLES.get(fairness['algorithm'], md(fairness['algorithm']))})"
         )
         if fair.empty:
             st.info("No team with a share has usage in this window.")
         else:
             wide = fair.pivot_table(index="hour", columns="team", values="fairshare")
-            st.line_chart(wide, y_label="fairshare factor")
+            wide.columns = [owner_label(t) for t in wide.columns]
+            st.line_chart(wide, y_label="fairshare factor", color=[colour_of(COLOURS, t) for t in wide.columns])
             st.caption(
                 f"{len(wide):,} hours from {wide.index.min():%Y-%m-%d %H:%M} to {wide.index.max():%Y-%m-%d %H:%M} "
                 "UTC; each hour's factor comes from the algorithm's whole memory, so the window only chooses "
@@ -434,10 +511,11 @@ with tab_fair:
             ]
             latest = fair.sort_values("hour").groupby("team").tail(1)[shown]
             st.dataframe(
-                latest,
+                readable(latest, 3),
                 hide_index=True,
                 width="stretch",
                 column_config={
+                    "team": "team",
                     "norm_share": st.column_config.NumberColumn("share (normalised)", format="%.3f"),
                     "norm_usage": st.column_config.NumberColumn("usage (normalised)", format="%.3f"),
                     "level_fs": st.column_config.NumberColumn("level fairshare", format="%.3f"),
@@ -458,7 +536,7 @@ with tab_recs:
         st.subheader("Recommendations")
         window = advice["policy_window"]
         st.caption(
-            f"From the policy window {window['start'][:16]} to {window['end'][:16]} UTC, whatever window the "
+            f"From the policy window {md(window['start'][:16])} to {md(window['end'][:16])} UTC, whatever window the "
             "sidebar shows. A quota is per team and GPU model: the guarantee is promised (reclaimed from others "
             "when the team asks), the limit is the most it may hold, borrowing idle GPUs. Decide with "
             "`gpuledger decide ID accept|reject|applied --by NAME` or POST /v1/recommendations/ID/decision."
@@ -471,19 +549,6 @@ with tab_recs:
                 """$ per week freed or granted, where the evidence says it."""
                 return float(r["evidence"].get("effect_usd_per_week") or 0.0)
 
-            def change(r: dict) -> str:
-                """Current → proposed, in GPUs, where the advice says both."""
-                action = r["action"]
-                if r["kind"] == "quota":
-                    was = action.get("current_guarantee_gpus")
-                    was = "none" if was is None else f"{was:g}"
-                    return f"guarantee {was} → {action.get('guarantee_gpus', 0):g}, limit {action.get('limit_gpus')}"
-                if r["kind"] == "reclaim":
-                    return f"{action.get('gpus')} GPU(s) held idle → 0"
-                if r["kind"] == "resize":
-                    return f"{action.get('from')} → {action.get('move_to')}"
-                return ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in action.items() if not isinstance(v, list))
-
             ranked = sorted(recs, key=impact, reverse=True)
             table = pd.DataFrame(
                 [
@@ -494,27 +559,42 @@ with tab_recs:
                         "team": owner_label(r["team"]),
                         "GPU model": r.get("gpu_model"),
                         "job": r.get("job_id"),
-                        "change": change(r),
+                        "change": change(r["kind"], r["action"]),
                         "$ per week": impact(r) or None,
                         "reason": r["reason"],
                     }
                     for r in ranked
                 ]
             )
-            st.dataframe(table, hide_index=True, width="stretch", column_config={"$ per week": MONEY})
+            st.dataframe(
+                readable(table),
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "$ per week": st.column_config.NumberColumn(
+                        "$ per week", format="$%.2f", help="freed or granted per week where the advice prices it"
+                    ),
+                    "GPU model": st.column_config.TextColumn("GPU model", help=f"{BLANK}: every model"),
+                    "job": st.column_config.TextColumn("job", help=f"{BLANK}: the advice is about a team, not a job"),
+                },
+            )
             token = TOKEN if WHO["may_decide"] else None
             if not token:
                 st.caption("Sign in with an admin token (sidebar) to accept or reject advice here.")
             for r in ranked[:20]:
-                with st.expander(f"{r['kind']}: {r['reason']}"):
-                    st.markdown("  \n".join(f"**{k.replace('_', ' ')}**: {v}" for k, v in r["action"].items()))
-                    st.caption(
-                        "; ".join(
-                            f"{k.replace('_', ' ')}: {round(v, 2) if isinstance(v, float) else v}"
-                            for k, v in r["evidence"].items()
-                            if not isinstance(v, (dict, list))
+                with st.expander(f"{md(r['kind'])}: {md(r['reason'])}"):
+                    st.markdown(
+                        f"**{md(ADVICE_KINDS.get(r['kind'], r['kind']))}**: {md(change(r['kind'], r['action']))}"
+                    )
+                    st.markdown(
+                        "  \n".join(
+                            f"**{md(k.replace('_', ' '))}**: {md(words(v))}" for k, v in r["action"].items()
                         )
                     )
+                    evidence = "; ".join(
+                        f"{md(k.replace('_', ' '))}: {md(words(v))}" for k, v in r["evidence"].items()
+                    )
+                    st.caption(f"Evidence: {evidence or BLANK}")
                     if token and r["status"] == "proposed":
                         accept, reject = st.columns(2)
                         for column, choice in ((accept, "accept"), (reject, "reject")):
@@ -522,38 +602,48 @@ with tab_recs:
                                 try:
                                     post_decision(BASE, r["id"], choice, "dashboard", token)
                                     st.cache_data.clear()
-                                    st.success(f"{choice}ed {r['id']}")
+                                    st.success(f"{choice}ed {md(r['id'])}")
                                 except ApiUnavailable as exc:
-                                    st.error(str(exc))
+                                    st.error(md(exc))
         if no_data:
             st.warning(
                 f"{len(no_data)} team and GPU model pair(s) get no quota advice for lack of data: "
-                + no_data[0]["reason"]
+                + md(no_data[0]["reason"])
                 + ("; ..." if len(no_data) > 1 else "")
             )
         st.subheader("Decision history")
         if not decided:
             st.info("No recommendation has been stored yet.")
         else:
+            history = frame(
+                [
+                    {
+                        "created": r["created"],
+                        "status": r["status"],
+                        "kind": r["kind"],
+                        "team": owner_label(r["team"]),
+                        "GPU model": r.get("gpu_model"),
+                        "decided by": r["decided_by"],
+                        "decided at": r["decided_at"],
+                        "note": r["note"],
+                        "id": r["id"],
+                    }
+                    for r in decided
+                ],
+                ("created", "decided at"),
+            )
+            history["decided at"] = history["decided at"].dt.strftime("%Y-%m-%d %H:%M").fillna(BLANK)
             st.dataframe(
-                pd.DataFrame(
-                    [
-                        {
-                            "created": r["created"],
-                            "status": r["status"],
-                            "kind": r["kind"],
-                            "team": r["team"],
-                            "GPU model": r.get("gpu_model"),
-                            "decided by": r["decided_by"],
-                            "decided at": r["decided_at"],
-                            "note": r["note"],
-                            "id": r["id"],
-                        }
-                        for r in decided
-                    ]
-                ),
+                readable(history),
                 hide_index=True,
                 width="stretch",
+                column_config={
+                    "created": when("created"),
+                    "decided at": st.column_config.TextColumn("decided at", help=f"{BLANK}: not decided yet"),
+                    "decided by": st.column_config.TextColumn("decided by", help=f"{BLANK}: not decided yet"),
+                    "note": st.column_config.TextColumn("note", help=f"{BLANK}: none given"),
+                    "GPU model": st.column_config.TextColumn("GPU model", help=f"{BLANK}: every model"),
+                },
             )
 
 with tab_health:
@@ -563,7 +653,7 @@ with tab_health:
         st.caption(
             "XID errors (the driver's error codes), throttling starts (heat, power cap, hardware slowdown), ECC "
             "and row-remap increases, each joined to the job that held the GPU. Events reach "
-            f"{gpu_health['events_until'] or 'nothing yet'} (derived as minutes are folded)."
+            f"{md(gpu_health['events_until'] or 'nothing yet')} (derived as minutes are folded)."
         )
         by_gpu, by_job = frame(gpu_health["by_gpu"], ("last_event",)), frame(gpu_health["by_job"], ("last_event",))
         if by_gpu.empty:
@@ -590,7 +680,15 @@ with tab_health:
                 "last_event": "Last event",
             }
             st.markdown("**GPUs**, most recent first")
-            st.dataframe(by_gpu[list(shown)].rename(columns=shown), hide_index=True, width="stretch")
+            st.dataframe(
+                readable(by_gpu[list(shown)].rename(columns=shown)),
+                hide_index=True,
+                width="stretch",
+                column_config={
+                    "Last XID": st.column_config.NumberColumn("Last XID", format="%d", help="empty: no XID error"),
+                    "Last event": when("Last event"),
+                },
+            )
             if not by_job.empty:
                 st.markdown("**Jobs that held a GPU when an event hit it**")
                 jobs = by_job.assign(
@@ -609,13 +707,25 @@ with tab_health:
                     "gpus_affected": "GPUs",
                     "last_event": "Last event",
                 }
-                st.dataframe(jobs[list(cols)].rename(columns=cols), hide_index=True, width="stretch")
-            events = frame(gpu_health["events"], ("ts",))
-            with st.expander(f"The {len(events)} newest events"):
                 st.dataframe(
-                    events[["ts", "node", "gpu_index", "kind", "code", "meaning", "job_id", "team"]],
+                    readable(jobs[list(cols)].rename(columns=cols)),
                     hide_index=True,
                     width="stretch",
+                    column_config={
+                        "Last event": when("Last event"),
+                        "Job": st.column_config.TextColumn("Job", help=f"{BLANK}: no job"),
+                    },
+                )
+            events = frame(gpu_health["events"], ("ts",))
+            with st.expander(f"The {len(events)} newest events"):
+                show_table(
+                    events,
+                    ["ts", "node", "gpu_index", "kind", "code", "meaning", "job_id", "team"],
+                    ts=st.column_config.DatetimeColumn("at", format="YYYY-MM-DD HH:mm:ss"),
+                    gpu_index=st.column_config.NumberColumn("GPU", format="%d"),
+                    code=st.column_config.NumberColumn("code", format="%d"),
+                    job_id=st.column_config.TextColumn("job", help=f"{BLANK}: no job held the GPU"),
+                    team=st.column_config.TextColumn("team", help=f"{BLANK}: no job held the GPU"),
                 )
 
 with tab_nodes:
@@ -625,7 +735,7 @@ with tab_nodes:
         coverage = frame(got["coverage"])
         st.subheader("Fragmentation: idle GPU the typical job cannot use")
         if not fragments["enough_data"]:
-            st.info(f"Not enough data to measure fragmentation: {fragments['reason']}.")
+            st.info(f"Not enough data to measure fragmentation: {md(fragments['reason'])}.")
         else:
             f1, f2, f3 = st.columns(3)
             f1.metric(
@@ -651,7 +761,7 @@ with tab_nodes:
                 "stranded_usd_per_day": "Stranded $/day",
             }
             st.dataframe(
-                per_node[list(shown)].rename(columns=shown),
+                readable(per_node[list(shown)].rename(columns=shown)),
                 hide_index=True,
                 width="stretch",
                 column_config={
@@ -665,19 +775,24 @@ with tab_nodes:
             )
             history = frame(fragments["history"], ("ts",))
             if not history.empty:
-                st.line_chart(history.set_index("ts")[["idle_gpus", "fragmented_gpus"]], y_label="GPUs")
+                st.line_chart(
+                    history.set_index("ts")[["idle_gpus", "fragmented_gpus"]].rename(
+                        columns={"idle_gpus": "idle GPUs", "fragmented_gpus": "fragmented GPUs"}
+                    ),
+                    y_label="GPUs",
+                )
         st.subheader("GPUs")
         inventory = frame(gpu_view["holders"])
         if inventory.empty:
             st.info("No GPU has reported in the last two hours.")
         else:
             inventory["team"] = inventory["team"].map(lambda t: owner_label(t) if isinstance(t, str) else "free")
-            st.caption(f"Every GPU and who holds it at {str(gpu_view['at'])[:16]} UTC.")
-            st.dataframe(
+            st.caption(f"Every GPU and who holds it at {md(str(gpu_view['at'])[:16])} UTC.")
+            show_table(
                 inventory,
-                hide_index=True,
-                width="stretch",
-                column_config={"job_id": "held by", "fraction": st.column_config.NumberColumn(format="%.2f")},
+                job_id=st.column_config.TextColumn("held by", help=f"{BLANK}: free, no job holds it"),
+                gpu_uuid="GPU",
+                fraction=st.column_config.NumberColumn("share held", format="%.2f", help="1: the whole GPU"),
             )
         points = frame(gpu_view["series"], ("bucket",))
         if not points.empty:
@@ -688,35 +803,19 @@ with tab_nodes:
                 "temp_c": "hottest temperature (°C)",
             }
             shown = st.selectbox("Heatmap of", list(labels), format_func=labels.get)
-            points = points.dropna(subset=[shown])
-            if not points.empty:
-                points["gpu"] = points["node"] + " / " + points["gpu_uuid"].str[:12]
-                points["bucket"] = points["bucket"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-                st.vega_lite_chart(
-                    points[["bucket", "gpu", shown]],
-                    {
-                        "mark": "rect",
-                        "encoding": {
-                            "x": {
-                                "field": "bucket",
-                                "type": "temporal",
-                                "title": None,
-                                "axis": {"format": "%b %d %H:%M"},
-                            },
-                            "y": {"field": "gpu", "type": "nominal", "title": None, "sort": None},
-                            "color": {"field": shown, "type": "quantitative", "title": labels[shown]},
-                        },
-                    },
-                    width="stretch",
-                )
+            step = CALLS["gpus"][1]["bucket_minutes"]
+            cells = heatmap(points, shown, step)
+            if not cells.empty:
+                st.caption(f"One cell per GPU and {step}-minute bucket; blank: no sample in that bucket.")
+                st.vega_lite_chart(cells, heatmap_spec(shown, labels[shown]), width="stretch")
         if not coverage.empty:
             missing = coverage[coverage["sm_active"] == 0]["node"].tolist()
             if missing:
                 st.info(
                     f"SM activity, SM occupancy, tensor and DRAM activity are DCGM profiling fields, not collected "
-                    f"on {', '.join(missing)}: dcgm-exporter's default counters leave them out. Enable them with "
-                    "its dcp-metrics-included.csv (DCGM_FI_PROF_*); until then, utilisation is DCGM_FI_DEV_GPU_UTIL "
-                    "only."
+                    f"on {', '.join(map(md, missing))}: dcgm-exporter's default counters leave them out. Enable "
+                    "them with its dcp-metrics-included.csv (DCGM_FI_PROF_*); until then, utilisation is "
+                    "DCGM_FI_DEV_GPU_UTIL only."
                 )
             st.subheader("Telemetry each node sends (share of the last 15 minutes' samples)")
             st.dataframe(
@@ -724,13 +823,22 @@ with tab_nodes:
                 hide_index=True,
                 width="stretch",
                 column_config={
-                    c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0, format="%.0f")
-                    for c in coverage.columns
-                    if c not in ("node", "samples")
+                    "samples": st.column_config.NumberColumn("samples", format="%d"),
+                    **{
+                        c: st.column_config.ProgressColumn(
+                            c.replace("_", " "), min_value=0.0, max_value=1.0, format="percent"
+                        )
+                        for c in coverage.columns
+                        if c not in ("node", "samples")
+                    },
                 },
             )
         st.subheader("Agents pushing to this server")
         if nodes.empty:
             st.info("No agent has pushed a batch yet (this server may collect by itself).")
         else:
-            st.dataframe(nodes, hide_index=True, width="stretch")
+            show_table(
+                nodes,
+                last_seen=st.column_config.DatetimeColumn("last batch", format="YYYY-MM-DD HH:mm:ss"),
+                stale=st.column_config.CheckboxColumn("stale", help="no batch for 3 intervals"),
+            )

@@ -74,10 +74,15 @@ def post_decision(base: str, rec_id: str, decision: str, by: str, token: str, no
 
 
 def frame(rows: list[dict[str, Any]], time_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The rows as a table, their time columns as UTC timestamps.
+
+    The API writes instants as ISO 8601 with and without fractional seconds (`...18:16:00Z` beside
+    `...14:05:59.765540Z`: a bucket's start and a sample's time), so the format is ISO 8601 as such, never
+    one inferred from the first value (which fails on the first row of the other shape)."""
     df = pd.DataFrame(rows)
     for column in time_columns:
         if column in df:
-            df[column] = pd.to_datetime(df[column], utc=True)
+            df[column] = pd.to_datetime(df[column], utc=True, format="ISO8601")
     return df
 
 

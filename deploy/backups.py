@@ -1,5 +1,6 @@
 """`gpuledger backup DIR` and `gpuledger restore FILE`: a snapshot from a running server (GET /v1/backup with an
-admin token) or from a file no server holds, saved with its manifest and checked; and its restore."""
+admin token) or from a file no server holds, saved with its signed manifest and checked; and its restore. Both
+on the file are audited in the store's own log, as the server audits its backups."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from typing import Callable
 import requests
 
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.access import AuditLog
 from gpuledger.analytics.store.backup import BackupError, Manifest, manifest_path, snapshot, stamp, verify
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.deploy.token_admin import refusal
@@ -18,9 +20,15 @@ Echo = Callable[[str], None]
 
 
 def backup_local(store: Store, folder: Path) -> tuple[Path, Manifest]:
-    """A snapshot of a store this process holds, into `folder`."""
+    """A snapshot of a store this process holds, into `folder`, signed with the store's audit key and recorded in
+    its audit log (as `GET /v1/backup` is on a server)."""
+    from gpuledger.deploy.token_admin import local_entry  # the CLI's actor, defined with the token commands
     target = Path(folder) / f"gpuledger-{stamp()}.duckdb"
-    return target, snapshot(store, target)
+    log = AuditLog(store, flush_every_s=None)
+    manifest = snapshot(store, target, log.files)
+    log.append(local_entry("backup", str(target), {"backup": target.name, "bytes": manifest.bytes,
+                                                   "sha256": manifest.sha256}))
+    return target, manifest
 
 
 def backup_remote(server: str, token: str, ca: str | None, folder: Path,
@@ -52,7 +60,7 @@ def backup_remote(server: str, token: str, ca: str | None, folder: Path,
                 done += len(chunk)
     os.replace(partial, target)
     manifest.write(manifest_path(target))
-    verify(target)
+    verify(target, None)  # the signature is checked where the site's key is: on restore
     return target, manifest
 
 

@@ -18,8 +18,13 @@ from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.source import Source
+from gpuledger.collector.traces import TRACE_NAMES
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.policies.emitters import TARGETS
+from gpuledger.policies.exporting import DEFAULT_STATUS, FORMATS
+from gpuledger.policies.exporting import STATUSES as EXPORT_STATUSES
+from gpuledger.policies.placers import POLICIES
+from gpuledger.policies.recommendation import DECISIONS
 
 DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
 DEMO_DB = Path("gpuledger-data/demo.duckdb")
@@ -116,13 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
     demo.add_argument("--no-dashboard", action="store_true", help="do not start the Streamlit dashboard")
     demo.add_argument("--duration", type=_positive, help="stop after this many seconds (default: run until Ctrl-C)")
-    demo.add_argument("--trace", choices=["openb", "philly", "helios", "genai"],
+    demo.add_argument("--trace", choices=TRACE_NAMES,
                       help="serve a public trace's history instead of the simulator (see `gpuledger import`)")
     demo.add_argument("--trace-data", type=Path, help="the trace's folder (default ../shared/traces/<trace>)")
 
     serve = sub.add_parser("serve", help="collect from a source and serve the API (one writer per DuckDB file)")
     _add_common(serve)
     _add_source(serve, receive_only=True)
+    serve.add_argument("--create", action="store_true",
+                       help="make a new, empty database when --db does not exist yet (without it a mistyped path is "
+                            "an error, not a new empty store; harmless once the database exists)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=8080)
     serve.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
@@ -131,8 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
                             "it (`gpuledger token create --server URL`), then give agents agent:<node> tokens")
     serve.add_argument("--open-reads", action="store_true",
                        help="answer reads without a token (default: reads need an admin, reader or team token)")
+    serve.add_argument("--trusted-proxy", action="append", metavar="CIDR",
+                       help="a reverse proxy whose X-Forwarded-For the audit log believes (repeatable; default "
+                            "$GPULEDGER_TRUSTED_PROXIES, comma-separated, else none: the connecting address is logged)")
     serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve HTTPS with this certificate (chain)")
     serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
+    serve.add_argument("--max-connections-per-client", type=int, default=64, metavar="N",
+                       help="connections one client address may hold open (default 64; 0: no cap; 127.0.0.1 and ::1 "
+                            "are not capped). Behind a remote proxy, raise it")
+    serve.add_argument("--head-timeout", type=float, default=10.0, metavar="S",
+                       help="close a connection whose request head is incomplete after S seconds (default 10)")
+    serve.add_argument("--body-timeout", type=float, default=60.0, metavar="S",
+                       help="close a connection whose request body is incomplete S seconds after its head "
+                            "(default 60)")
     serve.add_argument("--node", help=NODE_HELP)
     serve.add_argument("--read-only", action="store_true",
                        help="an API replica of a DuckLake catalog another server writes: reads only, no source, no "
@@ -192,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     dec = sub.add_parser("decide", help="record a decision on a stored recommendation (accept, reject, applied)")
     _add_common(dec)
     dec.add_argument("id", help="the recommendation's id (see `gpuledger recommend` or /v1/recommendations)")
-    dec.add_argument("decision", choices=["accept", "reject", "applied"],
+    dec.add_argument("decision", choices=list(DECISIONS),
                      help="applied: the scheduler now runs it; a quota's guarantee becomes the current one")
     dec.add_argument("--by", required=True, help="who decided")
     dec.add_argument("--note", help="why")
@@ -209,10 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the objects that exist now: a YAML dump (kubectl get ... -o yaml) for Kubernetes "
                            "targets, `sacctmgr -nP show assoc format=Account,User,ParentName,Fairshare,GrpTRES` "
                            "output for slurm")
-    emit.add_argument("--status", choices=["accepted", "open"], default="open",
-                      help="which recommendations to include: accepted only, or open (proposed and accepted; the "
-                           "default); numbers in force are used for the rest")
-    emit.add_argument("--format", choices=["native", "json"], default="native",
+    emit.add_argument("--status", choices=list(EXPORT_STATUSES), default=DEFAULT_STATUS,
+                      help="which recommendations to include: accepted only (the default: nothing unreviewed reaches "
+                           "a scheduler), or open (proposed and accepted, to review); numbers in force for the rest")
+    emit.add_argument("--format", choices=FORMATS, default="native",
                       help="native: YAML for Kubernetes, a shell script for slurm; json: the objects as JSON")
 
     compact = sub.add_parser(
@@ -235,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "real per-minute GPU utilisation). Times are moved so the trace ends now. Each import says what "
                     "the history is evidence of.")
     _add_common(imp)
-    imp.add_argument("trace", choices=["openb", "philly", "helios", "genai"], help="which trace")
+    imp.add_argument("trace", choices=TRACE_NAMES, help="which trace")
     imp.add_argument("path", type=Path, nargs="?",
                      help="the trace's folder (default: ../shared/traces/<trace> beside the checkout)")
     imp.add_argument("--days", type=_positive,
@@ -244,14 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser(
         "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",
         description="Places the trace's tasks one by one in a seeded random order, inflated with copies of its own "
-                    "tasks to 130%% of GPU capacity (no departures), as the FGD paper (Weng et al., ATC '23) "
+                    "tasks to 130% of GPU capacity (no departures), as the FGD paper (Weng et al., ATC '23) "
                     "evaluates policies; prints GPU allocated and fragmented (FGD's measure) as shares of capacity at "
-                    "10%% steps of arrived load, and a last line `final allocation NN.NN%% fragmentation@80%% "
-                    "NN.NN%%`.")
+                    "10% steps of arrived load, and a last line `final allocation NN.NN% fragmentation@80% "
+                    "NN.NN%`.")
     replay.add_argument("trace", choices=["openb"], help="openb: Alibaba's cluster-trace-gpu-v2023 (CC BY 4.0)")
     replay.add_argument("--data", type=Path, required=True,
                         help="the trace's csv folder, e.g. ../shared/traces/openb/csv")
-    replay.add_argument("--policy", choices=["fgd", "bestfit", "dotprod", "random"], default="fgd",
+    replay.add_argument("--policy", choices=POLICIES, default="fgd",
                         help="placement policy (default fgd)")
     replay.add_argument("--trace", dest="variant", default="default", metavar="POD_LIST",
                         help="which pod list: default, gpushare20..100, multigpu20..50, gpuspec05..33, cpu0..300 "
@@ -267,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_admin_access(token)
     token.add_argument("action", choices=["create", "list", "revoke"])
     token.add_argument("id", nargs="?", help="revoke: the token's id (see `gpuledger token list`)")
-    token.add_argument("--role", help="create: admin, reader, team:<team> or agent:<node>")
+    token.add_argument("--role", help="create: admin, reader, team:<team> or agent:<node>; the team must be known "
+                                      "(a share in the config's [teams], or GPU usage recorded), else refused")
     token.add_argument("--name", help="create: what the token is for (default: the role)")
     token.add_argument("--revoked", action="store_true", help="list: include revoked tokens")
     token.add_argument("--json", action="store_true", help="list: as JSON")
@@ -287,8 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     back.add_argument("dir", type=Path, help="folder to write the backup into")
 
     rest = sub.add_parser("restore", help="check a backup against its manifest and put it in place as --db",
-                          description="The server must be stopped. An existing database is kept as "
-                                      "<db>.before-restore and replaced only with --force.")
+                          description="The server must be stopped. The manifest's signature is checked with the "
+                                      "audit key beside --db (<db>.audit-key, or $GPULEDGER_AUDIT_KEY_FILE): on "
+                                      "another machine, copy the key file of the site that took the backup. An "
+                                      "existing database is replaced only with --force, and kept as "
+                                      "<db>.before-restore-<time>.")
     _add_common(rest)
     rest.add_argument("backup", type=Path, help="a gpuledger-*.duckdb file written by `gpuledger backup`")
     rest.add_argument("--force", action="store_true", help="replace an existing --db")
@@ -324,7 +347,8 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
                            "receive agents' pushes)" if receive_only else ")"))
     p.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics", help="dcgm-exporter /metrics URL")
     p.add_argument("--interval", type=_positive, default=30.0,
-                   help="seconds between reads (default 30; with prometheus: its scrape interval for the exporters)")
+                   help="seconds between reads (default 30" + ("; with prometheus: its scrape interval for the "
+                                                                "exporters)" if receive_only else ")"))
     if receive_only:
         p.add_argument("--prometheus-url", default="http://127.0.0.1:9090",
                        help="Prometheus base URL (default http://127.0.0.1:9090)")
@@ -473,8 +497,8 @@ def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
         else:
             recs = refresh(store, config, evaluation.at, evaluation)
         recs += evaluation.insufficient()
-    json.dump({"as_of": evaluation.at.isoformat(), "policy_window_start": evaluation.start.isoformat(),
-               "recommendations": [r.to_dict() for r in recs]}, sys.stdout, indent=2)
+    from gpuledger.deploy.api.recommendations import recommendations_answer
+    json.dump(recommendations_answer(evaluation, recs), sys.stdout, indent=2)  # GET /v1/recommendations' shape
     print()
     return 0
 
@@ -504,9 +528,12 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_decide(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.token_admin import local_audit
     from gpuledger.policies.recommender import decide
     with _open_existing(args, config) as store:
-        rec = decide(store, args.id, args.decision, args.by, args.note)
+        with local_audit(store, "decide", args.id, {"recommendation": args.id, "decision": args.decision,
+                                                    "by": args.by, "note": args.note}) as audit:
+            rec = decide(store, args.id, args.decision, args.by, args.note, audit=audit)
     print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
     return 0
 
@@ -524,7 +551,7 @@ def cmd_import(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, config: Config) -> int:
-    from gpuledger.collector.traces.openb import load_nodes, load_tasks
+    from gpuledger.policies.openb_placement import load_nodes, load_tasks
     from gpuledger.policies.replay import replay
     nodes, tasks = load_nodes(args.data), load_tasks(args.data, args.variant)
     print(f"openb/{args.variant}: {len(nodes.names):,} nodes, {int(nodes.gpu_count.sum()):,} GPUs, {len(tasks):,} "
@@ -602,25 +629,22 @@ def cmd_collect(args: argparse.Namespace, config: Config) -> int:
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.analytics.store.access import list_tokens
     from gpuledger.analytics.store.ingest_writer import use_cross_thread_allocator
-    from gpuledger.deploy.collect_loop import CollectLoop
-    from gpuledger.deploy.server import ApiServer, start_report_scheduler
+    from gpuledger.deploy.server import ApiServer, Serving
     if args.read_only:
         return _serve_read_only(args, config)
     source = _make_source(args, config)
     tls = _tls(args)
     use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another
+    if not args.create and not is_lake(args.db) and not Path(args.db).exists():
+        raise InputError(f"no database at {args.db}: check the path, or add --create to start a new, empty one")
     store = _open_store(args, config)
-    resume = getattr(source, "resume_after", None)
-    if resume:  # a source that reads history carries on after what it stored before
-        resume(store.latest_ts_of(source.source_name))
+    if source is not None and source.source_name:  # a source reading history resumes after what it stored
+        source.resume_after(store.latest_ts_of(source.source_name))
     api = ApiServer(store, config, host=args.host, port=args.port, token=args.token, open_reads=args.open_reads,
+                    trusted_proxies=args.trusted_proxy, limits=_connection_limits(args),
                     tls=tls)
-    url = api.start()
-    scheduler = start_report_scheduler(store, config, args.reports)
-    loop = CollectLoop(source, store, args.interval) if source else None
-    if loop:
-        api.app.state.collection = loop  # /healthz reports degraded while it keeps failing
-        loop.start()
+    serving = Serving(store, config, api, args.reports, source, args.interval)
+    url = serving.url
     what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
     pushes = "reads open to all" if args.open_reads else "reads need a token"
     print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
@@ -628,13 +652,17 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         print("no API tokens yet, so nobody can push or read: stop the server and run `gpuledger token create "
               f"--role admin --db {args.db}`, or start it with --token (a bootstrap admin token)", flush=True)
     wait_for_stop()
-    if loop:
-        loop.stop()
-        loop.join(timeout=10)
-    scheduler.shutdown(wait=False)
-    api.stop()
-    store.close()
+    serving.stop()
     return 0
+
+
+def _connection_limits(args: argparse.Namespace) -> Any:
+    """The serve flags that bound what one client's connections may hold of the server (a ConnectionLimits)."""
+    from gpuledger.deploy.connections import ConnectionLimits
+    if args.max_connections_per_client < 0 or args.head_timeout <= 0 or args.body_timeout <= 0:
+        raise InputError("--max-connections-per-client must be 0 or more, --head-timeout and --body-timeout above 0")
+    return ConnectionLimits(per_client=args.max_connections_per_client, head_timeout_s=args.head_timeout,
+                            body_timeout_s=args.body_timeout)
 
 
 def _tls(args: argparse.Namespace) -> tuple[Path, Path] | None:
@@ -756,15 +784,20 @@ def cmd_backup(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_restore(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.store.access import AuditFiles
     from gpuledger.analytics.store.backup import restore, verify
     from gpuledger.deploy.backups import describe
+    from gpuledger.deploy.token_admin import local_entry
     if is_lake(args.db):
         raise InputError("restore writes a DuckDB file; a DuckLake catalog is restored by PostgreSQL's own tools")
+    files = AuditFiles.of(args.db)  # the site's key (beside --db, or $GPULEDGER_AUDIT_KEY_FILE) signs its backups
     if args.check:
-        print("ok: " + describe(args.backup, verify(args.backup)))
+        print("ok: " + describe(args.backup, verify(args.backup, files)))
         return 0
-    manifest = restore(args.backup, args.db, args.force)
-    print(f"restored {args.db} from " + describe(args.backup, manifest))
+    done = restore(args.backup, args.db, args.force, files, local_entry("restore", str(args.db)))
+    print(f"restored {args.db} from " + describe(args.backup, done.manifest)
+          + (f"; upgraded from schema {done.upgraded_from}" if done.upgraded_from else "")
+          + (f"; the database it replaced is kept as {done.kept}" if done.kept else ""))
     return 0
 
 

@@ -46,7 +46,7 @@ class CollectLoop(threading.Thread):
         """Read the source (or store `table`, already read) and append it."""
         table = self.source.collect() if table is None else table
         rows = self.store.append_samples(table)
-        processes = getattr(self.source, "processes", None)
+        processes = self.source.process_rows()
         if processes is not None and processes.num_rows:
             self.store.append_processes(processes)
         self.batches += 1
@@ -70,7 +70,7 @@ class CollectLoop(threading.Thread):
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("collection from %s failed", self.source.name)
             # a source reading history (Prometheus backfill) says so: read the next chunk at once
-            self.stop_event.wait(0 if getattr(self.source, "catching_up", False) and not self.last_error
+            self.stop_event.wait(0 if self.source.catching_up and not self.last_error
                                  else self.interval_s)
 
     def stop(self) -> None:

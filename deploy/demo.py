@@ -6,6 +6,9 @@ import logging
 import math
 import os
 import secrets
+import shlex
+import shutil
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,10 +18,9 @@ from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
-from gpuledger.deploy.collect_loop import CollectLoop
 from gpuledger.deploy.dashboard_proc import start_dashboard
 from gpuledger.deploy.lifecycle import wait_for_stop
-from gpuledger.deploy.server import ApiServer, start_report_scheduler, weekly_report
+from gpuledger.deploy.server import ApiServer, Serving, weekly_report
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     store.upsert_jobs(sim.jobs_frame(now))
     rows = fragmentation.backfill(store, now - timedelta(days=days), now)
     echo(f"  fragmentation: {rows:,} node reading(s), hourly")
+    # the minutes the build took, so the history runs into the live samples without a gap
+    for table in sim.history(now, utc_now(), step_s=step_s):
+        store.append_samples(table)
     return store, sim
 
 
@@ -98,19 +103,14 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
         store, sim = build_demo_store(db, config, days, seed, step_s=60.0, echo=echo)
     token = os.environ.get("GPULEDGER_TOKEN") or secrets.token_urlsafe(16)  # decisions (the dashboard's buttons)
     api = ApiServer(store, config, host=host, port=api_port, token=token, open_reads=True)  # a local demo
-    api_url = api.start()
+    # a trace is history only: nothing to collect live
+    serving = Serving(store, config, api, reports, SimulatorSource(sim, interval_s=interval_s) if sim else None,
+                      interval_s, after_batch=(lambda: store.upsert_jobs(sim.jobs_frame(utc_now()))) if sim else None)
+    api_url, loop = serving.url, serving.loop
     try:
         files = weekly_report(store, config, reports)
     except StoreError:  # a short demo has no complete week yet: report the one in progress, marked as such
         files = weekly_report(store, config, reports, "current")
-    scheduler = start_report_scheduler(store, config, reports)
-    loop = None
-    if sim is not None:  # a trace is history only: nothing to collect live
-        source = SimulatorSource(sim, interval_s=interval_s)
-        loop = CollectLoop(source, store, interval_s,
-                           after_batch=lambda: store.upsert_jobs(sim.jobs_frame(utc_now())))
-        api.app.state.collection = loop  # /healthz reports degraded while it keeps failing
-        loop.start()
     proc = None
     if dashboard:
         proc, dash_url = start_dashboard(api_url, host=host, port=dashboard_port, token=token)
@@ -124,19 +124,28 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     echo(f"  admin token:    {token} (decisions: POST /v1/recommendations/ID/decision; the dashboard has it)")
     live = f"live every {interval_s:g}s" if loop else f"the {trace} trace's history, no live collection"
     echo(f"  database:       {db} ({store.sample_count():,} samples; {live})")
-    echo(f"  then:           gpuledger report --db {db}   (after Ctrl-C: DuckDB lets one process hold the file)")
-    echo(f"                  gpuledger recommend --db {db}; gpuledger emit --target kueue --db {db}")
+    cli = command_name()
+    echo(f"  then:           {cli} report --db {db}   (after Ctrl-C: DuckDB lets one process hold the file)")
+    echo(f"                  {cli} recommend --db {db}; {cli} emit --target kueue --db {db}")
     echo("Press Ctrl-C to stop." if duration_s is None else f"Stopping after {duration_s:g}s.")
     wait_for_stop(duration_s)
     echo("stopping…")
-    if loop:
-        loop.stop()
-        loop.join(timeout=10)
-    scheduler.shutdown(wait=False)
     if proc is not None:
         proc.terminate()
         proc.wait(timeout=10)
-    api.stop()
-    store.close()
+    serving.stop()
     echo(f"stopped; {loop.batches if loop else 0} live batch(es) collected, data kept in {db}")
     return 0
+
+
+def command_name() -> str:
+    """How to run gpuledger again from this shell: `gpuledger` when that is on PATH and is this install, else the
+    path of this install's script (after the README's install it is `.venv/bin/gpuledger`, not on PATH)."""
+    on_path = shutil.which("gpuledger")
+    here = Path(sys.executable).parent / "gpuledger"
+    if on_path and here.exists() and Path(on_path).resolve() == here.resolve():
+        return "gpuledger"
+    if here.exists():
+        relative = os.path.relpath(here)
+        return shlex.quote(str(here) if relative.startswith("..") else relative)
+    return f"{shlex.quote(sys.executable)} -m gpuledger.deploy.cli"

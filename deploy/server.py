@@ -10,6 +10,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Callable, Sequence
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -23,7 +24,10 @@ from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.windows import iso_week, utc_now
 from gpuledger.collector.errors import GpuledgerError
+from gpuledger.collector.source import Source
 from gpuledger.deploy.api import create_app
+from gpuledger.deploy.collect_loop import CollectLoop
+from gpuledger.deploy.connections import ConnectionLimits, guarded_protocol
 from gpuledger.deploy.report_delivery import deliver
 from gpuledger.policies.quota import evaluate_quotas
 from gpuledger.policies.recommender import Evaluation, evaluate
@@ -35,15 +39,23 @@ FRAGMENTATION_EVERY_MIN = 10  # how often the server records the cluster's fragm
 
 class ApiServer:
     def __init__(self, store: Store, config: Config, host: str = "127.0.0.1", port: int = 8080,
-                 token: str | None = None, open_reads: bool = False, tls: tuple[Path, Path] | None = None) -> None:
+                 token: str | None = None, open_reads: bool = False, tls: tuple[Path, Path] | None = None,
+                 trusted_proxies: Sequence[str] | None = None, limits: ConnectionLimits | None = None) -> None:
         """`token`: the bootstrap admin token; `open_reads`: reads without a token; `tls`: (certificate, key) files
-        to serve HTTPS with."""
+        to serve HTTPS with; `trusted_proxies`: CIDRs whose X-Forwarded-For the audit log believes; `limits`:
+        connections per client, head and body deadlines (deploy/connections.py)."""
         config.apply_to(store)  # retention (the oldest sample ingest accepts) and the idle threshold of the rollups
         self.ingest = None if store.read_only else IngestWriter(store)
-        self.app = create_app(store, config, ingest_writer=self.ingest, token=token, open_reads=open_reads)
+        self.app = create_app(store, config, ingest_writer=self.ingest, token=token, open_reads=open_reads,
+                              trusted_proxies=trusted_proxies)
         cert, key = tls or (None, None)
+        self.limits = limits or ConnectionLimits()
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
-                                                    access_log=False, ssl_certfile=cert, ssl_keyfile=key))
+                                                    access_log=False, ssl_certfile=cert, ssl_keyfile=key,
+                                                    proxy_headers=False,  # the API decides whom to believe
+                                                    http=guarded_protocol(self.limits),
+                                                    timeout_keep_alive=self.limits.keep_alive_s,
+                                                    backlog=self.limits.backlog))
         self.scheme = "https" if tls else "http"
         self.thread = threading.Thread(target=self.server.run, name="api", daemon=True)
         self.host = host
@@ -76,9 +88,10 @@ def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str |
     if store.sample_count(start, end) == 0:
         raise StoreError(f"no samples in week {label} ({start:%Y-%m-%d} to {end:%Y-%m-%d}): nothing to report")
     if end <= utc_now():  # a week that is over: quota advice as of its end; placement advice would be stale
-        evaluation = Evaluation(end, end - timedelta(days=config.policy_window_days), evaluate_quotas(store, config, end))
-    else:
-        evaluation = evaluate(store, config, end)
+        policy_start = end - timedelta(days=config.quota.window_days)
+        evaluation = Evaluation(end, policy_start, evaluate_quotas(store, config, end))
+    else:  # the week in progress: the advice as of now (its end is in the future, when no GPU has reported yet)
+        evaluation = evaluate(store, config, utc_now())
     recs = [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
     files = write_weekly_report(store, config, out_dir, start, end, label, recs)
     log.info("weekly report %s written to %s", label, files.html)
@@ -117,3 +130,29 @@ def start_report_scheduler(store: Store, config: Config, out_dir: str | Path) ->
                       id="fragmentation", name="fragmentation history", coalesce=True, max_instances=1)
     scheduler.start()
     return scheduler
+
+
+class Serving:
+    """A running server as `serve` and `demo` both run it: the API, the scheduled jobs (weekly report,
+    fragmentation) and, with a source, the collect loop; started in one order and stopped in the reverse one, so
+    neither command assembles or tears it down on its own."""
+
+    def __init__(self, store: Store, config: Config, api: ApiServer, reports: str | Path,
+                 source: Source | None = None, interval_s: float = 30.0,
+                 after_batch: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.api = api
+        self.url = api.start()
+        self.scheduler = start_report_scheduler(store, config, reports)
+        self.loop = CollectLoop(source, store, interval_s, after_batch=after_batch) if source else None
+        if self.loop:
+            api.app.state.collection = self.loop  # /healthz reports degraded while it keeps failing
+            self.loop.start()
+
+    def stop(self) -> None:
+        if self.loop:
+            self.loop.stop()
+            self.loop.join(timeout=10)
+        self.scheduler.shutdown(wait=False)
+        self.api.stop()
+        self.store.close()

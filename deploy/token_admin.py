@@ -1,12 +1,19 @@
 """`gpuledger token create|list|revoke` and `gpuledger audit`: on the database file when no server holds it, else
 through a running server's API with an admin token (DuckDB lets one process open the file, so a server that is
-up is asked, never bypassed)."""
+up is asked, never bypassed).
+
+What these commands write on the file (tokens made and revoked, and `gpuledger decide`, `backup` and `restore`)
+is audited as the server audits its API: the actor is the person at the console (`cli:<OS user>`), role admin,
+from "local", each entry committed in the write's own transaction; a refused one gets an entry too."""
 from __future__ import annotations
 
+import getpass
 import json
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import requests
 
@@ -14,6 +21,9 @@ from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import (
     AccessError,
+    Audit,
+    AuditEntry,
+    AuditLog,
     Role,
     audit_report,
     create_token,
@@ -23,7 +33,50 @@ from gpuledger.analytics.store.access import (
 )
 from gpuledger.collector.errors import GpuledgerError, InputError
 
-LOCAL_ACTOR = "cli"  # who made a token on the file: the person at the server's console
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container user with no name
+        return f"uid{os.getuid()}"
+
+
+LOCAL_ACTOR = f"cli:{_os_user()}"  # who wrote on the file: the person at the server's console
+LOCAL_REMOTE = "local"
+
+
+class UnknownToken(InputError):
+    """No live token has the id given."""
+
+
+def local_entry(action: str, target: str, detail: dict[str, Any] | None = None, status: int = 200) -> AuditEntry:
+    """An audit entry for a command run on the database file."""
+    return AuditEntry(actor=LOCAL_ACTOR, role="admin", action=action, target=target, status=status,
+                      remote=LOCAL_REMOTE, detail=detail)
+
+
+def _refused_status(exc: GpuledgerError) -> int:
+    """The HTTP status the API would answer the same refusal with."""
+    from gpuledger.policies.recommender import DecisionError, UnknownRecommendation
+    if isinstance(exc, (UnknownRecommendation, UnknownToken)):
+        return 404
+    if isinstance(exc, DecisionError):
+        return 409
+    return getattr(exc, "http_status", 400)
+
+
+@contextmanager
+def local_audit(store: Store, action: str, target: str, detail: dict[str, Any] | None = None) -> Iterator[Audit]:
+    """The audit of one write on the file: the `Audit` its transaction commits the entry with; a refusal
+    (a GpuledgerError raised inside) gets an entry with the status the API would answer, then propagates."""
+    log = AuditLog(store, flush_every_s=None)
+    try:
+        yield Audit(log, local_entry(action, target, detail))
+    except GpuledgerError as exc:
+        log.append(local_entry(action, target, {**(detail or {}), "refused": str(exc)}, _refused_status(exc)))
+        raise
+    finally:
+        log.close()
 
 
 def refusal(response: requests.Response) -> str:
@@ -53,18 +106,20 @@ class LocalAdmin:
     store: Store
 
     def create(self, name: str, role: str) -> dict[str, Any]:
-        try:
-            identity, token = create_token(self.store, name, Role.parse(role), LOCAL_ACTOR)
-        except AccessError as exc:
-            raise InputError(str(exc)) from exc
+        with local_audit(self.store, "token create", name, {"name": name, "role": role}) as audit:
+            try:
+                identity, token = create_token(self.store, name, Role.parse(role), LOCAL_ACTOR, audit=audit)
+            except AccessError as exc:
+                raise InputError(str(exc)) from exc
         return {**token_info(self.store, identity.id), "token": token}
 
     def list(self, revoked: bool) -> list[dict[str, Any]]:
         return records(list_tokens(self.store, revoked))
 
     def revoke(self, token_id: str) -> dict[str, Any]:
-        if not revoke_token(self.store, token_id, LOCAL_ACTOR):
-            raise InputError(f"no live token with id {token_id!r}; see `gpuledger token list`")
+        with local_audit(self.store, "token revoke", token_id, {"token": token_id}) as audit:
+            if not revoke_token(self.store, token_id, LOCAL_ACTOR, audit=audit):
+                raise UnknownToken(f"no live token with id {token_id!r}; see `gpuledger token list`")
         return token_info(self.store, token_id)
 
     def audit(self, since: datetime | None, limit: int) -> dict[str, Any]:
@@ -136,5 +191,8 @@ def run_audit(admin: TokenAdmin, since: datetime | None, limit: int, as_json: bo
         for e in log["entries"]:
             echo(f"{e['seq']:>6} {e['ts']} {e['status']} {e['actor']} [{e['role']}] {e['action']} "
                  f"from {e['remote'] or '-'} {e['detail'] or ''}")
-        echo("chain intact" if log["intact"] else f"chain BROKEN at entry {log['first_broken']}: edited or removed")
+        echo("chain intact" + (f" (HMAC-keyed from entry {log['keyed_from']})" if log.get("keyed_from") else "")
+             if log["intact"] else "chain BROKEN"
+             + (f" at entry {log['first_broken']}" if log["first_broken"] is not None else "")
+             + f": {log.get('reason') or 'edited or removed'}")
     return 0 if log["intact"] else 1

@@ -15,16 +15,18 @@ import pyarrow as pa
 from gpuledger.analytics import fragmentation
 from gpuledger.analytics.store import Store
 from gpuledger.collector.errors import InputError
-from gpuledger.collector.traces import genai, helios, openb, philly
+from gpuledger.collector.traces import TRACE_NAMES, genai, helios, philly
 from gpuledger.collector.traces.history import Imported
+from gpuledger.policies import openb_placement
 
 # trace -> (reader, its folder under ../shared/traces, the days imported by default: None = all)
 TRACES: dict[str, tuple[Callable[..., Imported], str, float | None]] = {
-    "openb": (openb.import_history, "openb/csv", 7.0),
+    "openb": (openb_placement.import_history, "openb/csv", 7.0),
     "philly": (philly.import_history, "philly", None),
     "helios": (helios.import_history, "helios", None),
     "genai": (genai.import_history, "alibaba_genai_2026", None),
 }
+assert tuple(TRACES) == TRACE_NAMES, "a trace is declared in collector/traces/__init__.py and read here"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 

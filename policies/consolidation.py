@@ -30,6 +30,13 @@ from gpuledger.policies.recommendation import Recommendation
 FULL = 0.999  # a GPU counts as free when no job holds any of it
 
 
+def _job_teams(held: pd.DataFrame, jobs: list[str]) -> dict[str, str | None]:
+    """Each named job's team (None when no team is known), kept in the evidence as `job_teams` so the advice
+    can be shown to a team without naming other teams' jobs (analytics/team_scope.py)."""
+    teams = held[held["job_id"].isin(jobs)].groupby("job_id")["team"].first()
+    return {job: (str(teams[job]) if job in teams.index and pd.notna(teams[job]) else None) for job in jobs}
+
+
 def _layout(held: pd.DataFrame) -> tuple[dict[str, set[str]], dict[str, str], dict[str, dict[str, set[str]]]]:
     """(free GPUs per node, model per node, per node each job's GPUs there)."""
     jobs_rows = held[held["allocated"] & held["job_id"].notna()]
@@ -64,7 +71,7 @@ def _fits_elsewhere(moves: list[tuple[str, int]], free: dict[str, set[str]], mod
 
 def consolidate_advice(store: Store, config: Config, at: datetime, latest: datetime) -> list[Recommendation]:
     """Moves that free a node's GPUs for each waiting gang job that no node can take now."""
-    waiting = pending_jobs(store, at, config.pending_min_wait_minutes)
+    waiting = pending_jobs(store, at, config.quota.pending_min_wait_minutes)
     waiting = waiting[waiting["gpus"].fillna(0) >= 2]
     if waiting.empty:
         return []
@@ -84,14 +91,20 @@ def consolidate_advice(store: Store, config: Config, at: datetime, latest: datet
             size = len(free[node]) + sum(len(g) for g in jobs.get(node, {}).values())
             if size < need:
                 continue
+            # a GPU time-sliced by several jobs is freed only once all of them move: sole holders are tried first
+            held_by: dict[str, set[str]] = {}
+            for j, g in jobs.get(node, {}).items():
+                for gpu in g:
+                    held_by.setdefault(gpu, set()).add(j)
             movable = sorted(((j, g) for j, g in jobs.get(node, {}).items() if spans.get(j, 1) == 1),
-                             key=lambda jg: (len(jg[1]), jg[0]))
-            freed, moves = set(free[node]), []
+                             key=lambda jg: (len(jg[1]), any(len(held_by[g]) > 1 for g in jg[1]), jg[0]))
+            freed, moves, moved = set(free[node]), [], set()
             for job, gpus in movable:
                 if len(freed) >= need:
                     break
                 moves.append((job, len(gpus)))
-                freed |= gpus
+                moved.add(job)
+                freed |= {g for g in gpus if held_by[g] <= moved}
             if len(freed) < need:
                 continue
             where = _fits_elsewhere(moves, free, model, node, model[node])
@@ -110,7 +123,9 @@ def consolidate_advice(store: Store, config: Config, at: datetime, latest: datet
             evidence={"waiting_job": str(pending.job_id), "gpus_needed": need,
                       "waited_minutes": float(pending.waited_minutes), "free_gpus_on_node": free_now,
                       "most_free_gpus_on_any_node": max((len(free[n]) for n in wanted), default=0),
-                      "gpus_moved": moved_gpus, "at": latest},
+                      "gpus_moved": moved_gpus, "at": latest,
+                      "job_teams": {str(pending.job_id): str(pending.team),
+                                    **_job_teams(held, [j for j, _ in moves])}},
             reason=(f"{pending.job_id} has waited {pending.waited_minutes:.0f} min for {need} GPUs, and no "
                     f"{model[node]} node has {need} free; moving {len(moves)} job(s) ({moved_gpus} GPU(s)) off "
                     f"{node} frees {need} there")))
@@ -171,7 +186,7 @@ def separate_advice(store: Store, config: Config, at: datetime, latest: datetime
         if sharers["job_id"].nunique() < 2:
             continue
         sensitive = [r for r in sharers.itertuples(index=False)
-                     if _latency_sensitive(str(r.job_id), r.team, config.latency_sensitive)]
+                     if _latency_sensitive(str(r.job_id), r.team, config.placement.latency_sensitive)]
         others = sorted({str(j) for j in sharers["job_id"]} - {str(r.job_id) for r in sensitive})
         if not sensitive or not others:
             continue
@@ -183,7 +198,8 @@ def separate_advice(store: Store, config: Config, at: datetime, latest: datetime
                 action={"from_gpu": gpu, "node": node, "to_node": target},
                 evidence={"shares_gpu_with": others, "share_held": float(job.fraction),
                           "free_gpus_of_model": sum(len(free[n]) for n in free if model[n] == model[node]),
-                          "latency_sensitive": list(config.latency_sensitive), "at": latest},
+                          "latency_sensitive": list(config.placement.latency_sensitive), "at": latest,
+                          "job_teams": _job_teams(held, [str(job.job_id), *others])},
                 reason=(f"{job.job_id} is latency-sensitive and shares GPU {gpu} on {node} with "
                         f"{', '.join(others)}; " + (f"a free {model[node]} GPU on {target} would give it one of its "
                                                    "own" if target else f"no {model[node]} GPU is free now"))))

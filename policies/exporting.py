@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.records import json_safe
@@ -13,7 +14,11 @@ from gpuledger.policies.quota import evaluate_quotas
 from gpuledger.policies.quota_plan import build_plan
 from gpuledger.policies.recommendation import ACCEPTED, OPEN
 
+# which advice an export applies: `accepted` (the default everywhere: a scheduler polling the export must never
+# apply a proposal no admin reviewed) or `open` (proposed too, to review what the plan would become)
 STATUSES = {"accepted": (ACCEPTED,), "open": OPEN}
+DEFAULT_STATUS = "accepted"
+FORMATS = ("native", "json")
 
 
 @dataclass
@@ -33,10 +38,13 @@ class Export:
         return {f"{self.target}.yaml": self.native}
 
 
-def export(store: Store, config: Config, target: str, status: str = "open", current: str | None = None) -> Export:
+def export(store: Store, config: Config, target: str, status: str = DEFAULT_STATUS, current: str | None = None,
+           at: datetime | None = None) -> Export:
+    """The plan as of `at` (default now) in the target's objects."""
+    at = at or utc_now()
     emitter = emitter_for(target)
-    plan = build_plan(store, config, STATUSES[status], evidence=[
-        a for a in evaluate_quotas(store, config, utc_now()) if a.status != "insufficient_data"])
+    plan = build_plan(store, config, STATUSES[status], at=at, evidence=[
+        a for a in evaluate_quotas(store, config, at) if a.status != "insufficient_data"])
     emitted = emitter.emit(plan, current)
     return Export(target, emitted.text, json.dumps(json_safe(emitted.objects), indent=2) + "\n", emitted.media_type)
 

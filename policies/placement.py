@@ -22,7 +22,7 @@ from gpuledger.policies.recommendation import Recommendation
 
 def reclaim_advice(store: Store, config: Config, start: datetime, at: datetime,
                    latest: datetime) -> list[Recommendation]:
-    runs = idle_runs(store, start, at, config.idle_minutes, config.idle_util_pct)
+    runs = idle_runs(store, start, at, config.waste)
     if runs.empty:
         return []
     step = pd.Timedelta(seconds=float(interval_at(store, latest) or 60))
@@ -40,7 +40,7 @@ def reclaim_advice(store: Store, config: Config, start: datetime, at: datetime,
                       "idle_cost_usd": float(group["idle_cost_usd"].sum()), "cost_per_hour_usd": per_hour,
                       "effect_usd_per_week": per_hour * HOURS_PER_WEEK,
                       "mean_util_pct": float(group["mean_util_pct"].mean()), "idle_since": group["start_ts"].min(),
-                      "idle_util_pct": config.idle_util_pct},
+                      "idle_util_pct": config.waste.idle_util_pct},
             reason=(f"{job or 'unattributed workload'} has held {len(group)} GPU(s) on {node} idle for "
                     f"{group['idle_minutes'].min():.0f} min; giving them back frees ${per_hour:,.2f}/h "
                     f"(${per_hour * HOURS_PER_WEEK:,.0f}/week)")))
@@ -49,7 +49,8 @@ def reclaim_advice(store: Store, config: Config, start: datetime, at: datetime,
 
 def resize_advice(store: Store, config: Config, start: datetime, at: datetime, latest: datetime,
                   skip_jobs: set[str | None]) -> list[Recommendation]:
-    over = oversized_jobs(store, start, at, config.oversized_mem_fraction, idle_util_pct=config.idle_util_pct)
+    over = oversized_jobs(store, start, at, config.waste)
+    rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
     out = []
     for row in over.itertuples(index=False):
         if row.fits is None or pd.Timestamp(row.last_ts) < pd.Timestamp(latest):
@@ -60,8 +61,11 @@ def resize_advice(store: Store, config: Config, start: datetime, at: datetime, l
         gpus = int(row.gpus)
         rate = float(row.usd_per_gpu_hour) if pd.notna(row.usd_per_gpu_hour) else None
         freed = gpus * (1.0 - fraction) if row.fits["kind"] == "mig" else None
-        saving = freed * rate * HOURS_PER_WEEK if freed is not None and rate is not None else None
         target = row.fits["target"]
+        # a slice frees the rest of each card; a smaller card saves the difference in its rate-card price
+        cheaper = rates.get(target) if freed is None else None
+        saving = (freed * rate * HOURS_PER_WEEK if freed is not None and rate is not None else
+                  gpus * (rate - float(cheaper)) * HOURS_PER_WEEK if rate is not None and cheaper is not None else None)
         out.append(Recommendation(
             kind="resize", team=str(row.team), gpu_model=str(row.gpu_model), job_id=str(row.job_id),
             action={"move_to": target, "target_kind": row.fits["kind"], "from": row.gpu_model, "gpus": gpus,
@@ -73,7 +77,8 @@ def resize_advice(store: Store, config: Config, start: datetime, at: datetime, l
                       "effect_usd_per_week": saving},
             reason=(f"{row.job_id} peaked at {row.peak_mem_mib / 1024:.1f} GiB of {row.mem_total_mib / 1024:.0f} GiB "
                     f"per {row.gpu_model} at p95 {row.p95_util_pct:.0f}% busy; each of its {gpus} GPU(s) fits "
-                    f"{target}" + (f": {freed:.2f} GPUs freed in total, ${saving:,.0f}/week" if saving else ""))))
+                    f"{target}" + (f": {freed:.2f} GPUs freed in total, ${saving:,.0f}/week" if saving and freed else
+                                   f": ${saving:,.0f}/week at the rate card" if saving else ""))))
     return out
 
 
@@ -83,8 +88,13 @@ def placement_advice(store: Store, config: Config, at: datetime) -> list[Recomme
     latest = store.latest_ts(before=at)
     if latest is None:
         return []
-    start = at - timedelta(days=config.policy_window_days)
-    reclaim = reclaim_advice(store, config, start, at, latest)
-    return (reclaim + resize_advice(store, config, start, at, latest, {r.job_id for r in reclaim})
+    start = at - timedelta(days=config.quota.window_days)
+    # the usage read for reclaim and resize stops at the start of `at`'s minute (usage_between reads whole
+    # minutes): "still running" is judged against the newest sample read, not one taken since in that minute,
+    # which a live collector sampling every 15 s nearly always holds (and then no job looked running)
+    read = store.latest_ts(before=pd.Timestamp(at).floor("min").to_pydatetime())
+    reclaim = reclaim_advice(store, config, start, at, read) if read is not None else []
+    resize = resize_advice(store, config, start, at, read, {r.job_id for r in reclaim}) if read is not None else []
+    return (reclaim + resize
             + consolidate_advice(store, config, at, latest) + colocate_advice(store, config, at, latest)
             + separate_advice(store, config, at, latest))

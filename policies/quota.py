@@ -136,7 +136,8 @@ def _fit_capacity(guarantees: dict[str, int], fair: dict[str, float], capacity: 
 
 def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdvice]:
     """Quota advice for every team with a share and every GPU model it holds, is promised or waits for."""
-    start = at - timedelta(days=config.policy_window_days)
+    policy = config.quota
+    start = at - timedelta(days=policy.window_days)
     teams = store.team_table()
     teams = teams[teams["share"] > 0]
     if teams.empty:
@@ -145,13 +146,16 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
     total_share = sum(shares.values())
     capacity = dict(zip(*[capacity_by_model(store, at)[c] for c in ("gpu_model", "gpus")]))
     coverage = dict(zip(*[covered_hours(store, start, at)[c] for c in ("gpu_model", "hours")]))
-    demand = hourly_demand(store, start, at, config.idle_util_pct)
+    demand = hourly_demand(store, start, at, config.waste.idle_util_pct)
     demand = demand[demand["team"].isin(shares)]
-    pending = pending_jobs(store, at, config.pending_min_wait_minutes)
+    pending = pending_jobs(store, at, policy.pending_min_wait_minutes)
     fair_state = fairshare_at(store, config, at)
     current = current_quotas(store)
     held = {key: guarantee for key, (guarantee, _, _) in current.items()}  # the guarantee in force
-    window_hours = config.policy_window_days * 24.0
+    # the clock hours the window touches (a window that starts mid-hour touches one more than its length): the
+    # same hours `covered_hours` counts in, so coverage is never over 1
+    window_hours = float(len(pd.date_range(pd.Timestamp(start).floor("h"), pd.Timestamp(at) - pd.Timedelta(1, "us"),
+                                           freq="h")))
     rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
     busiest = (demand.groupby(["team", "gpu_model"])["allocated_gpus"].sum().reset_index()
                .sort_values("allocated_gpus").groupby("team").tail(1).set_index("team")["gpu_model"].to_dict())
@@ -167,17 +171,18 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
         hours = list(coverage.get(model, []))
         covered = len(hours) / window_hours
         window = {"policy_window_start": start, "policy_window_end": at, "covered_hours": len(hours),
-                  "window_hours": window_hours, "coverage": covered, "min_coverage": config.min_coverage,
+                  "window_hours": window_hours, "coverage": covered, "min_coverage": policy.min_coverage,
                   "capacity_gpus": gpus}
-        if covered < config.min_coverage or gpus <= 0:
+        if covered < policy.min_coverage or gpus <= 0:
             why = (f"no {model} GPU is present at {at:%Y-%m-%d %H:%M} UTC" if gpus <= 0 else
-                   f"samples of {model} cover {covered:.0%} of the {config.policy_window_days:g}-day policy window's "
-                   f"hours, under the {config.min_coverage:.0%} needed")
+                   f"samples of {model} cover {covered:.0%} of the {policy.window_days:g}-day policy window's "
+                   f"hours, under the {policy.min_coverage:.0%} needed")
             advice += [QuotaAdvice(t, model, "insufficient_data", held.get((t, model)), evidence=window,
                                    reason=f"not enough data to advise {t}'s {model} guarantee: {why}")
                        for t in involved]
             continue
-        evidence = _ModelEvidence(demand[demand["gpu_model"] == model], hours, at, config.half_life_days * 24.0)
+        half_life_hours = config.fairshare.half_life_days * 24.0
+        evidence = _ModelEvidence(demand[demand["gpu_model"] == model], hours, at, half_life_hours)
         facts: dict[str, dict[str, Any]] = {}
         targets, fair, over = {}, {}, {}
         for team in involved:
@@ -186,11 +191,11 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
             state = fair_state.loc[team] if team in fair_state.index else None
             fair[team] = gpus * shares[team] / total_share
             over[team] = bool(state["over_served"]) if state is not None else False
-            targets[team] = (seen["p95_busy_gpus"] + queued) * (1.0 + config.quota_headroom)
+            targets[team] = (seen["p95_busy_gpus"] + queued) * (1.0 + policy.headroom)
             facts[team] = {**window, **seen, "queued_gpus": queued, "queued_jobs": jobs, "longest_wait_minutes": waited,
-                           "demand_gpus": seen["p95_busy_gpus"] + queued, "headroom": config.quota_headroom,
+                           "demand_gpus": seen["p95_busy_gpus"] + queued, "headroom": policy.headroom,
                            "target_gpus": targets[team], "share": shares[team], "norm_share": shares[team] / total_share,
-                           "fair_share_gpus": fair[team], "fairshare_algorithm": config.fairshare_algorithm,
+                           "fair_share_gpus": fair[team], "fairshare_algorithm": config.fairshare.algorithm,
                            "fairshare_factor": float(state["fairshare"]) if state is not None else None,
                            "over_served": over[team]}
         shared = _share_out(targets, fair, gpus, over)
@@ -205,10 +210,10 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
                 wanted -= cut
                 bounds.append(f"raise cut by {cut:.1f} GPUs held idle on average")
             if now is not None:
-                step = max(1.0, config.max_change * now)
+                step = max(1.0, policy.max_change * now)
                 if abs(wanted - now) > step:
                     wanted = now + math.copysign(step, wanted - now)
-                    bounds.append(f"step bounded to {step:g} GPUs ({config.max_change:.0%} of {now:g})")
+                    bounds.append(f"step bounded to {step:g} GPUs ({policy.max_change:.0%} of {now:g})")
             guarantees[team] = max(0, int(math.floor(wanted + 0.5)))
             if over[team] and guarantees[team] > max(fair[team], now or 0.0):  # rounding must not lift it
                 guarantees[team] = max(int(math.floor(fair[team] + 1e-9)), int(now or 0))
@@ -227,21 +232,26 @@ def _advice(team: str, model: str, guarantee: int, limit: float, current: tuple 
     delta = guarantee - (now or 0.0)
     facts.update({"current_guarantee_gpus": now, "current_limit_gpus": now_limit, "current_from": source,
                   "guarantee_gpus": guarantee, "limit_gpus": limit,
+                  # a guarantee moves a promise, not money: GPUs under a lowered guarantee stay borrowable, so
+                  # the cluster's cost does not change; what the moved promise is worth at the rate card is shown as
+                  # such, never as a saving (reclaim and resize advice carry real savings: effect_usd_per_week)
                   "effect_gpu_hours_per_week": delta * HOURS_PER_WEEK,
-                  "effect_usd_per_week": delta * HOURS_PER_WEEK * rate if rate is not None else None})
-    threshold = max(config.min_change_gpus, config.min_change_fraction * (now or 0.0))
+                  "guarantee_usd_per_week": delta * HOURS_PER_WEEK * rate if rate is not None else None})
+    threshold = max(config.quota.min_change_gpus, config.quota.min_change_fraction * (now or 0.0))
     changes = (now is None and guarantee > 0) or (now is not None and abs(delta) >= threshold) \
         or (now_limit is not None and now_limit != limit)
     verb = "set" if now is None else ("raise" if delta > 0 else "lower" if delta < 0 else "keep")
     target = "to" if now is None else (f"from {now:g} to" if delta else "at")
-    money = f", ${abs(facts['effect_usd_per_week']):,.0f}/week" if facts["effect_usd_per_week"] is not None else ""
-    effect = "granted" if delta > 0 else "freed"
+    money = (f" (worth ${abs(facts['guarantee_usd_per_week']):,.0f}/week at the rate card)"
+             if facts["guarantee_usd_per_week"] is not None else "")
+    effect = ("of guarantee added" if delta > 0 else
+              "of guarantee released to the pool; the GPUs stay borrowable, so no cost is saved")
     reason = (f"{verb} {team}'s {model} guarantee {target} {guarantee} "
               f"(limit {limit:g}): p95 busy {facts['p95_busy_gpus']:.1f} GPUs, {facts['queued_gpus']:g} queued, "
               f"fair part {facts['fair_share_gpus']:.1f} of {limit:g}, "
               f"{facts['idle_allocated_gpu_hours']:.0f} GPU-h held idle")
     if delta:
-        reason += f"; {abs(delta) * HOURS_PER_WEEK:,.0f} GPU-h/week {effect}{money}"
+        reason += f"; {abs(delta) * HOURS_PER_WEEK:,.0f} GPU-h/week{money} {effect}"
     if facts["bounded_by"]:
         reason += "; " + "; ".join(facts["bounded_by"])
     return QuotaAdvice(team, model, "change" if changes else "hold", now, guarantee, limit, facts, reason)

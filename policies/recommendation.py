@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from gpuledger.analytics.records import json_safe
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.team_scope import redact_for_team
 
+# Each closed set once: the API's models, its query parameters, the CLI's choices and the docs derive from these.
+# A new kind of advice is one entry in KINDS (and the code that makes it).
+KINDS = ("quota", "reclaim", "resize", "consolidate", "colocate", "separate")
 PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED = "proposed", "accepted", "rejected", "applied", "superseded"
 INSUFFICIENT_DATA, PREVIEW = "insufficient_data", "preview"
+STORED_STATUSES = (PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED)  # what the table holds
+STATUSES = STORED_STATUSES + (INSUFFICIENT_DATA, PREVIEW)  # what an answer may say
 OPEN = (PROPOSED, ACCEPTED)  # what a scheduler should consider now
 DECISIONS = {"accept": ACCEPTED, "reject": REJECTED, "applied": APPLIED}
 
@@ -72,6 +78,14 @@ class Recommendation:
                 values[column] = values[column].to_pydatetime() if hasattr(values[column], "to_pydatetime") \
                     else values[column]
         return cls(**values)
+
+
+def for_team(rec: Recommendation, team: str) -> Recommendation:
+    """`rec` as `team` may read it: other teams' jobs and users named "another team's job" / "another team's
+    user" in its action, evidence and reason (analytics/team_scope.py). Same id, status and decision."""
+    shown = redact_for_team(rec.to_dict(), team)
+    return replace(rec, team=shown["team"], job_id=shown["job_id"], action=shown["action"],
+                   evidence=shown["evidence"], reason=shown["reason"])
 
 
 def stored(store: Store, statuses: tuple[str, ...] | None = None, team: str | None = None,

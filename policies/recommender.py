@@ -18,8 +18,9 @@ import pandas as pd
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.access import Audit, audited_write
 from gpuledger.analytics.windows import as_utc, utc_now
-from gpuledger.collector.errors import GpuledgerError, InputError
+from gpuledger.collector.errors import ConflictError, InputError
 from gpuledger.policies.placement import placement_advice
 from gpuledger.policies.quota import QuotaAdvice, evaluate_quotas
 from gpuledger.policies.recommendation import (
@@ -40,12 +41,13 @@ REFRESHED_AT = "recommendations_refreshed_at"  # meta key: when the stored set w
 NEXT_STATUSES = {PROPOSED: {ACCEPTED, REJECTED, APPLIED}, ACCEPTED: {APPLIED, REJECTED}}
 
 
-class DecisionError(GpuledgerError):
+class DecisionError(ConflictError):
     """A decision that cannot be recorded: the recommendation's status cannot move to the one decided."""
 
 
 class UnknownRecommendation(DecisionError):
     """No stored recommendation has that id."""
+    http_status = 404
 
 
 def quota_recommendation(advice: QuotaAdvice, status: str = PREVIEW) -> Recommendation:
@@ -78,7 +80,7 @@ class Evaluation:
 def evaluate(store: Store, config: Config, at: datetime | None = None) -> Evaluation:
     """The policy at instant `at` (default now), from the policy window before it; stores nothing."""
     at = as_utc(at) if at else utc_now()
-    return Evaluation(at, at - timedelta(days=config.policy_window_days), evaluate_quotas(store, config, at),
+    return Evaluation(at, at - timedelta(days=config.quota.window_days), evaluate_quotas(store, config, at),
                       placement_advice(store, config, at))
 
 
@@ -94,7 +96,7 @@ def _differs(new: Recommendation, last: Recommendation, config: Config) -> bool:
     if new.kind != "quota":
         return new.action != last.action
     was = last.action.get("guarantee_gpus") or 0.0
-    step = max(config.min_change_gpus, config.min_change_fraction * was)
+    step = max(config.quota.min_change_gpus, config.quota.min_change_fraction * was)
     return abs((new.action.get("guarantee_gpus") or 0.0) - was) >= step \
         or new.action.get("limit_gpus") != last.action.get("limit_gpus")
 
@@ -105,7 +107,7 @@ def refresh(store: Store, config: Config, now: datetime | None = None,
     now = as_utc(now) if now else utc_now()
     evaluation = evaluation or evaluate(store, config, now)
     latest = _latest_by_key(store)
-    cooldown = timedelta(hours=config.cooldown_hours)
+    cooldown = timedelta(hours=config.quota.cooldown_hours)
     new, superseded = [], []
     proposals = evaluation.proposals()
     for rec in proposals:
@@ -134,8 +136,10 @@ def refresh(store: Store, config: Config, now: datetime | None = None,
 
 
 def decide(store: Store, rec_id: str, decision: str, by: str, note: str | None = None,
-           now: datetime | None = None) -> Recommendation:
-    """Record a decision on a stored recommendation: accept, reject, or applied (the scheduler now runs it)."""
+           now: datetime | None = None, audit: Audit | None = None) -> Recommendation:
+    """Record a decision on a stored recommendation: accept, reject, or applied (the scheduler now runs it).
+    With `audit`, the decision and its audit entry commit in one transaction, so neither is stored without the
+    other whatever fails afterwards."""
     if decision not in DECISIONS:
         raise InputError(f"decision must be one of {', '.join(DECISIONS)}, got {decision!r}")
     found = stored(store, ids=[rec_id])
@@ -144,7 +148,10 @@ def decide(store: Store, rec_id: str, decision: str, by: str, note: str | None =
     rec, status = found[0], DECISIONS[decision]
     if status not in NEXT_STATUSES.get(rec.status, set()):
         raise DecisionError(f"recommendation {rec_id} is {rec.status}; it cannot become {status}")
-    store.set_recommendation_status([rec_id], status, by=by, at=as_utc(now) if now else utc_now(), note=note)
+    with audited_write(store, audit) as tx:
+        store.set_recommendation_status([rec_id], status, by=by, at=as_utc(now) if now else utc_now(), note=note,
+                                        cur=tx.cursor)
+        tx.record(recommendation=rec_id, decision=decision, by=by, note=note, status=status)
     return stored(store, ids=[rec_id])[0]
 
 
@@ -159,7 +166,8 @@ class RecommendationService:
 
     def due(self, now: datetime) -> bool:
         last = self.store.meta(REFRESHED_AT)
-        return last is None or now - datetime.fromisoformat(last) >= timedelta(minutes=self.config.refresh_minutes)
+        every = timedelta(minutes=self.config.quota.refresh_minutes)
+        return last is None or now - datetime.fromisoformat(last) >= every
 
     def current(self) -> tuple[Evaluation, list[Recommendation]]:
         """The open recommendations and the insufficient-data notes as of the last refresh (made now if due)."""

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, QuotaConfig
 from gpuledger.analytics.store import Store
 from gpuledger.collector.simulator import ClusterSimulator
 from gpuledger.deploy.server import ApiServer
@@ -98,7 +98,7 @@ def sim_store(tmp_path_factory, simulator):
 
 
 # The simulated site's config: a policy window of two days, since the simulated store holds three.
-SITE = Config(policy_window_days=2)
+SITE = Config(quota=QuotaConfig(window_days=2))
 
 
 @pytest.fixture(scope="session")

@@ -71,7 +71,7 @@ class Server:
 
     def start(self, env: dict[str, str] | None = None) -> "Server":
         """Start (again); `env`: extra environment, e.g. a failpoint."""
-        self.proc = _spawn(["serve", "--source", "none", "--token", TOKEN, "--open-reads", "--port", str(self.port),
+        self.proc = _spawn(["serve", "--create", "--source", "none", "--token", TOKEN, "--open-reads", "--port", str(self.port),
                             "--db", str(self.db), "--reports", str(self.tmp / "reports")], self.tmp / "server.log",
                            env)
 

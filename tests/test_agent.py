@@ -8,6 +8,7 @@ from gpuledger.collector.agent.agent import Agent
 from gpuledger.collector.agent.spool import Spool
 from gpuledger.collector.dcgm_render import render_page
 from gpuledger.collector.simulator import cluster_of
+from gpuledger.collector.source import Source
 from tests.ingest_helpers import NOW, batch
 from tests.procs import TOKEN, AgentProc, Server, wait_until
 
@@ -44,7 +45,7 @@ def test_agent_in_process_rejected_batch_is_kept_aside(tmp_path, central):
     url, _ = central
     spool = Spool(tmp_path / "sp")
 
-    class Broken:
+    class Broken(Source):
         name = "broken"
 
         def collect(self):

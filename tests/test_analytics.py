@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from gpuledger.analytics.config import DEFAULT_RATES
+from gpuledger.analytics.config import DEFAULT_RATES, WasteConfig
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
 from gpuledger.analytics.usage import cluster_utilization, team_usage, team_usage_series
 from gpuledger.analytics.waste import idle_runs, oversized_jobs, smallest_fit, waste_by_team
@@ -73,14 +73,14 @@ def test_idle_runs_need_the_threshold_and_split_on_activity(store):
         gpu_rows("n", 0, "H100", 110, util=pattern, job="a/nb", team="a"),
         gpu_rows("n", 1, "H100", 45, util=0.0, job=None, allocated=True),  # allocated, owner unknown
     ))
-    runs = idle_runs(store, T0, END, idle_minutes=30, idle_util_pct=5)
+    runs = idle_runs(store, T0, END, WasteConfig(idle_minutes=30, idle_util_pct=5))
     mine = runs[runs["job_id"] == "a/nb"].sort_values("start_ts")
     assert mine["idle_minutes"].tolist() == [40.0, 35.0]  # the 20-minute lull is too short to count
     assert mine["idle_cost_usd"].tolist() == pytest.approx([40 / 60 * 6.88, 35 / 60 * 6.88])
     assert mine.iloc[0]["end_ts"] == T0 + timedelta(minutes=40)
     orphan = runs[runs["team"] == UNATTRIBUTED]
     assert orphan["idle_minutes"].tolist() == [45.0]
-    waste = waste_by_team(store, T0, END, 30, 5, 0.25).set_index("team")
+    waste = waste_by_team(store, T0, END, WasteConfig(30, 5, 0.25)).set_index("team")
     assert waste.loc["a", "idle_gpu_hours"] == pytest.approx(75 / 60)
 
 
@@ -90,7 +90,7 @@ def test_oversized_jobs_get_the_smallest_shape_that_fits(store):
         gpu_rows("n", 1, "H100", 90, util=90.0, job="a/big", team="a", mem_used=70000),
         gpu_rows("n", 2, "L40S", 90, util=30.0, job="b/small", team="b", mem_used=10000, mem_total=46068),
     ))
-    over = oversized_jobs(store, T0, END, mem_fraction=0.25).set_index("job_id")
+    over = oversized_jobs(store, T0, END, WasteConfig(oversized_mem_fraction=0.25)).set_index("job_id")
     assert set(over.index) == {"a/small", "b/small"}
     assert over.loc["a/small", "fits"]["target"] == "H100 MIG 2g.20gb"  # 1g has the memory, not the compute
     assert over.loc["b/small", "fits"] == {"kind": "gpu", "target": "T4", "gpu_fraction": 1.0}
@@ -99,9 +99,10 @@ def test_oversized_jobs_get_the_smallest_shape_that_fits(store):
 def test_an_idle_oversized_job_is_listed_without_a_shape(store):
     store.append_samples(table(*[gpu_rows("n", g, "H100", 90, util=0.0, job="a/idle8", team="a", mem_used=2000)
                                  for g in range(8)]))
-    over = oversized_jobs(store, T0, END, mem_fraction=0.25, idle_util_pct=5.0).set_index("job_id")
+    over = oversized_jobs(store, T0, END, WasteConfig(30, 5.0, 0.25)).set_index("job_id")
     assert bool(over.loc["a/idle8", "idle"]) and over.loc["a/idle8", "fits"] is None
-    assert oversized_jobs(store, T0, END, mem_fraction=0.25).loc[0, "fits"]["target"] == "H100 MIG 1g.10gb"
+    never_idle = WasteConfig(idle_util_pct=0.0, oversized_mem_fraction=0.25)
+    assert oversized_jobs(store, T0, END, never_idle).loc[0, "fits"]["target"] == "H100 MIG 1g.10gb"
 
 
 def test_smallest_fit_edges():

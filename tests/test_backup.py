@@ -3,6 +3,7 @@ itself; once pushes stop, a restored backup holds every table exactly as the ser
 restore over a database, is refused with the reason."""
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from pathlib import Path
@@ -12,6 +13,7 @@ import pyarrow.compute as pc
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.access import KEY_ENV, AuditFiles
 from gpuledger.analytics.store.backup import Manifest, manifest_path
 from gpuledger.collector.simulator import cluster_of
 from gpuledger.deploy.server import ApiServer
@@ -22,8 +24,9 @@ from tests.procs import GPULEDGER, TOKEN
 NODES = 4
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([GPULEDGER, *args], capture_output=True, text=True, timeout=300)
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([GPULEDGER, *args], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **(env or {})))
 
 
 def pusher(url: str, stop: threading.Event, sent: list[int]) -> None:
@@ -93,12 +96,14 @@ def test_backup_while_serving_and_restore_every_table(tmp_path, simulator):
         assert manifest.tables["samples"] == store.sample_count() == before + sum(sent)
 
         restored = tmp_path / "restored" / "gpuledger.duckdb"
-        done = cli("restore", str(final), "--db", str(restored))
+        site_key = {KEY_ENV: str(AuditFiles.of(tmp_path / "live.duckdb").key)}  # the key that signed it
+        done = cli("restore", str(final), "--db", str(restored), env=site_key)
         assert done.returncode == 0, done.stderr
-        # every table the same, but for the backup's own audit entry, written once the snapshot was taken
-        assert differing_tables(store, restored) == {"audit_log": (1, 0)}
+        # every table the same, but for the backup's own audit entry, written once the snapshot was taken, and the
+        # restore's, written into the restored log
+        assert differing_tables(store, restored) == {"audit_log": (1, 1)}
         assert store.scalar("SELECT action FROM audit_log ORDER BY seq DESC LIMIT 1") == "GET /v1/backup"
-        again = cli("restore", str(final), "--db", str(restored))
+        again = cli("restore", str(final), "--db", str(restored), env=site_key)
         assert again.returncode == 2 and "--force" in again.stderr
         held = cli("restore", str(final), "--db", str(tmp_path / "live.duckdb"), "--force")
         assert held.returncode == 2 and "held by another process" in held.stderr
@@ -119,7 +124,7 @@ def test_backup_while_serving_and_restore_every_table(tmp_path, simulator):
         byte = handle.read(1)
         handle.seek(manifest.bytes // 2)
         handle.write(bytes([byte[0] ^ 0xFF]))
-    damaged = cli("restore", str(final), "--db", str(tmp_path / "other.duckdb"))
+    damaged = cli("restore", str(final), "--db", str(tmp_path / "other.duckdb"), env=site_key)
     assert damaged.returncode == 2 and "SHA-256" in damaged.stderr
     assert not (tmp_path / "other.duckdb").exists()
 
@@ -130,6 +135,6 @@ def test_backup_of_a_file_no_server_holds(tmp_path, simulator):
     made = cli("backup", str(tmp_path / "b"), "--db", str(tmp_path / "f.duckdb"))
     assert made.returncode == 0, made.stderr
     copy = next((tmp_path / "b").glob("gpuledger-*.duckdb"))
-    checked = cli("restore", str(copy), "--check")
+    checked = cli("restore", str(copy), "--check", "--db", str(tmp_path / "f.duckdb"))  # its key is beside it
     assert checked.returncode == 0 and checked.stdout.startswith("ok: ")
     assert Manifest.read(manifest_path(copy)).tables["samples"] == rows

@@ -201,6 +201,9 @@ def test_every_user_error_is_one_line_with_exit_2(tmp_path, simulator):
     db = small_db(tmp_path, simulator)
     port = run("serve", "--port", "99999", "--source", "none", "--db", str(tmp_path / "s.duckdb"))
     assert port.returncode == 2 and "a port is 0 to 65535" in port.stderr
+    typo = run("serve", "--port", "0", "--source", "none", "--db", str(tmp_path / "mistyped.duckdb"))
+    assert typo.returncode == 2 and "add --create" in typo.stderr  # not a new, empty database
+    assert not (tmp_path / "mistyped.duckdb").exists()
     a_file = tmp_path / "a-file"
     a_file.write_text("")  # a folder cannot be made under a file, not even by root
     out = run("report", "--week", (SIM_END - timedelta(days=1)).strftime("%G-W%V"), "--db", str(db),

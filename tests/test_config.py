@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from gpuledger.analytics.config import DEFAULT_RATES, ConfigError, load_config
+from gpuledger.analytics.config import (DEFAULT_RATES, FAIRSHARE_ALGORITHMS, SECTION_TYPES, SETTINGS, Config,
+                                       ConfigError, FairshareConfig, PlacementConfig, QuotaConfig, RetentionConfig,
+                                       WasteConfig, load_config, section_keys)
 
 
 def test_defaults_need_no_file():
     config = load_config(None)
-    assert config.rates == DEFAULT_RATES and config.rates["H200"] == 7.91 and config.idle_minutes == 30
+    assert config.rates == DEFAULT_RATES and config.rates["H200"] == 7.91 and config.waste.idle_minutes == 30
 
 
 def test_file_overrides_rates_teams_and_thresholds(tmp_path):
@@ -32,7 +35,7 @@ half_life_days = 14
     assert config.rates["H100"] == 4.5 and config.rates["RTX 6000 Ada"] == 1.2 and config.rates["L4"] == 0.80
     assert config.teams["vision"].share == 40 and config.teams["vision"].quota_gpus == 16
     assert config.attributor().team_for(namespace="cv-prod") == "vision"
-    assert config.idle_minutes == 60 and config.half_life_days == 14
+    assert config.waste.idle_minutes == 60 and config.fairshare.half_life_days == 14
 
 
 @pytest.mark.parametrize("text, message", [
@@ -61,3 +64,56 @@ def test_the_shipped_example_config_loads():
     example = Path(__file__).resolve().parents[1] / "deploy" / "gpuledger.example.toml"
     config = load_config(example)
     assert config.teams["vision"].quota_gpus == 14 and config.attributor().team_for(user="alice") == "vision"
+
+
+def test_each_section_is_a_frozen_dataclass_whose_fields_are_the_file_keys(tmp_path):
+    """The file's keys and the attribute names are one list: a section's dataclass fields are exactly the keys
+    the loader accepts for it, and every one has a bound."""
+    assert SECTION_TYPES == {"waste": WasteConfig, "fairshare": FairshareConfig, "quota": QuotaConfig,
+                             "retention": RetentionConfig, "placement": PlacementConfig}
+    config = Config()
+    for section, kind in SECTION_TYPES.items():
+        names = [f.name for f in fields(kind)]
+        assert isinstance(getattr(config, section), kind)
+        assert list(section_keys(section)) == names and set(SETTINGS[section]) == set(names), section
+        with pytest.raises(AttributeError):  # frozen: a section changes only by replacing it
+            setattr(getattr(config, section), names[0], None)
+        for name in names:  # the loader refuses a key next to each real one, naming the real one
+            path = tmp_path / f"{section}-{name}.toml"
+            path.write_text(f"[{section}]\n{name}x = 1\n")
+            with pytest.raises(ConfigError, match=rf"\[{section}\] unknown key '{name}x'; did you mean '{name}'"):
+                load_config(path)
+
+
+def _other_value(section: str, name: str, default):
+    """A valid value for `[section] name` that differs from its default, as TOML text and as the loader reads it."""
+    bound = SETTINGS[section][name]
+    if bound.choices:
+        value = next(c for c in bound.choices if c != default)
+        return f'"{value}"', value
+    if bound.names:
+        return '["alpha", "beta-2"]', ("alpha", "beta-2")
+    value = bound.minimum + 0.5 if bound.maximum is None else (bound.minimum + bound.maximum) / 2
+    value = value if value != default else value + 0.25
+    return repr(value), value
+
+
+def test_every_key_of_every_section_round_trips_into_its_attribute(tmp_path):
+    lines, want = [], {}
+    for section, kind in SECTION_TYPES.items():
+        lines.append(f"[{section}]")
+        for f in fields(kind):
+            text, value = _other_value(section, f.name, f.default)
+            lines.append(f"{f.name} = {text}")
+            want[section, f.name] = value
+    for name, days in (("raw_days", 10.0), ("minute_days", 20.0)):  # raw samples may not outlive minute rollups
+        lines[lines.index(f"{name} = 1.5")] = f"{name} = {days}"
+        want["retention", name] = days
+    path = tmp_path / "all.toml"
+    path.write_text("\n".join(lines) + "\n")
+    config = load_config(path)
+    for (section, name), value in want.items():
+        assert getattr(getattr(config, section), name) == value, (section, name)
+    assert config.fairshare.algorithm in FAIRSHARE_ALGORITHMS and config.retention.levels().raw_days == 10.0
+    default = Config()
+    assert all(getattr(getattr(default, s), n) != v for (s, n), v in want.items())  # each key really moved

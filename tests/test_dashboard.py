@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.collector.dcgm_source import DcgmPageConverter
+from gpuledger.dashboard.escape import md
 from gpuledger.deploy.dashboard_proc import APP, start_dashboard
 from gpuledger.deploy.server import ApiServer
 from tests.test_dcgm_pages import SHARED_PAGES
@@ -47,7 +48,8 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "gpuledger" in at.title[0].value
     metrics = {m.label: m.value for m in at.metric}
-    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy"}  # the header
+    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated",
+                            "GPUs used (utilisation-weighted)"}  # the header
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
     assert [t.label for t in at.tabs] == PAGES
     assert "Cluster utilization over time" in [s.value for s in at.subheader]
@@ -169,7 +171,7 @@ def test_nodes_without_profiling_fields_are_named(monkeypatch, tmp_path):
         try:
             at = show(app_against(monkeypatch, url), "Nodes")
             note = [i.value for i in at.info if "profiling fields" in i.value]
-            assert note and "i-030791dc5a37cd257" in note[0]
+            assert note and md("i-030791dc5a37cd257") in note[0]
         finally:
             server.stop()
 
@@ -189,7 +191,8 @@ def test_stale_agent_nodes_are_flagged(monkeypatch, api_url, sim_store):
     try:
         at = app_against(monkeypatch, api_url)
         assert not at.exception
-        assert at.warning and "gpu-node-9" in at.warning[0].value and "gpu-node-1" not in at.warning[0].value
+        warning = at.warning[0].value if at.warning else ""
+        assert md("gpu-node-9") in warning and md("gpu-node-1") not in warning  # names shown Markdown-escaped
         show(at, "Nodes")
         table = next(d.value for d in at.dataframe if "stale" in d.value.columns)
         assert dict(zip(table["node"], table["stale"])) == {"gpu-node-1": False, "gpu-node-9": True}

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, QuotaConfig
 from gpuledger.policies.emitters import emitter_for, load_objects
 from gpuledger.policies.emitters.slurm import parse_current
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, build_plan
@@ -200,7 +200,7 @@ def test_the_plan_takes_open_recommendations_over_the_numbers_in_force(store):
                                         "guarantee_gpus": [6.0, 1.0], "limit_gpus": [8.0, 8.0]}))
     store.append_samples(table(*[gpu_rows("n", g, "H100", 180, util=90.0, job=f"b/{g}", team="b") for g in range(4)],
                                *[gpu_rows("n", g, "H100", 180) for g in range(4, 8)]))
-    config = Config(policy_window_days=3 / 24)
+    config = Config(quota=QuotaConfig(window_days=3 / 24))
     recs = {r.team: r for r in refresh(store, config, T0 + timedelta(hours=3)) if r.kind == "quota"}
     assert build_plan(store, config, ("accepted",)).teams[1].guarantee == {"H100": 1.0}  # nothing accepted yet
     decide(store, recs["b"].id, "accept", by="alice")

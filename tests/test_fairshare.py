@@ -8,7 +8,7 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, FairshareConfig
 from gpuledger.policies.fairshare import FairshareInputs, fairshare_history
 from gpuledger.policies.fairshare.kai_time_based import KaiTimeBased, windowed
 from gpuledger.policies.fairshare.slurm_classic import SlurmClassic
@@ -30,7 +30,8 @@ def inputs(rows: list[tuple[int, str, str, float]], teams: list[tuple[str, float
 
 def test_slurm_classic_is_two_to_the_minus_usage_over_share():
     got = SlurmClassic().history(inputs([(0, "a", "u", 1.0), (1, "b", "v", 1.0)],
-                                        [("a", 1.0, None), ("b", 1.0, None)], 2), Config(half_life_days=1 / 24))
+                                        [("a", 1.0, None), ("b", 1.0, None)], 2),
+                                 Config(fairshare=FairshareConfig(half_life_days=1 / 24)))
     last = got[got["hour"] == got["hour"].max()].set_index("team")
     # at hour 1: a decayed to 0.5, b = 1 -> normalised usage 1/3 and 2/3, shares 1/2 each
     assert last.loc["a", "fairshare"] == pytest.approx(2 ** (-(1 / 3) / 0.5))
@@ -44,7 +45,7 @@ def test_slurm_classic_effective_usage_under_a_department():
     """Slurm's classic_fair_share: UE = UA + (UE_parent - UA) * S_child / S_siblings, S along the path."""
     got = SlurmClassic().history(inputs([(0, "a", "u", 3.0), (0, "b", "v", 1.0), (0, "c", "w", 4.0)],
                                         [("a", 1.0, "d"), ("b", 1.0, "d"), ("c", 2.0, None)], 1),
-                                 Config(half_life_days=7)).set_index("team")
+                                 Config(fairshare=FairshareConfig(half_life_days=7))).set_index("team")
     # tier 1: d (shares 2) and c (2): 0.5 each; a, b: 0.25 each. UA: a 3/8, b 1/8, c 1/2; UE_d = 1/2
     assert got.loc["a", "norm_share"] == pytest.approx(0.25)
     assert got.loc["a", "effective_usage"] == pytest.approx(3 / 8 + (1 / 2 - 3 / 8) * 0.5)
@@ -89,7 +90,7 @@ def test_kai_time_based_over_quota_weight():
     """KAI: U = windowed usage / windowed capacity, P = max(0, W + k (W - U))."""
     got = KaiTimeBased().history(inputs([(0, "a", "u", 6.0), (1, "a", "u", 6.0), (0, "b", "v", 2.0)],
                                         [("a", 1.0, None), ("b", 1.0, None)], 2, capacity=10.0),
-                                 Config(fairshare_window_days=1, fairshare_k=1.0))
+                                 Config(fairshare=FairshareConfig(window_days=1, k_value=1.0)))
     last = got[got["hour"] == got["hour"].max()].set_index("team")
     assert last.loc["a", "usage"] == pytest.approx(12 / 20) and last.loc["b", "usage"] == pytest.approx(2 / 20)
     assert last.loc["a", "over_quota_weight"] == pytest.approx(max(0.0, 0.5 + (0.5 - 0.6)))
@@ -109,7 +110,7 @@ def test_a_factor_does_not_depend_on_the_window_viewed(store, algorithm):
     store.append_samples(table(gpu_rows("n", 0, "H100", 180, util=90.0, job="a/1", team="a", user="x"),
                                gpu_rows("n", 1, "H100", 180, util=90.0, job="b/1", team="b", user="y"),
                                gpu_rows("n", 2, "H100", 60, util=90.0, job="b/2", team="b", user="z")))
-    config = Config(fairshare_algorithm=algorithm, half_life_days=1)
+    config = Config(fairshare=FairshareConfig(algorithm=algorithm, half_life_days=1))
     wide = fairshare_history(store, config, T0, END)
     narrow = fairshare_history(store, config, END - timedelta(hours=1), END)
     assert len(narrow) == 2 and len(wide) == 6

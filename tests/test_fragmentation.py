@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from gpuledger.analytics.fragmentation import NodeArrays, TaskShape, Workload, fragmentation, node_report
-from gpuledger.collector.traces.openb import load_nodes, load_tasks
+from gpuledger.policies.openb_placement import load_nodes, load_tasks
 from gpuledger.policies.placers import ClusterState, Task, make_placer
 from gpuledger.policies.replay import arrival_order, replay
 from tests.procs import GPULEDGER

@@ -48,7 +48,7 @@ def test_the_wal_is_folded_into_the_file_once_ingest_goes_quiet(tmp_path):
     frames = [sim.frame([NOW.timestamp() - 3000 + 10 * k], 10.0) for k in range(120)]
     body = backlog_body(frames, 0)
     with Store(tmp_path / "c.duckdb") as store:
-        writer = IngestWriter(store, idle_checkpoint_s=2.0)
+        writer = IngestWriter(store, idle_checkpoint_s=2.0, max_gpus_per_node=512)  # 64 nodes' GPUs as one
         try:
             results = writer.submit("big", "s1", 0, 120, 10.0, body)
             assert sum(r.rows for r in results) == body.num_rows == 61_440
@@ -84,7 +84,7 @@ def test_a_burst_is_gathered_into_row_groups_that_skip_the_wal(tmp_path):
     frames = [sim.frame([NOW.timestamp() - 5000 + 10 * k], 10.0) for k in range(280)]
     bodies = [backlog_body(frames[:140], 0), backlog_body(frames[140:], 140)]
     with Store(tmp_path / "c.duckdb") as store:
-        writer = IngestWriter(store, idle_checkpoint_s=600)
+        writer = IngestWriter(store, idle_checkpoint_s=600, max_gpus_per_node=512)  # 64 nodes' GPUs as one
         try:
             pending = [writer.enqueue("big", "s1", 140 * k, 140, 10.0, body) for k, body in enumerate(bodies)]
             stored = sum(r.rows for future in pending for r in future.result(timeout=120))

@@ -159,7 +159,7 @@ def test_serve_backfills_follows_and_resumes_after_a_kill(scraped, tmp_path):
     pages, prometheus = scraped
     wait_for(lambda: len(pages.served) >= 4, 60, "four scrapes")
     db, port = tmp_path / "prom.duckdb", free_port()
-    args = ["serve", "--source", "prometheus", "--prometheus-url", prometheus.url, "--interval", "1", "--since", "5m",
+    args = ["serve", "--create", "--source", "prometheus", "--prometheus-url", prometheus.url, "--interval", "1", "--since", "5m",
             "--db", str(db), "--port", str(port), "--reports", str(tmp_path / "reports")]
 
     def samples() -> int:

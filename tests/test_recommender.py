@@ -3,18 +3,19 @@ ledger that keeps advice stable: stored, cooled down, bounded, decided."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pandas as pd
 import pytest
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, QuotaConfig, WasteConfig
 from gpuledger.policies.recommendation import ACCEPTED, APPLIED, INSUFFICIENT_DATA, PROPOSED, SUPERSEDED, stored
 from gpuledger.policies.recommender import DecisionError, decide, evaluate, refresh
 from tests.helpers import T0, gpu_rows, table
 
 END = T0 + timedelta(hours=3)
-WINDOW = Config(policy_window_days=3 / 24)  # the policy window is exactly the 3 hours of samples
+WINDOW = Config(quota=QuotaConfig(window_days=3 / 24))  # the policy window is exactly the 3 hours of samples
 
 
 @pytest.fixture
@@ -52,7 +53,21 @@ def test_without_stated_guarantees_each_team_gets_busy_demand_bounded_by_its_fai
     assert a.evidence["fairshare_factor"] < 0.5 and "over-served" in a.reason
     assert (b.guarantee, b.evidence["idle_allocated_gpu_hours"]) == (1, pytest.approx(3.0))
     assert a.evidence["effect_gpu_hours_per_week"] == 4 * 168
-    assert a.evidence["effect_usd_per_week"] == pytest.approx(4 * 168 * 6.88)
+    # a guarantee moves a promise, not money: shown at the rate card, never as a saving
+    assert a.evidence["guarantee_usd_per_week"] == pytest.approx(4 * 168 * 6.88)
+    assert "effect_usd_per_week" not in a.evidence and "freed" not in a.reason
+    assert a.evidence["coverage"] <= 1.0
+
+
+def test_lowering_a_guarantee_saves_nothing_and_coverage_stays_at_most_one(cluster):
+    """Before: a lowered guarantee read "$576/week freed" though the GPUs stay borrowable, and a window starting
+    mid-hour showed coverage 1.003 (337 of 336 hours)."""
+    state(cluster, a=8, b=0)
+    lowered = [q for q in quotas(cluster).values() if q.current is not None and q.guarantee < q.current]
+    assert lowered
+    for q in lowered:
+        assert "no cost is saved" in q.reason and "freed" not in q.reason
+        assert q.evidence["guarantee_usd_per_week"] < 0 and q.evidence["coverage"] <= 1.0
 
 
 def test_changes_are_step_bounded_and_guarantees_fit_the_model(cluster):
@@ -62,7 +77,7 @@ def test_changes_are_step_bounded_and_guarantees_fit_the_model(cluster):
     assert (a.current, a.guarantee) == (1, 2)  # wants 4, but one change moves at most max(1, 25% of 1)
     assert (b.current, b.guarantee) == (8, 6)  # wants 1, lowered by at most 25% of 8
     assert any("step bounded" in why for why in a.evidence["bounded_by"])
-    assert "lower b's H100 guarantee from 8 to 6" in b.reason and "336 GPU-h/week freed" in b.reason
+    assert "lower b's H100 guarantee from 8 to 6" in b.reason and "336 GPU-h/week" in b.reason and "no cost is saved" in b.reason
     assert a.guarantee + b.guarantee <= 8
 
 
@@ -82,11 +97,12 @@ def test_a_window_without_samples_gives_no_numbers(cluster):
     notes = later.insufficient()
     assert {(n.team, n.gpu_model, n.status) for n in notes} == {("a", "H100", INSUFFICIENT_DATA),
                                                               ("b", "H100", INSUFFICIENT_DATA)}
-    assert all(n.action == {} and "cover 0%" in n.reason for n in notes)
+    # 300 days on, no node has reported for long: no GPU is present (capacity is each node's recent samples)
+    assert all(n.action == {} and ("cover 0%" in n.reason or "no H100 GPU is present" in n.reason) for n in notes)
 
 
 def test_too_little_history_for_the_policy_window_gives_no_numbers(cluster):
-    short = evaluate(cluster, Config(policy_window_days=1), END)  # 3 hours of 24: 12% coverage
+    short = evaluate(cluster, Config(quota=QuotaConfig(window_days=1)), END)  # 3 hours of 24: 12% coverage
     assert not [a for a in short.quota if a.status != INSUFFICIENT_DATA]
     assert "cover 12%" in short.insufficient()[0].reason
 
@@ -106,7 +122,8 @@ def test_an_over_served_team_with_idle_gpus_is_not_raised(store):
 
 
 def test_idle_jobs_get_reclaim_and_running_oversized_jobs_get_resize_per_gpu_and_in_total(cluster):
-    recs = evaluate(cluster, Config(policy_window_days=3 / 24, idle_minutes=30), END).placement
+    config = Config(quota=QuotaConfig(window_days=3 / 24), waste=WasteConfig(idle_minutes=30))
+    recs = evaluate(cluster, config, END).placement
     reclaim = [r for r in recs if r.kind == "reclaim"]
     assert [(r.job_id, r.action["reclaim_gpus"]) for r in reclaim] == [("b/notebook", ["GPU-n-5"])]
     assert reclaim[0].evidence["idle_minutes"] == pytest.approx(120)
@@ -123,7 +140,7 @@ def test_an_idle_memory_light_job_is_never_told_to_move_to_a_slice(store):
     store.upsert_teams(pd.DataFrame({"team": ["a"], "share": [1.0], "quota_gpus": [8]}))
     store.append_samples(table(*[gpu_rows("n", g, "H100", 180, util=0.0, job="a/idle8", team="a", mem_used=2000)
                                  for g in range(8)]))
-    recs = evaluate(store, Config(policy_window_days=3 / 24), END).placement
+    recs = evaluate(store, Config(quota=QuotaConfig(window_days=3 / 24)), END).placement
     assert {r.kind for r in recs} == {"reclaim"} and recs[0].action["gpus"] == 8
 
 
@@ -135,7 +152,7 @@ def test_previews_are_json_with_stable_ids(cluster):
     assert {"id", "kind", "team", "gpu_model", "job_id", "status", "action", "evidence", "reason"} <= set(first[0])
 
 
-LEDGER = Config(policy_window_days=0.25, min_coverage=0.3)  # 6-hour window: the 3 hours of samples are 50% of it
+LEDGER = Config(quota=QuotaConfig(window_days=0.25, min_coverage=0.3))  # 6-hour window: 3 hours of samples are 50%
 
 
 def test_advice_is_stored_once_and_not_repeated_while_it_stands(cluster):
@@ -161,8 +178,8 @@ def test_cool_down_and_decisions(cluster):
     # under an hour old: nothing new within the cool-down
     assert quotas(cluster, LEDGER)[("a", "H100")].current == 2
     assert "a" not in {r.team for r in refresh(cluster, LEDGER, END + timedelta(minutes=30)) if r.kind == "quota"}
-    later = {r.team: r for r in refresh(cluster, Config(policy_window_days=0.25, min_coverage=0.3, cooldown_hours=0.5),
-                                        END + timedelta(hours=1)) if r.kind == "quota"}
+    shorter = replace(LEDGER, quota=replace(LEDGER.quota, cooldown_hours=0.5))
+    later = {r.team: r for r in refresh(cluster, shorter, END + timedelta(hours=1)) if r.kind == "quota"}
     assert later["a"].action == {"guarantee_gpus": 3, "limit_gpus": 8.0, "current_guarantee_gpus": 2.0}
     history = stored(cluster, team="a")
     assert [r.status for r in history if r.kind == "quota"] == [PROPOSED, APPLIED]

@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, WasteConfig
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
 from gpuledger.analytics.store import Store, database
 from gpuledger.analytics.store.ingest_writer import IngestWriter
@@ -132,7 +132,7 @@ RAW_IDLE_RUNS = """
 def test_idle_stretches_match_the_raw_gaps_and_islands_to_the_second(demo):
     key = ["gpu_uuid", "start_ts"]
     want = raw(demo, RAW_IDLE_RUNS).sort_values(key).reset_index(drop=True)
-    got = idle_runs(demo, LO, HI, idle_minutes=30, idle_util_pct=5.0).sort_values(key).reset_index(drop=True)
+    got = idle_runs(demo, LO, HI, WasteConfig(30, 5.0)).sort_values(key).reset_index(drop=True)
     assert len(want) > 5
     columns = ["team", "job_id", "gpu_uuid", "start_ts", "end_ts"]
     pd.testing.assert_frame_equal(got[columns], want[columns])
@@ -237,7 +237,7 @@ def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(open_
             store.append_samples(batch)
         before, raw_before = totals(store), raw_totals(store)
         assert before == raw_before
-        runs_before = idle_runs(store, START, NOW, 30, 5.0)
+        runs_before = idle_runs(store, START, NOW, WasteConfig(30, 5.0))
         # eleven days later with raw kept 10 days: every folded sample goes; minutes kept 10 days: every minute
         # already rolled into its hour goes too
         counted = sample_value(STORE_METRICS, "gpuledger_retention_rows_dropped_total", table="samples")
@@ -251,7 +251,7 @@ def test_compaction_drops_raw_samples_and_old_minutes_but_no_total_changes(open_
         assert totals(store) == before  # whole hours answer from the hour rollups
         assert store.sample_count(START, NOW) > 0  # the evidence is still counted
         # with the minutes gone, idle stretches still come out the same: whole hours carry their own edges
-        runs_after = idle_runs(store, START, NOW, 30, 5.0)
+        runs_after = idle_runs(store, START, NOW, WasteConfig(30, 5.0))
         columns = ["gpu_uuid", "start_ts", "end_ts", "idle_minutes"]
         assert len(runs_before) > 0
         pd.testing.assert_frame_equal(runs_after[columns].sort_values(columns).reset_index(drop=True),
@@ -274,7 +274,7 @@ def test_retention_keeps_what_is_not_folded_yet_and_refuses_nonsense(open_store)
 
 def test_a_new_idle_threshold_rebuilds_the_rollups(demo, open_store):
     with pytest.raises(Exception, match="idle under 5%"):
-        idle_runs(demo, LO, HI, 30, 20.0)
+        idle_runs(demo, LO, HI, WasteConfig(30, 20.0))
     with open_store("threshold") as store:
         store.set_rates(Config().rates)
         for batch in history(6):
@@ -282,7 +282,8 @@ def test_a_new_idle_threshold_rebuilds_the_rollups(demo, open_store):
         assert store.use_idle_threshold(20.0) > 0
         params = {**PARAMS, "idle_pct": 20.0, "start": START, "end": NOW}
         want = raw(store, RAW_IDLE_RUNS, params).sort_values(["gpu_uuid", "start_ts"]).reset_index(drop=True)
-        got = idle_runs(store, START, NOW, 30, 20.0).sort_values(["gpu_uuid", "start_ts"]).reset_index(drop=True)
+        got = idle_runs(store, START, NOW, WasteConfig(30, 20.0))
+        got = got.sort_values(["gpu_uuid", "start_ts"]).reset_index(drop=True)
         assert len(got) == len(want) > 0
         assert got["idle_minutes"].tolist() == pytest.approx(want["idle_minutes"].tolist())
         assert store.use_idle_threshold(20.0) == 0  # unchanged: nothing rebuilt
@@ -299,7 +300,8 @@ def test_stretches_inside_an_hour_and_across_hours_match_the_raw_samples(store):
     assert store.rollup_params()["hwm"] >= T0 + timedelta(hours=4)  # every hour above is folded
     params = {**PARAMS, "start": T0, "end": T0 + timedelta(hours=4)}
     want = raw(store, RAW_IDLE_RUNS, params).sort_values("start_ts").reset_index(drop=True)
-    got = idle_runs(store, T0, T0 + timedelta(hours=4), 30, 5.0).sort_values("start_ts").reset_index(drop=True)
+    got = idle_runs(store, T0, T0 + timedelta(hours=4), WasteConfig(30, 5.0))
+    got = got.sort_values("start_ts").reset_index(drop=True)
     assert got["idle_minutes"].tolist() == want["idle_minutes"].tolist() == [45.0, 30.0, 99.0]
     assert got["start_ts"].tolist() == want["start_ts"].tolist()
     assert got["end_ts"].tolist() == want["end_ts"].tolist()

@@ -15,7 +15,7 @@ def test_soak_loses_and_duplicates_nothing_under_load_and_faults(capsys):
     soak = importlib.util.module_from_spec(spec)
     sys.modules["soak"] = soak  # its dataclasses look their module up
     spec.loader.exec_module(soak)
-    report = soak.main(["--nodes", "16", "--seconds", "4", "--readers", "2", "--fault-seconds", "3"])
+    report = soak.main(["--nodes", "16", "--seconds", "4", "--readers", "2", "--fault-seconds", "3", "--small"])
     shown = capsys.readouterr().out
     accounting = report["accounting"]
     phases = {k: v for k, v in accounting.items() if not k.startswith("_")}
@@ -33,3 +33,8 @@ def test_soak_loses_and_duplicates_nothing_under_load_and_faults(capsys):
         assert "pushes answered 503" in report["faults"]["database disk full"]
         assert int(report["faults"]["database disk full"].split()[0]) > 0
     assert "lost" in shown and "x baseline" in shown
+    attacks = report["attacks"]  # issue 21: each refused without the memory it asked for, /healthz answering
+    assert attacks["decompression bomb"]["outcome"].split(": ", 1)[1].startswith("422 unpacked size")
+    assert all(row["peak_mib"] - row["peak_before_mib"] < 160 and row["healthz_failed"] == 0
+               for row in attacks.values()), attacks
+    assert "64 still open" in attacks["half-header flood"]["outcome"]

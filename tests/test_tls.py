@@ -68,6 +68,6 @@ def test_agents_push_over_https_only_when_they_trust_the_server(tmp_path):
 
 def test_serve_needs_both_halves_of_tls(tmp_path):
     cert, _ = make_certificate(tmp_path)
-    half = subprocess.run([GPULEDGER, "serve", "--source", "none", "--db", str(tmp_path / "x.duckdb"),
+    half = subprocess.run([GPULEDGER, "serve", "--create", "--source", "none", "--db", str(tmp_path / "x.duckdb"),
                            "--tls-cert", str(cert)], capture_output=True, text=True, timeout=60)
     assert half.returncode == 2 and "both --tls-cert and --tls-key" in half.stderr

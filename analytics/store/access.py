@@ -5,25 +5,39 @@ the secret, never the secret; the secret carries 256 random bits, so a plain has
 hash protects guessable secrets, which these are not).
 
 The audit log is append-only by construction: nothing in gpuledger updates or deletes its rows, and each row
-carries the SHA-256 of the row before it and of itself, so an edit or a removal made outside gpuledger breaks
-the chain where it happened (`verify_audit`).
+carries the MAC of the row before it and its own, HMAC-SHA256 with a key kept outside the database
+(`<db>.audit-key`, or $GPULEDGER_AUDIT_KEY_FILE): whoever can rewrite the database file cannot rehash the chain
+without the key. The last entry is anchored outside the database too (`<db>.audit-head`, rewritten after each
+write, and logged), so a truncated or emptied log shows although what is left chains (`check_audit`). Rows
+written before keying keep their plain SHA-256 chain, which the first keyed row seals.
+
+A write and its audit entry commit in one transaction (`audited_write`), so no write is stored without its
+entry, whatever happens to the request afterwards.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
+import os
 import re
 import secrets
 import threading
-from dataclasses import dataclass
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import duckdb
 import pandas as pd
 
 from gpuledger.analytics.records import records
+from gpuledger.analytics.store import lake
 from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.errors import GpuledgerError, NotFoundError
 
 if TYPE_CHECKING:
     from gpuledger.analytics.store.database import Store
@@ -86,18 +100,36 @@ class Identity:
     role: Role
 
 
+class UnknownTeam(NotFoundError):
+    """A team the store does not know (404 in the API, one line and exit code 2 in the CLI)."""
+
+
+def require_team(store: "Store", team: str | None) -> str | None:
+    """`team` when the store knows it (a share in the teams table, or any GPU usage recorded: `Store.teams`), None
+    for None; else UnknownTeam naming it. The one rule for every route with a team parameter and for team tokens."""
+    if team is not None and team not in store.teams():
+        raise UnknownTeam(f"unknown team {team!r}: it has no share in the config's [teams] and no GPU usage "
+                          "recorded; GET /v1/teams lists the known teams")
+    return team
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def create_token(store: "Store", name: str, role: Role, created_by: str) -> tuple[Identity, str]:
-    """A new token: its identity and the token text, which exists only in this return value."""
+def create_token(store: "Store", name: str, role: Role, created_by: str,
+                 audit: "Audit | None" = None) -> tuple[Identity, str]:
+    """A new token: its identity and the token text, which exists only in this return value. With `audit`, its
+    entry commits with it."""
     if not NAME.match(name):
         raise AccessError(f"token name {name!r}: letters, digits, . _ : @ - and at most 253 characters")
+    if role.kind == "team":
+        require_team(store, role.scope)  # a token for a misspelt team would see nothing, silently
     token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-    with store.transaction() as cur:
-        cur.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-                    [token_id, name, str(role), _sha256(secret), utc_now(), created_by])
+    with audited_write(store, audit) as tx:
+        tx.cursor.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
+                          [token_id, name, str(role), _sha256(secret), utc_now(), created_by])
+        tx.record(token=token_id, name=name, role=str(role))
     return Identity(token_id, name, role), f"{PREFIX}_{token_id}_{secret}"
 
 
@@ -126,12 +158,16 @@ def token_info(store: "Store", token_id: str) -> dict[str, Any]:
     return records(found[found["id"] == token_id])[0]
 
 
-def revoke_token(store: "Store", token_id: str, by: str) -> bool:
-    """Revoke a live token; False when no live token has that id."""
-    with store.transaction() as cur:
-        cur.execute("UPDATE api_tokens SET revoked = ?, revoked_by = ? WHERE id = ? AND revoked IS NULL",
-                    [utc_now(), by, token_id])
-        return int(cur.fetchone()[0]) > 0
+def revoke_token(store: "Store", token_id: str, by: str, audit: "Audit | None" = None) -> bool:
+    """Revoke a live token; False when no live token has that id (nothing written, no entry: the caller audits
+    the refusal). With `audit`, its entry commits with the revocation."""
+    with audited_write(store, audit) as tx:
+        tx.cursor.execute("UPDATE api_tokens SET revoked = ?, revoked_by = ? WHERE id = ? AND revoked IS NULL",
+                          [utc_now(), by, token_id])
+        done = int(tx.cursor.fetchone()[0]) > 0
+        if done:
+            tx.record(token=token_id)
+        return done
 
 
 @dataclass(frozen=True)
@@ -151,62 +187,342 @@ class AuditEntry:
 AUDIT_COLUMNS = ["seq", "ts", "actor", "role", "action", "target", "status", "remote", "detail", "prev_sha256",
                  "sha256"]
 MAX_WAITING = 100_000  # entries held while the store cannot write; past it the oldest are dropped, counted
+KEY_ENV = "GPULEDGER_AUDIT_KEY_FILE"
+KEYED_FROM = "audit_keyed_from"  # meta key: the first entry chained by HMAC (older ones keep their SHA-256 chain)
+LAKE_FILES = Path("gpuledger-data/lake")  # a DuckLake catalog has no file to put the key and head beside
+HEAD_LOG_EVERY_S = 60.0  # the head is logged at least this often while entries are written, and after each decision
+MAX_INCIDENTS = 20
+
+
+class AuditKeyError(GpuledgerError):
+    """The audit key or head anchor cannot be read or made (a missing key for a keyed store, a malformed file)."""
+
+
+@dataclass(frozen=True)
+class AuditFiles:
+    """Where a store's audit key and head anchor live: outside the database, so that whoever can rewrite the
+    database file (and so rehash a plain SHA-256 chain) can neither forge a MAC nor hide a truncation."""
+
+    key: Path
+    head: Path
+
+    @classmethod
+    def of(cls, db: str | Path) -> "AuditFiles":
+        """`<db>.audit-key` (or $GPULEDGER_AUDIT_KEY_FILE, to keep it elsewhere) and `<db>.audit-head`."""
+        base = LAKE_FILES if lake.is_lake(str(db)) else Path(db)
+        env = os.environ.get(KEY_ENV)
+        return cls(Path(env) if env else base.with_name(base.name + ".audit-key"),
+                   base.with_name(base.name + ".audit-head"))
+
+    def read_key(self) -> bytes | None:
+        """The key, or None when its file does not exist."""
+        try:
+            text = self.key.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise AuditKeyError(f"cannot read the audit key {self.key}: {exc}") from exc
+        try:
+            key = bytes.fromhex(text)
+        except ValueError:
+            key = b""
+        if len(key) < 16:
+            raise AuditKeyError(f"{self.key} is not a gpuledger audit key (64 hex digits)")
+        return key
+
+    def key_or_create(self) -> bytes:
+        """The key, made (256 random bits, mode 0600) when its file does not exist yet."""
+        key = self.read_key()
+        if key is not None:
+            return key
+        self.key.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it first
+            return self.read_key() or b""
+        except OSError as exc:
+            raise AuditKeyError(f"cannot create the audit key {self.key}: {exc}") from exc
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        log.warning("audit key created at %s (mode 0600): keep it with the database and its backups; without it "
+                    "neither the audit log nor a backup's manifest can be checked", self.key)
+        return self.read_key() or b""
+
+
+def key_id(key: bytes) -> str:
+    """A short name for a key that reveals nothing of it, to say which key signed a backup."""
+    return hashlib.sha256(b"gpuledger key id\0" + key).hexdigest()[:12]
+
+
+def mac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last entry the log had written (its sequence number and MAC), where HMAC chaining started, and the
+    breaks found when the log was opened; kept in a file outside the database and MACed, so a truncated, emptied
+    or rewritten log shows even though its remaining rows chain."""
+
+    seq: int
+    mac: str
+    keyed_from: int
+    incidents: tuple[str, ...] = ()
+
+    def _body(self) -> str:
+        return json.dumps([self.seq, self.mac, self.keyed_from, list(self.incidents)])
+
+    def write(self, path: Path, key: bytes) -> None:
+        """Replace the head file atomically (temp file, fsync, rename)."""
+        text = json.dumps({"seq": self.seq, "mac": self.mac, "keyed_from": self.keyed_from,
+                           "incidents": list(self.incidents), "check": mac(key, self._body())}) + "\n"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path, key: bytes) -> "Head | None":
+        """The head in `path`, None when there is none; AuditKeyError when it was not written with `key`."""
+        try:
+            data = json.loads(path.read_text())
+            head = cls(int(data["seq"]), str(data["mac"]), int(data["keyed_from"]),
+                       tuple(str(i) for i in data.get("incidents", [])))
+            check = str(data["check"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AuditKeyError(f"the audit head anchor {path} is damaged: {exc}") from exc
+        if not hmac.compare_digest(check, mac(key, head._body())):
+            raise AuditKeyError(f"the audit head anchor {path} was not written with this audit key (forged, or "
+                                "another site's)")
+        return head
+
+
+@dataclass
+class AuditedWrite:
+    """A store transaction (`cursor`) whose audit entries commit with it: a write and its entry land together or
+    not at all."""
+
+    cursor: duckdb.DuckDBPyConnection
+    template: AuditEntry | None = None
+    entries: list[AuditEntry] = field(default_factory=list)
+    on_commit: Callable[[], None] | None = None
+
+    def record(self, **detail: Any) -> None:
+        """Add this write's entry (the caller's template, with `detail` merged into its detail)."""
+        if self.template is not None:
+            self.entries.append(replace(self.template, detail={**(self.template.detail or {}), **detail}))
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Who is writing, for the entry a write commits with: the log, the entry (its detail is completed by the
+    write), and what to do once it is committed (the API marks the request as audited)."""
+
+    log: "AuditLog"
+    entry: AuditEntry
+    on_commit: Callable[[], None] | None = None
+
+
+@contextmanager
+def audited_write(store: "Store", audit: Audit | None) -> Iterator[AuditedWrite]:
+    """A transaction on `store`; with `audit`, the entries the write records commit in the same transaction."""
+    if audit is None:
+        with store.transaction() as cur:
+            yield AuditedWrite(cur)
+        return
+    with audit.log.transaction() as tx:
+        tx.template, tx.on_commit = audit.entry, audit.on_commit
+        yield tx
+
+
+Producer = Callable[[], list[AuditEntry]]
 
 
 class AuditLog:
-    """Appends entries to the audit_log table, chaining each to the one before (one lock, so the chain is a line
+    """Appends entries to the audit_log table, chaining each to the one before by HMAC-SHA256 with a key kept
+    outside the database, and anchoring the last one in a head file beside it (one lock, so the chain is a line
     even with many request threads).
 
-    `append(entry)` writes at once (decisions, tokens, backups: durable before the answer). `append(entry,
-    wait=False)` only queues it: a flush thread writes what queued once a second in one transaction, so a hundred
-    agents pushing (and retrying) cost the store one small commit a second, not one per push. An entry the store
-    cannot take (a full disk) stays queued and goes in, in order, with the next write that succeeds."""
+    Writes and their entries commit together: `with log.transaction() as tx` gives a cursor inside a store
+    transaction, and what `tx.record` holds is inserted in it (decisions, tokens, restores). `append(entry)` writes
+    an entry by itself at once (refusals, backups); `append(entry, wait=False)` only queues it: a flush thread
+    writes what queued once a second in one transaction, so a hundred agents pushing (and retrying) cost the store
+    one small commit a second, not one per push (a kill -9 loses at most that second of push entries). An entry
+    the store cannot take (a full disk) stays queued and goes in, in order, with the next write that succeeds.
 
-    def __init__(self, store: "Store", flush_every_s: float = 1.0) -> None:
+    A store written before keying keeps its SHA-256 chain up to the entry before `keyed_from`; from there on
+    entries are MACed. Opening the log checks the head against the store: a log that lost entries, or whose
+    last entry changed, is recorded as an incident in the head (and logged), and stays reported as broken."""
+
+    def __init__(self, store: "Store", flush_every_s: float | None = 1.0, files: AuditFiles | None = None) -> None:
         self.store = store
-        self._lock = threading.Lock()
+        self.files = files or AuditFiles.of(store.path)
+        self._lock = threading.Lock()  # the chain: sequence, previous MAC, head file
+        self._queue_lock = threading.Lock()  # only the list of waiting entries: queueing never waits on the store
         self._waiting: list[tuple[AuditEntry, datetime]] = []
         self.dropped = 0
+        self.producers: list[Producer] = []  # called before each flush (refused reads, coalesced per minute)
+        self._logged_at = 0.0
+        self._head_level = logging.INFO if flush_every_s is not None else logging.DEBUG  # a server's log keeps it
         last = store.query("SELECT seq, sha256 FROM audit_log ORDER BY seq DESC LIMIT 1")
         self._seq = int(last["seq"].iloc[0]) if not last.empty else 0
         self._prev = last["sha256"].iloc[0] if not last.empty else GENESIS
+        self._key, self._head = self._anchor()
         self._stop = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_loop, args=(flush_every_s,), name="audit", daemon=True)
-        self._flusher.start()
+        self._flusher: threading.Thread | None = None
+        if flush_every_s is not None:
+            self._flusher = threading.Thread(target=self._flush_loop, args=(flush_every_s,), name="audit",
+                                             daemon=True)
+            self._flusher.start()
+
+    def _anchor(self) -> tuple[bytes, Head]:
+        """The key and the head, keying the store on first use; a head that disagrees with the store becomes an
+        incident (kept in the head, so the break stays visible after the next entries are written)."""
+        keyed = self.store.meta(KEYED_FROM)
+        key = self.files.read_key()
+        if key is None and keyed is not None:
+            raise AuditKeyError(f"the audit log is keyed from entry {keyed} but its key {self.files.key} is missing: "
+                                f"put the key file back (or point ${KEY_ENV} at it)")
+        key = key if key is not None else self.files.key_or_create()
+        try:
+            head = Head.read(self.files.head, key)
+        except AuditKeyError as exc:
+            head = Head(self._seq, self._prev, int(keyed or self._seq + 1), (f"at open: {exc}",))
+            self._incident(str(exc))
+        if head is None:
+            if keyed is None:
+                head = Head(self._seq, self._prev, self._seq + 1)
+                self.store.set_meta(KEYED_FROM, str(head.keyed_from))
+                log.warning("audit log keyed with HMAC-SHA256 from entry %d on (entries before it keep their "
+                            "SHA-256 chain); head anchor %s", head.keyed_from, self.files.head)
+            else:
+                reason = f"at open: the head anchor {self.files.head} was missing (entries {keyed}..{self._seq})"
+                head = Head(self._seq, self._prev, int(keyed), (reason,))
+                self._incident(reason)
+        else:
+            reason = self._disagreement(head)
+            if reason:
+                head = replace(head, incidents=(head.incidents + (f"at open: {reason}",))[-MAX_INCIDENTS:])
+                self._incident(reason)
+            if keyed is None or int(keyed) != head.keyed_from:
+                self.store.set_meta(KEYED_FROM, str(head.keyed_from))
+            head = replace(head, seq=self._seq, mac=self._prev)
+        head.write(self.files.head, key)
+        return key, head
+
+    def _disagreement(self, head: Head) -> str | None:
+        """Why the store disagrees with the head: entries missing, or the head's entry changed."""
+        if head.seq > self._seq:
+            return f"the head anchor names entry {head.seq} but the log ends at {self._seq}: truncated or emptied"
+        if head.seq > 0:
+            stored = self.store.scalar("SELECT sha256 FROM audit_log WHERE seq = ?", [head.seq])
+            if stored != head.mac:
+                return f"entry {head.seq} is not the one the head anchor names: rewritten"
+        return None
+
+    def _incident(self, reason: str) -> None:
+        log.error("audit log of %s: %s", self.store.path, reason)
+
+    @property
+    def key(self) -> bytes:
+        return self._key
 
     def append(self, entry: AuditEntry, at: datetime | None = None, wait: bool = True) -> None:
         """Queue `entry` and, with `wait`, write everything queued now. Raises what the store raised when it cannot
         write; the entries stay queued."""
-        with self._lock:
+        with self._queue_lock:
             self._waiting.append((entry, at or utc_now()))
             if len(self._waiting) > MAX_WAITING:
                 self.dropped += len(self._waiting) - MAX_WAITING
                 del self._waiting[: len(self._waiting) - MAX_WAITING]
         if wait:
-            self.flush()
+            self.flush(notable=True)
 
-    def flush(self) -> int:
+    def _take(self) -> list[tuple[AuditEntry, datetime]]:
+        with self._queue_lock:
+            taken, self._waiting = self._waiting, []
+        return taken
+
+    def _give_back(self, taken: list[tuple[AuditEntry, datetime]]) -> None:
+        with self._queue_lock:
+            self._waiting[:0] = taken
+
+    def _insert(self, cur: duckdb.DuckDBPyConnection, entries: list[tuple[AuditEntry, datetime]]) -> tuple[int, str]:
+        """Insert `entries` after the chain's end through `cur`; the new end (adopted only once committed)."""
+        seq, prev, rows = self._seq, self._prev, []
+        for entry, when in entries:
+            seq += 1
+            detail = json.dumps(entry.detail, sort_keys=True, default=str) if entry.detail is not None else None
+            digest = mac(self._key, _chained(prev, seq, when, entry.actor, entry.role, entry.action, entry.target,
+                                             entry.status, entry.remote, detail))
+            rows.append([seq, when, entry.actor, entry.role, entry.action, entry.target, entry.status,
+                         entry.remote, detail, prev, digest])
+            prev = digest
+        frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+        cur.register("audit_rows", frame)
+        cur.execute("INSERT INTO audit_log SELECT seq, ts, actor, role, action, target, status, remote, "
+                    "detail::JSON, prev_sha256, sha256 FROM audit_rows")
+        cur.unregister("audit_rows")
+        return seq, prev
+
+    def _adopt(self, seq: int, prev: str, notable: bool) -> None:
+        """The committed end of the chain: remembered, written to the head file, and logged (each notable write,
+        else at most once a minute), so a copy of the head also lives in the server's log (a one-off command's
+        log says it only at debug level: its head is in the file, and its terminal is no record)."""
+        self._seq, self._prev = seq, prev
+        self._head = replace(self._head, seq=seq, mac=prev)
+        try:
+            self._head.write(self.files.head, self._key)
+        except OSError as exc:  # the entries are committed; a stale head only under-states the log
+            log.error("audit head anchor %s not rewritten: %s", self.files.head, exc)
+        if notable or time.monotonic() - self._logged_at >= HEAD_LOG_EVERY_S:
+            self._logged_at = time.monotonic()
+            log.log(self._head_level, "audit head: entry %d mac %s", seq, prev)
+
+    def flush(self, notable: bool = False) -> int:
         """Write every queued entry in one transaction; the last sequence number written."""
+        for produce in self.producers:
+            for entry in produce():
+                self.append(entry, wait=False)
         with self._lock:
-            if not self._waiting:
+            taken = self._take()
+            if not taken:
                 return self._seq
-            seq, prev, rows = self._seq, self._prev, []
-            for entry, when in self._waiting:
-                seq += 1
-                detail = json.dumps(entry.detail, sort_keys=True, default=str) if entry.detail is not None else None
-                digest = _sha256(_chained(prev, seq, when, entry.actor, entry.role, entry.action, entry.target,
-                                          entry.status, entry.remote, detail))
-                rows.append([seq, when, entry.actor, entry.role, entry.action, entry.target, entry.status,
-                             entry.remote, detail, prev, digest])
-                prev = digest
-            frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
-            with self.store.transaction() as cur:
-                cur.register("audit_rows", frame)
-                cur.execute("INSERT INTO audit_log SELECT seq, ts, actor, role, action, target, status, remote, "
-                            "detail::JSON, prev_sha256, sha256 FROM audit_rows")
-                cur.unregister("audit_rows")
-            self._seq, self._prev, self._waiting = seq, prev, []
+            try:
+                with self.store.transaction() as cur:
+                    seq, prev = self._insert(cur, taken)
+            except BaseException:
+                self._give_back(taken)
+                raise
+            self._adopt(seq, prev, notable)
             return seq
+
+    @contextmanager
+    def transaction(self) -> Iterator[AuditedWrite]:
+        """A store transaction for a write; the entries it records (and any queued before them) commit in it."""
+        with self._lock:
+            taken: list[tuple[AuditEntry, datetime]] = []
+            try:
+                with self.store.transaction() as cur:
+                    tx = AuditedWrite(cur)
+                    yield tx
+                    if tx.entries:
+                        taken = self._take()
+                        now = utc_now()
+                        seq, prev = self._insert(cur, taken + [(e, now) for e in tx.entries])
+            except BaseException:
+                self._give_back(taken)
+                raise
+            if tx.entries:
+                self._adopt(seq, prev, notable=True)
+        if tx.entries and tx.on_commit is not None:
+            tx.on_commit()
 
     def _flush_loop(self, every_s: float) -> None:
         while not self._stop.wait(every_s):
@@ -218,7 +534,8 @@ class AuditLog:
     def close(self) -> None:
         """Stop the flush thread and write what is queued (a failure is logged; the entries are then lost)."""
         self._stop.set()
-        self._flusher.join(timeout=10)
+        if self._flusher is not None:
+            self._flusher.join(timeout=10)
         try:
             self.flush()
         except Exception as exc:  # noqa: BLE001
@@ -237,11 +554,25 @@ def _chained(prev: str, seq: int, at: datetime, *fields: object) -> str:
     return json.dumps([prev, seq, micros, *fields], default=str)
 
 
+@dataclass(frozen=True)
+class AuditCheck:
+    """Whether the log is intact; else the first entry that is not (edited, removed, reordered, or past the
+    end of a truncated log) and why."""
+
+    first_broken: int | None
+    reason: str | None
+    keyed_from: int | None
+
+    @property
+    def intact(self) -> bool:
+        return self.reason is None
+
+
 def audit_report(store: "Store", since: datetime | None = None, actor: str | None = None,
-                 limit: int = 1000) -> dict[str, Any]:
+                 limit: int = 1000, files: AuditFiles | None = None) -> dict[str, Any]:
     """The audit log as the API and `gpuledger audit` show it: whether its chain is intact (else the first broken
-    entry) and the entries, newest first, optionally since an instant or by one actor, their detail parsed."""
-    broken = verify_audit(store)
+    entry and why) and the entries, newest first, optionally since an instant or by one actor, detail parsed."""
+    check = check_audit(store, files)
     entries = records(store.query(
         """SELECT seq, ts, actor, role, action, target, status, remote, detail FROM audit_log
            WHERE ($since IS NULL OR ts >= $since) AND ($actor IS NULL OR actor = $actor)
@@ -249,20 +580,61 @@ def audit_report(store: "Store", since: datetime | None = None, actor: str | Non
     for entry in entries:
         if isinstance(entry["detail"], str):
             entry["detail"] = json.loads(entry["detail"])
-    return {"intact": broken is None, "first_broken": broken, "entries": entries}
+    return {"intact": check.intact, "first_broken": check.first_broken, "reason": check.reason,
+            "keyed_from": check.keyed_from, "entries": entries}
 
 
-def verify_audit(store: "Store") -> int | None:
-    """The sequence number of the first row whose chain is broken (edited, removed or reordered), or None when the
-    whole log is intact."""
+def check_audit(store: "Store", files: AuditFiles | None = None) -> AuditCheck:
+    """Check the whole log: each entry's chain (SHA-256 before `keyed_from`, HMAC-SHA256 with the key from there
+    on), then the head anchor (a log that ends before the entry it names was truncated or emptied; a different
+    MAC there, rewritten), then the incidents recorded when the log was opened."""
+    files = files or AuditFiles.of(store.path)
+    keyed = store.meta(KEYED_FROM)
+    key = files.read_key()
+    head: Head | None = None
+    if key is None:
+        if keyed is not None or files.head.exists():
+            return AuditCheck(int(keyed or 1), f"the audit key {files.key} is missing: the log cannot be checked",
+                              int(keyed) if keyed else None)
+    else:
+        try:
+            head = Head.read(files.head, key)  # read before the rows: every entry it names is committed by then
+        except AuditKeyError as exc:
+            return AuditCheck(int(keyed or 1), str(exc), int(keyed) if keyed else None)
+        if head is None and keyed is not None:
+            return AuditCheck(int(keyed), f"the head anchor {files.head} is missing", int(keyed))
+    keyed_from = head.keyed_from if head else (int(keyed) if keyed else None)
     rows = store.query("""SELECT seq, ts, actor, role, action, target, status, remote, CAST(detail AS VARCHAR)
                           AS detail, prev_sha256, sha256 FROM audit_log ORDER BY seq""")
-    prev, expected_seq = GENESIS, 1
+    prev, expected_seq, at_head = GENESIS, 1, None
     for row in rows.itertuples(index=False):
-        digest = _sha256(_chained(prev, int(row.seq), row.ts, row.actor, row.role, row.action, row.target,
-                                  int(row.status), None if pd.isna(row.remote) else row.remote,
-                                  None if pd.isna(row.detail) else row.detail))
+        text = _chained(prev, int(row.seq), row.ts, row.actor, row.role, row.action, row.target, int(row.status),
+                        None if pd.isna(row.remote) else row.remote, None if pd.isna(row.detail) else row.detail)
+        keyed_row = keyed_from is not None and key is not None and row.seq >= keyed_from
+        digest = mac(key, text) if keyed_row else _sha256(text)
         if row.seq != expected_seq or row.prev_sha256 != prev or row.sha256 != digest:
-            return int(row.seq)
+            return AuditCheck(int(row.seq), f"entry {row.seq} was edited, removed or reordered"
+                              + (" (its MAC does not match)" if keyed_row else ""), keyed_from)
+        if head is not None and row.seq == head.seq:
+            at_head = digest
         prev, expected_seq = digest, expected_seq + 1
-    return None
+    last = expected_seq - 1
+    if head is not None:
+        if head.seq > last:
+            return AuditCheck(last + 1, f"the head anchor names entry {head.seq} but the log ends at {last}: "
+                                        "truncated or emptied", keyed_from)
+        if head.seq > 0 and at_head != head.mac:
+            return AuditCheck(head.seq, f"entry {head.seq} is not the one the head anchor names: rewritten",
+                              keyed_from)
+        if head.incidents:
+            return AuditCheck(None, "; ".join(head.incidents), keyed_from)
+    return AuditCheck(None, None, keyed_from)
+
+
+def verify_audit(store: "Store", files: AuditFiles | None = None) -> int | None:
+    """The sequence number of the first entry whose chain is broken, or None when the whole log is intact (see
+    `check_audit` for the reason)."""
+    check = check_audit(store, files)
+    if check.intact:
+        return None
+    return check.first_broken if check.first_broken is not None else 0

@@ -184,7 +184,24 @@ class Store:
                 ).fetchall()}
                 for statement in column_migrations(columns) + QUERY_LAYER + rollups.MACROS:
                     self._con.execute(statement)
+                self._bound_old_rollups()
                 self._set_meta(self._con, "schema_version", SCHEMA_VERSION)
+
+    def _bound_old_rollups(self) -> None:
+        """Once per store: bound rollup rows folded before the fold bounded raw values (rollups.BOUND_OLD_ROLLUPS),
+        so a hostile row an older server stored cannot keep a bill in the millions or an answer a 500."""
+        done = self._con.execute("SELECT value FROM meta WHERE key = 'rollups_bounded'").fetchone()
+        if done:
+            return
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            for statement in rollups.BOUND_OLD_ROLLUPS:
+                self._con.execute(statement)
+            self._set_meta(self._con, "rollups_bounded", "1")
+        except BaseException:
+            self._con.execute("ROLLBACK")
+            raise
+        self._con.execute("COMMIT")
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of the store's connection (on DuckLake, pointed at the lake: a cursor is a new connection)."""
@@ -507,16 +524,20 @@ class Store:
         return self._insert("recommendations", rows)
 
     def set_recommendation_status(self, ids: Sequence[str], status: str, by: str | None = None,
-                                  at: datetime | None = None, note: str | None = None) -> int:
-        """Record a status change (a decision, or superseded) for the given recommendations; returns rows changed."""
+                                  at: datetime | None = None, note: str | None = None,
+                                  cur: duckdb.DuckDBPyConnection | None = None) -> int:
+        """Record a status change (a decision, or superseded) for the given recommendations; returns rows changed.
+        `cur`: a transaction of the caller's (a decision commits with its audit entry), else one of its own."""
         if not ids:
             return 0
-        with self.transaction() as cur:
-            cur.execute("""UPDATE recommendations SET status = $status, decided_by = $by, decided_at = $at,
-                               note = coalesce($note, note)
-                           WHERE id IN (SELECT unnest($ids))""",
-                        {"status": status, "by": by, "at": at, "note": note, "ids": list(ids)})
-            return int(cur.fetchone()[0])
+        if cur is None:
+            with self.transaction() as own:
+                return self.set_recommendation_status(ids, status, by, at, note, own)
+        cur.execute("""UPDATE recommendations SET status = $status, decided_by = $by, decided_at = $at,
+                           note = coalesce($note, note)
+                       WHERE id IN (SELECT unnest($ids))""",
+                    {"status": status, "by": by, "at": at, "note": note, "ids": list(ids)})
+        return int(cur.fetchone()[0])
 
     def set_rates(self, rates: Mapping[str, float]) -> int:
         frame = pd.DataFrame({"gpu_model": list(rates), "usd_per_gpu_hour": [float(v) for v in rates.values()]})

@@ -35,11 +35,14 @@ from gpuledger.analytics.store.batch_ids import BatchRuns, runs_of
 from gpuledger.analytics.store.database import Store
 from gpuledger.analytics.store.ingest_screen import (
     BATCH,
-    KEY,
+    HOLDER,
+    INSTANT,
+    MAX_GPUS_PER_NODE,
     IngestRequest,
     InvalidBatch,
     ScreenedGroup,
     counts_per_batch,
+    gpus_of,
     prepare,
     screen_group,
 )
@@ -132,10 +135,72 @@ BURST_TARGET_ROWS = ROW_GROUP_ROWS * 3 // 2 + 1  # leaves a partial row group of
 MAX_GROUP_ROWS = 2 * ROW_GROUP_ROWS
 
 
+GPU_HOME_S = 600.0  # a GPU stored from one node is refused from any other for this long after its last row
+HOMES_PRUNE_S = 60.0  # how often GPUs not seen for GPU_HOME_S are forgotten (fake UUIDs must not pile up)
+
+
+class GpuHomes:
+    """Which node each GPU was last stored from, and when: a GPU sits in one node at a time.
+
+    Why: the node of a row is the pushing agent's (its token names it), but the GPU UUID is the agent's word. A
+    compromised agent could send rows for another node's GPUs, billing them twice or to another team. So a GPU
+    whose rows another node stored in the last `window` is refused (`gpu_on_other_node`); within one group the
+    first node to send it wins. A GPU moved to another machine is accepted there once its old node has been
+    silent for `window`. Only the writer thread uses this; it is loaded from the samples when the writer starts.
+    """
+
+    def __init__(self, window: timedelta) -> None:
+        self.window = window
+        self.homes: dict[str, tuple[str, datetime]] = {}
+        self._pruned = time.monotonic()
+
+    def load(self, cur: duckdb.DuckDBPyConnection, now: datetime) -> None:
+        rows = cur.execute("SELECT gpu_uuid, arg_max(node, ts), max(ts) FROM samples WHERE ts >= $since "
+                           "AND gpu_uuid IS NOT NULL GROUP BY gpu_uuid", {"since": now - self.window}).fetchall()
+        self.homes = {gpu: (node, min(ts, now)) for gpu, node, ts in rows}
+
+    def screen(self, rows: pa.Table, pairs: pa.Table, now: datetime
+               ) -> tuple[pa.Array | None, list[tuple[str, str]]]:
+        """Rows on a GPU at home on another node (None: none, the usual case), and the (GPU, node) claims kept.
+        `pairs`: each (gpu_uuid, node) of the rows, first sender first (ingest_screen.gpus_of)."""
+        since, claims, refused = now - self.window, {}, []
+        for gpu, node in zip(pairs["gpu_uuid"].to_pylist(), pairs["node"].to_pylist()):
+            home = claims.get(gpu) or self.homes.get(gpu)
+            if home is not None and home[0] != node and (gpu in claims or home[1] >= since):
+                refused.append((gpu, node))
+                continue
+            claims[gpu] = (node, now)
+        kept = [(gpu, node) for gpu, (node, _) in claims.items()]
+        if not refused:
+            return None, kept
+        mask = None
+        for node in {n for _, n in refused}:
+            gpus = pa.array([g for g, n in refused if n == node], pa.string())
+            one = pc.and_(pc.equal(rows["node"], node), pc.is_in(rows["gpu_uuid"], value_set=gpus))
+            mask = one if mask is None else pc.or_(mask, one)
+        return pc.fill_null(mask, False), kept
+
+    def claim(self, kept: list[tuple[str, str]], now: datetime) -> None:
+        """Record the claims of a committed group; forget GPUs silent for the window, now and then."""
+        for gpu, node in kept:
+            self.homes[gpu] = (node, now)
+        if time.monotonic() - self._pruned >= HOMES_PRUNE_S:
+            self._pruned = time.monotonic()
+            since = now - self.window
+            self.homes = {gpu: home for gpu, home in self.homes.items() if home[1] >= since}
+
+
 class IngestWriter:
     def __init__(self, store: Store, max_future_s: float = 300.0, max_age_days: float | None = None,
-                 idle_checkpoint_s: float = 1.0, burst_linger_s: float = 1.0, burst_gap_s: float = 0.05) -> None:
+                 idle_checkpoint_s: float = 1.0, burst_linger_s: float = 1.0, burst_gap_s: float = 0.05,
+                 max_gpus_per_node: int = MAX_GPUS_PER_NODE, gpu_home_s: float = GPU_HOME_S) -> None:
+        """The ingest defaults, each a bound on what an agent may write: `max_future_s` (the newest instant a row
+        may have past now), `max_age_days` (the oldest), `max_gpus_per_node` (distinct GPUs one batch may report)
+        and `gpu_home_s` (how long a GPU stays its node's after its last row); the per-row value bounds are
+        analytics/store/ingest_screen.py's."""
         self.store = store
+        self.max_gpus_per_node = max_gpus_per_node
+        self.homes = GpuHomes(timedelta(seconds=gpu_home_s))
         self.max_future = timedelta(seconds=max_future_s)
         # by default the raw retention: a sample older than that could not be refolded into its rollups
         self.max_age = timedelta(days=max_age_days if max_age_days is not None else store.retention.raw_days)
@@ -144,6 +209,7 @@ class IngestWriter:
         self.burst_gap_s = burst_gap_s  # a burst is over when no request came for this long
         with store.transaction() as cur:
             self.stored_batches = BatchRuns.load(cur)
+            self.homes.load(cur, datetime.now(timezone.utc))
         self._queue: queue.Queue[IngestRequest | None] = queue.Queue()
         self._carry: IngestRequest | None = None  # taken from the queue but left for the next group
         # screened groups waiting for the writer: one, so the next group is screened while DuckDB commits
@@ -186,7 +252,8 @@ class IngestWriter:
                     self._writer_done.wait_for(lambda: self._written == self._handed)
             group = self._gather(first)
             try:
-                screened = screen_group(group, datetime.now(timezone.utc), self.max_future, self.max_age)
+                screened = screen_group(group, datetime.now(timezone.utc), self.max_future, self.max_age,
+                                        self.max_gpus_per_node)
             except Exception as exc:  # nothing of the group was stored; every agent will retry
                 log.exception("screening %d request(s) failed", len(group))
                 INGEST_REQUESTS_DEFERRED.labels(reason="screen_error").inc(len(group))
@@ -292,14 +359,23 @@ class IngestWriter:
         is_fresh, fresh = self._fresh_batches(group)
         stored = np.zeros(group.count, np.int64)
         rejected: dict[int, dict[str, int]] = {}
+        claims: list[tuple[str, str]] = []
         if is_fresh.any():
             rows = group.rows
             if not is_fresh.all() and rows.num_rows:
                 rows = rows.filter(pa.array(is_fresh).take(rows[BATCH]))
+            rejected = {b: dict(reasons) for b, reasons in group.rejected.items() if is_fresh[b]}
+            if rows.num_rows:
+                elsewhere, claims = self.homes.screen(rows, group.gpus if group.gpus is not None
+                                                      else gpus_of(rows), group.now)
+                if elsewhere is not None:
+                    away = counts_per_batch(rows[BATCH].filter(elsewhere), group.count)
+                    for batch in np.flatnonzero(away):
+                        rejected.setdefault(int(batch), {})["gpu_on_other_node"] = int(away[batch])
+                    rows = rows.filter(pc.invert(elsewhere))
             with self.store.transaction() as cur:
                 if rows.num_rows:
                     stored = self._insert_samples(cur, group, rows)
-                rejected = {b: dict(reasons) for b, reasons in group.rejected.items() if is_fresh[b]}
                 refused = np.zeros(group.count, np.int64)
                 for batch, reasons in rejected.items():
                     refused[batch] = sum(reasons.values())
@@ -310,6 +386,7 @@ class IngestWriter:
                 self._record_batches(cur, group, is_fresh, stored, group.received - stored)
                 failpoints.pause("group_commit")
         self.stored_batches.merge(fresh)
+        self.homes.claim(claims, group.now)
         results = self._results(group, is_fresh, stored, rejected)
         self._account(group, results, time.perf_counter() - started)
         return results
@@ -343,8 +420,9 @@ class IngestWriter:
 
     @staticmethod
     def _already_stored(cur, rows: pa.Table, suspects: pa.Array) -> pa.Array:
-        """Which rows (of the suspects) have the same node, GPU, MIG instance and instant as a stored sample."""
-        keys = rows.select(KEY).append_column("_row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        """Which rows (of the suspects) have the same node, GPU, MIG instance, instant and holder as a stored
+        sample (ingest_screen.KEY: a GPU's sharers at one instant are each a sample)."""
+        keys = rows.select([*INSTANT, *HOLDER]).append_column("_row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
                                               ).filter(suspects)
         cur.register("incoming_keys", keys)
         try:
@@ -353,7 +431,11 @@ class IngestWriter:
                 WHERE EXISTS (SELECT 1 FROM samples s
                               WHERE s.ts BETWEEN $lo AND $hi AND s.ts = k.ts AND s.node = k.node
                                 AND s.gpu_uuid = k.gpu_uuid
-                                AND coalesce(s.mig_instance, -1) = coalesce(k.mig_instance, -1))""",
+                                AND coalesce(s.mig_instance, -1) = coalesce(k.mig_instance, -1)
+                                AND s.namespace IS NOT DISTINCT FROM k.namespace
+                                AND s.pod IS NOT DISTINCT FROM k.pod
+                                AND s.container IS NOT DISTINCT FROM k.container
+                                AND s.job_id IS NOT DISTINCT FROM k.job_id)""",
                                 {"lo": pc.min(keys["ts"]).as_py(), "hi": pc.max(keys["ts"]).as_py()}).fetchall()
         finally:
             cur.unregister("incoming_keys")

@@ -22,6 +22,10 @@ INGEST_DUPLICATE_BATCHES = Counter("gpuledger_ingest_duplicate_batches",
 INGEST_REQUESTS_DEFERRED = Counter("gpuledger_ingest_requests_deferred",
                                    "Push requests answered 503 because their group could not be committed (nothing "
                                    "stored; the agent resends), by reason", ["reason"], registry=REGISTRY)
+HTTP_REFUSED = Counter("gpuledger_http_refused",
+                       "Connections and requests the server refused before doing their work (deploy/server.py, "
+                       "deploy/api/limits.py), by reason: body_too_large, no_token, unpacked_too_large, "
+                       "client_connections, head_timeout, body_timeout", ["reason"], registry=REGISTRY)
 AUDIT_DEFERRED = Counter("gpuledger_audit_entries_deferred",
                          "Audit entries the store could not write at once (kept in memory, written with the next)",
                          registry=REGISTRY)

@@ -26,6 +26,10 @@ as a stretch worth reporting is at least a minute long (the config's minimum for
 """
 from __future__ import annotations
 
+from gpuledger.analytics.store.schema import MAX_INTERVAL_S, READING_RANGES
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
+from gpuledger.collector.identifiers import is_identifier
+
 # "idle" below this utilisation: the default of [waste] idle_util_pct, and what the rollups are first built with
 DEFAULT_IDLE_UTIL_PCT = 5.0
 # a minute is folded this long after it ended: samples usually arrive within it, later ones are refolded
@@ -35,6 +39,10 @@ RAW_DAYS = 30.0
 MINUTE_DAYS = 90.0
 
 KEY = 'node, gpu_uuid, mig_instance, mig_profile, gpu_model, job_id, team, "user", allocated'
+assert is_identifier("gpu_model", UNKNOWN_MODEL)  # written into the fold below as a literal
+# the key as the fold reads it from raw samples: a sample with no model is the explicit "unknown" model line
+# (ingest stores one so since it screens; older stores and imports may hold NULLs), never a NULL model row
+_SAMPLE_KEY = KEY.replace("gpu_model", f"coalesce(gpu_model, '{UNKNOWN_MODEL}') AS gpu_model")
 
 # column name -> DuckDB type, shared by the minute and hour tables (what every analytic reads)
 CORE_COLUMNS = {
@@ -92,18 +100,37 @@ _HI = "date_trunc('minute', hi::TIMESTAMPTZ)"
 _HOURS_FROM = f"date_trunc('hour', {_LO} + INTERVAL 59 MINUTE)"  # the first whole hour in the window
 _HOURS_TO = f"greatest(least(date_trunc('hour', {_HI}), hwm), {_HOURS_FROM})"  # the end of the last folded one
 
+
+
+def _reading(column: str) -> str:
+    """A reading inside its physical range, else NULL (NaN fails both comparisons' DuckDB order: it is largest)."""
+    lo, hi = READING_RANGES[column]
+    return f"CASE WHEN {column} >= {lo!r} AND {column} <= {hi!r} THEN {column} END"
+
+
 MACROS = [
+    # What a raw sample may count for, whatever reached the table (ingest bounds rows since issue 21, but an older
+    # server, an import or the simulator may have stored anything): a part of one GPU (NULL, NaN and negative: none;
+    # over 1 or +Inf: one whole GPU) for up to a day (NULL, non-finite, non-positive or longer: no time at all).
+    "CREATE OR REPLACE MACRO share_of(f) AS CASE WHEN isnan(f) THEN 0.0 WHEN f > 1 THEN 1.0 WHEN f > 0 THEN f "
+    "ELSE 0.0 END",
+    f"CREATE OR REPLACE MACRO seconds_of(i) AS CASE WHEN i > 0 AND i <= {MAX_INTERVAL_S!r} THEN i ELSE 0.0 END",
     # the fold: samples in [lo, hi) (of one node, or all when only_node is NULL) to minute rows
     f"""CREATE OR REPLACE MACRO minute_rollup_of(lo, hi, only_node, idle_pct) AS TABLE
-    WITH s AS (
-        SELECT date_trunc('minute', ts) AS bucket, {KEY}, ts, interval_s, temp_c,
-               interval_s * gpu_fraction AS gpu_s, util_pct, mem_used_mib, mem_total_mib,
-               coalesce(power_avg_w, power_w) * interval_s AS energy_j,
-               coalesce(nvlink_tx_bps + nvlink_rx_bps, nvlink_tx_bps, nvlink_rx_bps, nvlink_bps, 0) * interval_s
-                   AS nvlink_bytes,
+    WITH raw AS (
+        SELECT date_trunc('minute', ts) AS bucket, {_SAMPLE_KEY}, ts, seconds_of(interval_s) AS interval_s,
+               share_of(gpu_fraction) AS fraction, {_reading("temp_c")} AS temp_c, {_reading("util_pct")} AS util_pct,
+               {_reading("mem_used_mib")} AS mem_used_mib, {_reading("mem_total_mib")} AS mem_total_mib,
+               coalesce({_reading("power_avg_w")}, {_reading("power_w")}) AS power_w,
+               coalesce({_reading("nvlink_tx_bps")} + {_reading("nvlink_rx_bps")}, {_reading("nvlink_tx_bps")},
+                        {_reading("nvlink_rx_bps")}, {_reading("nvlink_bps")}, 0) AS nvlink_bps
+        FROM samples WHERE ts >= lo AND ts < hi AND (only_node IS NULL OR node = only_node)
+    ), s AS (
+        SELECT bucket, {KEY}, ts, interval_s, temp_c, interval_s * fraction AS gpu_s, util_pct, mem_used_mib,
+               mem_total_mib, power_w * interval_s AS energy_j, nvlink_bps * interval_s AS nvlink_bytes,
                allocated AND coalesce(util_pct, 0) < idle_pct AS idle,
                allocated AND coalesce(util_pct, 0) >= idle_pct AS busy
-        FROM samples WHERE ts >= lo AND ts < hi AND (only_node IS NULL OR node = only_node)
+        FROM raw
     ), edges AS (
         SELECT *, min(CASE WHEN busy THEN ts END) OVER seg AS first_busy, max(CASE WHEN busy THEN ts END) OVER seg
                   AS last_busy
@@ -230,6 +257,30 @@ MACROS = [
       AND (fine OR bucket < {_HOURS_FROM} OR bucket >= {_HOURS_TO})
     UNION ALL
     SELECT {CORE} FROM minute_rollup_of(greatest({_LO}, mwm), {_HI}, NULL, idle_pct)""",
+]
+
+# Rollup rows folded before the fold bounded raw values (issue 21): a NULL model, infinite or absurd GPU-seconds
+# (a 1e6 gpu_fraction billed $1.9M for one sample) and infinite readings, which turned answers into 500s. Run once
+# per store (Store marks it in meta `rollups_bounded`): NULL models become the "unknown" line, non-finite time and
+# energy become 0 and non-finite readings NULL, and a row's GPU-seconds are capped at one whole GPU for its samples.
+# (`gpuledger compact --rebuild` refolds the raw samples still kept with the bounded fold, for exact figures.)
+_ZEROED = ("gpu_s", "used_gpu_s", "idle_gpu_s", "idle_s", "interval_s", "energy_j", "nvlink_bytes", "lead_s",
+           "lead_gpu_s", "tail_s", "tail_gpu_s")
+_NULLED = ("util_sum", "mem_used_max", "mem_total_max", "temp_max", "lead_util_sum", "tail_util_sum")
+BOUND_OLD_ROLLUPS = [
+    statement
+    for table in ("usage_minute", "usage_hour")
+    for statement in (
+        f"UPDATE {table} SET gpu_model = '{UNKNOWN_MODEL}' WHERE gpu_model IS NULL",
+        *(f"UPDATE {table} SET {c} = 0 WHERE NOT isfinite({c})" for c in _ZEROED),
+        *(f"UPDATE {table} SET {c} = NULL WHERE NOT isfinite({c})" for c in _NULLED),
+        f"UPDATE {table} SET interval_s = 0 WHERE interval_s > {MAX_INTERVAL_S!r} OR interval_s < 0",
+        f"UPDATE {table} SET gpu_s = least(greatest(gpu_s, 0), samples * interval_s) "
+        "WHERE gpu_s > samples * interval_s OR gpu_s < 0",
+        f"UPDATE {table} SET used_gpu_s = least(greatest(used_gpu_s, 0), gpu_s), "
+        "idle_gpu_s = least(greatest(idle_gpu_s, 0), gpu_s) "
+        "WHERE used_gpu_s > gpu_s OR used_gpu_s < 0 OR idle_gpu_s > gpu_s OR idle_gpu_s < 0",
+    )
 ]
 
 # the fold and refold statements (parameters: $lo, $hi, $node (NULL: all), $idle_pct)

@@ -15,6 +15,25 @@ _DUCK_TYPES = {
 }
 
 
+# The physical range of each optional reading (inclusive): ingest refuses a finite value outside it
+# (ingest_screen.py), and the rollups' fold reads one outside it as missing (rollups.py), so rows that reached a
+# store some other way (an older server, an import) cannot sum to infinities either.
+MAX_MEM_MIB = 16 * 1024 * 1024.0  # 16 TiB: far above any card (a B300 has 288 GB), far below an overflow
+MAX_RATE_BPS = 1e13  # NVLink/PCIe bytes per second: 10 TB/s, over 5x NVLink 5's 1.8 TB/s per GPU
+READING_RANGES: dict[str, tuple[float, float]] = {
+    "util_pct": (0.0, 100.0),
+    **{name: (0.0, 1.0) for name in ("sm_active", "sm_occupancy", "tensor_active", "dram_active")},
+    **{name: (0.0, MAX_MEM_MIB) for name in ("mem_used_mib", "mem_free_mib", "mem_reserved_mib", "mem_total_mib")},
+    "power_w": (0.0, 5000.0), "power_avg_w": (0.0, 5000.0),  # W: a GB200 superchip is 2.7 kW, a B200 1 kW
+    "temp_c": (-40.0, 150.0),  # °C: electronics' lowest rating to past any GPU's shutdown temperature (~105)
+    **{name: (0.0, MAX_RATE_BPS) for name in ("nvlink_tx_bps", "nvlink_rx_bps", "pcie_tx_bps", "pcie_rx_bps",
+                                              "nvlink_bps")},
+}
+# the longest time one sample may stand for: a day (the longest interval an agent may declare; imported traces
+# cut holdings at clock hours). The fold counts a longer, non-finite or non-positive interval as no time at all.
+MAX_INTERVAL_S = 86400.0
+
+
 def _columns(schema: pa.Schema) -> str:
     return ",\n    ".join(f'"{f.name}" {_DUCK_TYPES[f.type]}' for f in schema)
 

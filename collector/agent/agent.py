@@ -59,9 +59,8 @@ class Agent:
     # --- sampling ------------------------------------------------------------------------
     def sample_once(self) -> int | None:
         step = self.spool.next_seq
-        collect_step = getattr(self.source, "collect_step", None)
         try:
-            table = collect_step(step) if collect_step else self.source.collect()
+            table = self.source.collect_step(step)
         except SourceError as exc:
             log.warning("%s", exc)
             return None

@@ -4,30 +4,17 @@ the pod list that stress GPU sharing, multi-GPU tasks or GPU-model constraints.
 
 Columns: nodes `sn,cpu_milli,memory_mib,gpu,model`; pods `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,
 qos,pod_phase,creation_time,deletion_time,scheduled_time` (seconds from the trace start).
+
+This module only reads the files (a reader of the collector room); placing the pods on the nodes, which the trace
+does not record, is policy: policies/openb_placement.py turns them into tasks, nodes and an FGD-placed history.
 """
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
-from typing import Iterator
 
-import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from gpuledger.analytics.fragmentation import MILLI, NodeArrays, TaskShape, Workload
 from gpuledger.collector.errors import InputError
-from gpuledger.collector.traces.history import (
-    Holding,
-    Imported,
-    free_capacity,
-    jobs_frame,
-    samples_of,
-    shift_to,
-    window_start,
-)
-from gpuledger.policies.placers.base import DEFAULT_CPU_MILLI, DEFAULT_MEM_MIB, ClusterState, Placement, Task
-from gpuledger.policies.placers.fgd import FgdPlacer
 
 NODES = "openb_node_list_gpu_node.csv"
 VARIANTS = ("default", "gpushare20", "gpushare40", "gpushare60", "gpushare80", "gpushare100", "multigpu20",
@@ -35,6 +22,9 @@ VARIANTS = ("default", "gpushare20", "gpushare40", "gpushare60", "gpushare80", "
             "gpuspec33", "cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300")
 NODE_COLUMNS = {"sn", "cpu_milli", "memory_mib", "gpu", "model"}
 POD_COLUMNS = {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"}
+HISTORY_COLUMNS = POD_COLUMNS | {"qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time"}
+SOURCE = "trace:openb"
+STATES = {"Running": "running", "Succeeded": "completed", "Failed": "failed", "Pending": "pending"}
 
 
 def _read(path: Path, columns: set[str]) -> pd.DataFrame:
@@ -47,98 +37,14 @@ def _read(path: Path, columns: set[str]) -> pd.DataFrame:
     return frame
 
 
-def load_nodes(data: Path) -> NodeArrays:
-    """The GPU nodes, empty: free resources are the whole node."""
-    frame = _read(Path(data) / NODES, NODE_COLUMNS)
-    width = int(frame["gpu"].max())
-    gpus = frame["gpu"].to_numpy(dtype=np.int64)
-    free = np.where(np.arange(width)[None, :] < gpus[:, None], MILLI, 0).astype(np.int64)
-    return NodeArrays(names=frame["sn"].tolist(), model=frame["model"].fillna("").to_numpy(dtype=object),
-                      cpu_free=frame["cpu_milli"].to_numpy(dtype=np.int64),
-                      mem_free=frame["memory_mib"].to_numpy(dtype=np.int64), gpu_free=free, gpu_count=gpus)
+def read_nodes(data: Path) -> pd.DataFrame:
+    """The GPU node list: `sn, cpu_milli, memory_mib, gpu, model`."""
+    return _read(Path(data) / NODES, NODE_COLUMNS)
 
 
-def load_tasks(data: Path, variant: str = "default") -> list[Task]:
-    """The pods of one pod list, as tasks in name order: a request of 0 counts as Kubernetes' default, a
-    `gpu_milli` over 1000 as a whole GPU (as the trace's own converter does), `gpu_spec` as allowed models."""
+def read_pods(data: Path, variant: str = "default", history: bool = False) -> pd.DataFrame:
+    """One pod list in name order; with `history`, also the columns that say when each pod ran."""
     if variant not in VARIANTS:
         raise InputError(f"unknown openb pod list {variant!r}; one of {', '.join(VARIANTS)}")
-    frame = _read(Path(data) / f"openb_pod_list_{variant}.csv", POD_COLUMNS).sort_values("name", kind="stable")
-    tasks = []
-    for name, cpu, mem, gpus, milli, spec in frame[["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
-                                                   "gpu_spec"]].itertuples(index=False):
-        gpus = int(gpus)
-        per_gpu = min(int(milli), MILLI) if gpus else 0
-        models = frozenset(m for m in str(spec).split("|") if m and m != "nan") if gpus else frozenset()
-        shape = TaskShape(int(cpu) or DEFAULT_CPU_MILLI, per_gpu, gpus if per_gpu else 0, models)
-        tasks.append(Task(str(name), shape, int(mem) or DEFAULT_MEM_MIB))
-    return tasks
-
-
-def import_history(data: Path, days: float | None = 7.0, end: datetime | None = None) -> Imported:
-    """The pods of the default list as jobs on the trace's nodes. The trace does not say where pods ran, so they
-    are placed with FGD as they were scheduled and freed when deleted; a pod no node could take is reported, not
-    billed. Teams are the QoS classes (LS, BE, Burstable, Guaranteed); a shared pod is billed its `gpu_milli`. The
-    last `days` of the trace are imported (None: all 149 days)."""
-    nodes = load_nodes(data)
-    frame = _read(Path(data) / "openb_pod_list_default.csv", POD_COLUMNS | {"qos", "creation_time",
-                                                                            "deletion_time", "scheduled_time"})
-    frame = frame.sort_values("name", kind="stable").reset_index(drop=True)
-    tasks = load_tasks(data)
-    state = ClusterState(nodes, Workload.typical(t.shape for t in tasks))
-    placer = FgdPlacer()
-    trace_end = float(frame["deletion_time"].max())
-    lo = window_start(trace_end, days)
-    events = []  # (time, 0 = leave / 1 = arrive, pod index): leaving first frees room for arrivals at that second
-    for i, row in frame.iterrows():
-        if pd.notna(row["scheduled_time"]):
-            events.append((float(row["scheduled_time"]), 1, i))
-            events.append((float(row["deletion_time"]), 0, i))
-    events.sort()
-    placed: dict[int, Placement] = {}
-    holdings: list[Holding] = []
-    unplaced = 0
-    for t, kind, i in events:
-        task = tasks[i]
-        if kind == 0:
-            if i in placed:
-                state.release(task, placed[i])
-            continue
-        where = placer.place(state, task)
-        if where is None:
-            unplaced += 1
-            continue
-        state.apply(task, where)
-        placed[i] = where
-        row = frame.loc[i]
-        start, stop = max(float(row["scheduled_time"]), lo), float(row["deletion_time"])
-        if stop <= start:
-            continue
-        for slot in where.slots:
-            holdings.append(Holding(str(row["name"]), str(row["qos"]), None, state.names[where.node], f"gpu{slot}",
-                                    str(state.model[where.node]), task.shape.gpu_milli / MILLI, start, stop))
-    shift = shift_to(trace_end, end)
-    gpus = [(state.names[n], f"gpu{s}", str(state.model[n])) for n in range(len(state.names))
-            for s in range(int(state.gpu_count[n]))]
-    first = max(lo, 0.0)
-    jobs = [{"job_id": str(r["name"]), "team": str(r["qos"]), "user": None, "namespace": str(r["qos"]),
-             "pod": str(r["name"]), "node": state.names[placed[i].node] if i in placed else None,
-             "gpu_model": None, "gpus": int(r["num_gpu"]), "submit_ts": float(r["creation_time"]),
-             "start_ts": float(r["scheduled_time"]) if pd.notna(r["scheduled_time"]) else np.nan,
-             "end_ts": float(r["deletion_time"]) if str(r["pod_phase"]) != "Running" else np.nan,
-             "state": _STATE.get(str(r["pod_phase"]), str(r["pod_phase"]).lower())}
-            for i, r in frame.iterrows() if float(r["deletion_time"]) >= first]
-
-    def tables() -> Iterator[pa.Table]:
-        yield from samples_of(holdings, shift, SOURCE)
-        yield free_capacity(holdings, gpus, first, trace_end, shift, SOURCE)
-    scheduled = sum(1 for e in events if e[1])
-    notes = [f"{len(placed):,} of {scheduled:,} scheduled pods placed with FGD as scheduled (the trace does not say "
-             f"where they ran), {unplaced:,} found no node; {len(frame) - scheduled:,} never scheduled (pending jobs)",
-             "openb has no GPU utilisation: used GPU-hours, efficiency and idle waste are not evidence for "
-             "this history, allocation, cost, fragmentation and queueing are"]
-    return Imported(tables(), jobs_frame(jobs, shift), notes, capacity=True)
-
-
-SOURCE = "trace:openb"
-_STATE = {"Running": "running", "Succeeded": "completed", "Failed": "failed", "Pending": "pending"}
+    frame = _read(Path(data) / f"openb_pod_list_{variant}.csv", HISTORY_COLUMNS if history else POD_COLUMNS)
+    return frame.sort_values("name", kind="stable").reset_index(drop=True)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
+from typing import Sequence
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
@@ -21,9 +22,11 @@ from gpuledger.analytics.store.access import AuditLog
 from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
 from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
+from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.metrics import exported
 from gpuledger.deploy.api import admin, cost, fairness, gpu_health, ingest, ops, placement, recommendations, usage
-from gpuledger.deploy.api.access import Gate, audit_writes
+from gpuledger.deploy.api.access import Gate, audit_writes, trusted_networks
+from gpuledger.deploy.api.limits import RequestLimits
 from gpuledger.deploy.api.live_metrics import StoreGauges
 from gpuledger.policies.recommender import RecommendationService
 
@@ -38,9 +41,11 @@ def _version() -> str:
 
 
 def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None = None,
-               token: str | None = None, metrics: CollectorRegistry | None = None, open_reads: bool = False) -> FastAPI:
+               token: str | None = None, metrics: CollectorRegistry | None = None, open_reads: bool = False,
+               trusted_proxies: Sequence[str] | None = None) -> FastAPI:
     """The API over `store`. `token`: the bootstrap admin token (never stored); other tokens live in the store.
-    Agents may push when an ingest writer is given; reads need a token unless `open_reads`."""
+    Agents may push when an ingest writer is given; reads need a token unless `open_reads`. `trusted_proxies`:
+    CIDRs whose X-Forwarded-For the audit log believes (default $GPULEDGER_TRUSTED_PROXIES, else none)."""
     app = FastAPI(
         title="gpuledger",
         version=_version(),
@@ -52,13 +57,25 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.state.config = config
     app.state.ingest = ingest_writer
     app.state.gate = Gate(store, token, open_reads)
+    app.state.trusted_proxies = trusted_networks(trusted_proxies)
     app.state.metrics = metrics or exported(COLLECTOR_METRICS, STORE_METRICS, StoreGauges(store, config))
     app.state.recommender = RecommendationService(store, config)
     app.state.audit = None if store.read_only else AuditLog(store)
     audit_writes(app, app.state.audit)
+    app.add_middleware(RequestLimits, open_reads=open_reads)  # outermost: bodies bounded before anything
+    app.add_exception_handler(GpuledgerError, _answer_error)
     for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement):
         app.include_router(area.router)
     return app
+
+
+async def _answer_error(request: Request, exc: Exception) -> JSONResponse:
+    """Every error gpuledger raises on purpose answers with its class's status and its message (collector/errors.py),
+    wherever in analytics or policies it was raised: never a bare 500 for a caller's mistake."""
+    status = getattr(exc, "http_status", 500)
+    retry = getattr(exc, "retry_after_s", None)
+    return JSONResponse({"detail": str(exc)}, status_code=status,
+                        headers={"Retry-After": str(retry)} if retry and status == 503 else None)
 
 
 def _offline_docs(app: FastAPI) -> None:

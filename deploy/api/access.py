@@ -8,19 +8,24 @@ real tokens, then drop it. Reads need a token unless the server runs with `--ope
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any, Iterable, Sequence
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.store.access import AuditEntry, AuditLog, Identity, Role, find_token
+from gpuledger.analytics.store.access import Audit, AuditEntry, AuditLog, Identity, Role, find_token, require_team
 from gpuledger.analytics.store.metrics import AUDIT_DEFERRED
+from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.errors import InputError
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from gpuledger.collector.wire import INGEST_PATH
 
@@ -33,6 +38,42 @@ QUESTIONS = frozenset({"/v1/placement"})  # POSTs that change nothing (a schedul
 EXPORTS = frozenset({"/v1/backup"})  # reads audited all the same: the whole store leaves the server
 SHARED_LINES = frozenset({UNATTRIBUTED, IDLE_CAPACITY})  # bill lines that name no team: every caller may see them
 OTHER_TEAM = "(another team)"  # what a team token sees in place of another team's name or job
+PROXIES_ENV = "GPULEDGER_TRUSTED_PROXIES"  # comma-separated CIDRs whose X-Forwarded-For is believed
+REFUSED_READS = frozenset({401, 403})  # a read refused to anyone; a team token's 404s count too (probing)
+REFUSAL_WINDOW_S = 60.0  # refused reads are coalesced per actor per minute: a flood cannot grow the log
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def trusted_networks(given: Sequence[str] | None = None) -> tuple[Network, ...]:
+    """The proxies whose X-Forwarded-For the audit log believes: `given` (serve --trusted-proxy), else
+    $GPULEDGER_TRUSTED_PROXIES, else none (the address of whoever connected is what is logged)."""
+    texts = list(given) if given else [t for t in os.environ.get(PROXIES_ENV, "").split(",") if t.strip()]
+    try:
+        return tuple(ipaddress.ip_network(t.strip(), strict=False) for t in texts)
+    except ValueError as exc:
+        raise InputError(f"trusted proxy: {exc} (give a CIDR such as 10.0.0.0/8 or an address)") from exc
+
+
+def _within(address: str, networks: tuple[Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in n for n in networks)
+
+
+def client_address(request: Request) -> str | None:
+    """Who to name in the audit log: the connecting address; when that is a trusted proxy, the first address
+    of X-Forwarded-For (read from the right) that is not itself a trusted proxy, `<client> via <proxy>`. Anyone
+    else's X-Forwarded-For is ignored: a client cannot put another address in the log."""
+    peer = request.client.host if request.client else None
+    trusted = getattr(request.app.state, "trusted_proxies", ())
+    forwarded = ",".join(request.headers.getlist("x-forwarded-for"))
+    if peer is None or not trusted or not forwarded or not _within(peer, trusted):
+        return peer
+    hops = [h.strip() for h in forwarded.split(",") if h.strip()]
+    client = next((h for h in reversed(hops) if not _within(h, trusted)), hops[0] if hops else peer)
+    return f"{client[:64]} via {peer}"
 
 
 def _unauthorized(detail: str) -> HTTPException:
@@ -93,13 +134,15 @@ class Caller:
         role = self.identity.role if self.identity else None
         return role.scope if role and role.kind == "team" else None
 
-    def own(self, asked: str | None) -> str | None:
-        """The team filter to apply: what was asked, or for a team token its team (403 when another was asked)."""
-        if self.team is None:
-            return asked
-        if asked not in (None, self.team):
+    def own(self, asked: str | None, store: Store | None = None) -> str | None:
+        """The team filter to apply: what was asked, or for a team token its team (403 when another was asked).
+        With `store`, a team asked that the store does not know is a 404 naming it (`require_team`), the same on
+        every route with a team parameter."""
+        if self.team is not None and asked not in (None, self.team):
             raise HTTPException(status_code=403, detail=f"a token of team {self.team!r} sees only that team")
-        return self.team
+        if store is not None:
+            require_team(store, asked)
+        return asked if self.team is None else self.team
 
     def visible(self, rows: Iterable[dict[str, Any]], shared: bool = True) -> list[dict[str, Any]]:
         """The rows this caller may see: all, or for a team token its own team's, plus (`shared`: bill lines, not
@@ -169,6 +212,63 @@ def push_access(request: Request, node: str, authorization: str | None) -> Calle
     return caller
 
 
+def audit_of(request: Request, caller: Caller, status: int) -> Audit | None:
+    """The audit entry a write handler commits in the write's own transaction (the write and its entry land
+    together), marking the request as audited so the middleware does not log it twice."""
+    log: AuditLog | None = request.app.state.audit
+    if log is None:
+        return None
+    route = request.scope.get("route")
+    entry = AuditEntry(actor=caller.actor, role=caller.role,
+                       action=f"{request.method} {getattr(route, 'path', request.url.path)}",
+                       target=request.url.path, status=status, remote=client_address(request),
+                       detail=getattr(request.state, "audit", None))
+    return Audit(log, entry, on_commit=lambda: setattr(request.state, "audited", True))
+
+
+class RefusedReads:
+    """Refused reads, coalesced per actor per minute: the first of each minute is an entry at once (with what was
+    asked), the rest of that minute one entry with their count and up to ten of the paths asked, written when
+    the minute is over. At most two entries per actor a minute, however many refusals."""
+
+    def __init__(self, window_s: float = REFUSAL_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, str], dict[str, Any]] = {}  # (actor, role) -> this window's tally
+
+    def refused(self, entry: AuditEntry) -> AuditEntry | None:
+        """The entry to write now for this refusal (the first of its actor's minute), else None (counted)."""
+        now = time.monotonic()
+        with self._lock:
+            tally = self._open.get((entry.actor, entry.role))
+            if tally is not None and now - tally["since"] < self.window_s:
+                tally["count"] += 1
+                tally["statuses"][str(entry.status)] = tally["statuses"].get(str(entry.status), 0) + 1
+                if len(tally["paths"]) < 10 and entry.target not in tally["paths"]:
+                    tally["paths"].append(entry.target)
+                tally["remote"] = entry.remote
+                return None
+            self._open[(entry.actor, entry.role)] = {"since": now, "count": 0, "statuses": {}, "paths": [],
+                                                    "remote": entry.remote, "first": utc_now().isoformat()}
+            return entry
+
+    def due(self, everything: bool = False) -> list[AuditEntry]:
+        """The summaries of the minutes that are over (all, with `everything`: at shutdown)."""
+        now, out = time.monotonic(), []
+        with self._lock:
+            for (actor, role), tally in list(self._open.items()):
+                if not everything and now - tally["since"] < self.window_s:
+                    continue
+                del self._open[(actor, role)]
+                if tally["count"]:
+                    out.append(AuditEntry(actor=actor, role=role, action="GET (refused reads, coalesced)",
+                                          target=tally["paths"][0], status=max(map(int, tally["statuses"])),
+                                          remote=tally["remote"],
+                                          detail={"count": tally["count"], "statuses": tally["statuses"],
+                                                  "paths": tally["paths"], "since": tally["first"]}))
+        return out
+
+
 ReadCaller = Annotated[Caller, Depends(read_access)]
 ClusterCaller = Annotated[Caller, Depends(cluster_access)]
 AdminCaller = Annotated[Caller, Depends(admin_access)]
@@ -176,27 +276,48 @@ AdminCaller = Annotated[Caller, Depends(admin_access)]
 
 def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
     """Record every write request and every backup (method, route, status, caller, client address and what the
-    handler put in `request.state.audit`) in the audit log, refused ones included."""
+    handler put in `request.state.audit`) in the audit log, refused and failed ones included, and refused reads
+    (coalesced per actor per minute). A write whose entry committed with it (`audit_of`) is not logged again."""
+    refusals = RefusedReads()
+    app.state.refused_reads = refusals
+    if log is not None:
+        log.producers.append(refusals.due)
 
     @app.middleware("http")
     async def audit(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
+        failure: Exception | None = None
+        try:
+            response = await call_next(request)
+            status = response.status_code
+        except Exception as exc:  # the handler failed: a write it committed has its entry; else one is made here
+            response, status, failure = None, 500, exc
         route = request.scope.get("route")
         path = getattr(route, "path", request.url.path)
-        if log is not None and ((request.method in WRITES and path not in QUESTIONS) or path in EXPORTS):
-            caller: Caller = getattr(request.state, "caller", Caller(None))
+        caller: Caller = getattr(request.state, "caller", Caller(None))
+        if log is None or getattr(request.state, "audited", False):
+            pass
+        elif (request.method in WRITES and path not in QUESTIONS) or path in EXPORTS:
             entry = AuditEntry(actor=caller.actor, role=caller.role,
                                action=f"{request.method} {path}",
-                               target=request.url.path, status=response.status_code,
-                               remote=request.client.host if request.client else None,
+                               target=request.url.path, status=status, remote=client_address(request),
                                detail=getattr(request.state, "audit", None))
             if path == INGEST_PATH:  # many a second: written with the next flush, within a second
                 log.append(entry, wait=False)
-                return response
-            try:
-                await run_in_threadpool(log.append, entry)
-            except Exception as exc:  # the answer stands (the write itself is done or refused); the entry waits
-                AUDIT_DEFERRED.inc()
-                logger.error("audit entry for %s %s by %s kept in memory (%d waiting): %s", request.method, path,
-                             caller.actor, log.waiting, exc)
+            else:
+                try:
+                    await run_in_threadpool(log.append, entry)
+                except Exception as exc:  # the answer stands (the write is done or refused); the entry waits
+                    AUDIT_DEFERRED.inc()
+                    logger.error("audit entry for %s %s by %s kept in memory (%d waiting): %s", request.method,
+                                 path, caller.actor, log.waiting, exc)
+        elif status in REFUSED_READS or (status == 404 and caller.team is not None):
+            query = str(request.url.query)[:300]
+            entry = refusals.refused(AuditEntry(
+                actor=caller.actor, role=caller.role,
+                action=f"{request.method} {path}", target=request.url.path, status=status,
+                remote=client_address(request), detail={"query": query} if query else None))
+            if entry is not None:
+                log.append(entry, wait=False)
+        if failure is not None:
+            raise failure
         return response

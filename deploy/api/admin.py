@@ -22,7 +22,7 @@ from gpuledger.analytics.store.access import (
     token_info,
 )
 from gpuledger.analytics.store.backup import BackupError, snapshot, stamp
-from gpuledger.deploy.api.access import AdminCaller, Caller
+from gpuledger.deploy.api.access import AdminCaller, Caller, audit_of
 from gpuledger.deploy.api.deps import StoreDep
 from gpuledger.deploy.api.models import AuditLog, NewToken, TokenInfo, TokenRequest, WhoAmI
 
@@ -46,8 +46,8 @@ def make_token(body: TokenRequest, request: Request, caller: AdminCaller, store:
         role = Role.parse(body.role)
     except AccessError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    identity, token = create_token(store, body.name, role, caller.actor)
-    request.state.audit = {"token": identity.id, "name": identity.name, "role": str(role)}
+    request.state.audit = {"name": body.name, "role": str(role)}  # for the entry of a refusal
+    identity, token = create_token(store, body.name, role, caller.actor, audit=audit_of(request, caller, 201))
     return {**token_info(store, identity.id), "token": token}
 
 
@@ -61,7 +61,7 @@ def tokens(caller: AdminCaller, store: StoreDep, revoked: bool = Query(False, de
 def revoke(token_id: str, request: Request, caller: AdminCaller, store: StoreDep) -> dict:
     """Revoke a token; it is refused from the next request on."""
     request.state.audit = {"token": token_id}
-    if not revoke_token(store, token_id, caller.actor):
+    if not revoke_token(store, token_id, caller.actor, audit=audit_of(request, caller, 200)):
         raise HTTPException(status_code=404, detail=f"no live token with id {token_id!r}; see GET /v1/tokens")
     request.app.state.gate.forget(token_id)
     return token_info(store, token_id)
@@ -72,8 +72,9 @@ def audit(request: Request, caller: AdminCaller, store: StoreDep,
           since: datetime | None = Query(None, description="from this instant"),
           actor: str | None = Query(None, max_length=300, description="only this actor"),
           limit: int = Query(1000, ge=1, le=100_000)) -> dict:
-    """The audit log: every write and decision (refused ones too), who made it, when, from where and how it ended;
-    and whether the log's hash chain is intact. Pushes queued for the log are written first."""
+    """The audit log: every write and decision (refused ones too, and refused reads coalesced per minute), who made
+    it, when, from where and how it ended; and whether the log is intact (its HMAC chain, and its end against the
+    head anchor kept outside the database), else the first broken entry and why. Pushes queued are written first."""
     if request.app.state.audit is not None:
         request.app.state.audit.flush()
     return audit_report(store, since, actor, limit)
@@ -87,8 +88,9 @@ def backup(request: Request, caller: AdminCaller, store: StoreDep) -> FileRespon
     of every table), as a DuckDB file. `gpuledger backup DIR --server URL` saves it with its manifest."""
     work = Path(tempfile.mkdtemp(prefix="gpuledger-backup-", dir=None if store.lake else Path(store.path).parent))
     name = f"gpuledger-{stamp()}.duckdb"
+    log = request.app.state.audit
     try:
-        manifest = snapshot(store, work / name)
+        manifest = snapshot(store, work / name, log.files if log is not None else None)
     except BackupError as exc:
         shutil.rmtree(work, ignore_errors=True)
         raise HTTPException(status_code=507, detail=str(exc)) from exc

@@ -2,6 +2,7 @@
 jobs), and one row per job."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 
 from fastapi import APIRouter, Query
@@ -20,9 +21,13 @@ router = APIRouter(tags=["cost"])
 def costs(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
     """Cost per team, plus the unattributed and idle-capacity lines, with the rates used."""
     start, stop, span = window(days, end)
-    frame = cost_by_team(store, start, stop)
-    return {"window": span, "rates": records(store.rate_card()), "teams": caller.visible(records(frame)),
-            "total_usd": float(frame["cost_usd"].sum()) if not frame.empty else 0.0}
+    every = records(cost_by_team(store, start, stop))
+    lines = caller.visible(every)
+    # the total of the lines shown, so a team token's table adds up to its total too (its own line and the shared
+    # unattributed and idle-capacity lines); the cluster's cost beside it, without the other teams' names
+    return {"window": span, "rates": records(store.rate_card()), "teams": lines,
+            "total_usd": round(sum(line["cost_usd"] or 0.0 for line in lines), 6),
+            "cluster_total_usd": round(sum(line["cost_usd"] or 0.0 for line in every), 6)}
 
 
 @router.get("/v1/waste", response_model=Waste)
@@ -30,11 +35,10 @@ def waste_view(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: flo
           limit: int = Query(50, ge=1, le=1000, description="rows of idle runs and oversized jobs")) -> dict:
     """Idle allocated GPU-hours per team, the longest idle stretches, and jobs that fit a smaller shape."""
     start, stop, span = window(days, end)
-    found = waste(store, start, stop, config.idle_minutes, config.idle_util_pct, config.oversized_mem_fraction)
+    found = waste(store, start, stop, config.waste)
     return {
         "window": span,
-        "thresholds": {"idle_minutes": config.idle_minutes, "idle_util_pct": config.idle_util_pct,
-                       "oversized_mem_fraction": config.oversized_mem_fraction},
+        "thresholds": asdict(config.waste),
         "by_team": caller.visible(records(found.by_team)),
         "idle_runs": caller.visible(records(found.runs), shared=False)[:limit],
         "oversized_jobs": caller.visible(records(found.oversized), shared=False)[:limit],
@@ -56,4 +60,5 @@ def jobs(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: float = D
     """One row per job of the window, like jobstats: GPUs, model, GPU-hours, cost, mean and p95 utilisation,
     peak memory of the card's, idle share and a waste flag."""
     start, stop, _ = window(days, end)
-    return records(job_table(store, start, stop, caller.own(team), q, limit, config.oversized_mem_fraction))
+    team = caller.own(team, store)
+    return records(job_table(store, start, stop, team, q, limit, config.waste.oversized_mem_fraction))

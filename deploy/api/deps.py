@@ -9,7 +9,7 @@ from fastapi import Depends, Query, Request
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.windows import rolling
+from gpuledger.analytics.windows import EARLIEST, LATEST, rolling
 from gpuledger.deploy.api.models import Window
 
 
@@ -25,7 +25,8 @@ StoreDep = Annotated[Store, Depends(store_of)]
 ConfigDep = Annotated[Config, Depends(config_of)]
 
 Days = Query(7.0, gt=0, le=366, description="Window length in days, ending at `end`")
-End = Query(None, description="Window end (ISO 8601); default now")
+End = Query(None, ge=EARLIEST, le=LATEST,  # year 1 overflowed date arithmetic: a 500 on every windowed route
+            description="Window end (ISO 8601), between 2000-01-01 and 2200-01-01; default now")
 BucketMinutes = Query(60, ge=1, le=1440, description="Time bucket of a series, in minutes")
 
 

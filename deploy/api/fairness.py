@@ -22,5 +22,5 @@ def fairshare(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: floa
     Each hour's value comes from the usage before it (the algorithm's whole memory), so it does not depend
     on `days`: a longer view shows more hours of the same history."""
     start, stop, _ = window(days, end)
-    return {"algorithm": config.fairshare_algorithm, "half_life_days": config.half_life_days,
+    return {"algorithm": config.fairshare.algorithm, "half_life_days": config.fairshare.half_life_days,
             "history": caller.visible(records(fairshare_history(store, config, start, stop)))}

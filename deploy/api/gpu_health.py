@@ -26,7 +26,7 @@ def gpu_health(caller: ReadCaller, store: StoreDep, days: float = Days, end: dat
     """Health events of the window (XID codes, throttling starts, ECC and row-remap increases), each with the job
     that held the GPU, plus per-job and per-GPU counts: the failed jobs and sick GPUs to look at next to cost."""
     start, stop, span = window(days, end)
-    team = caller.own(team)
+    team = caller.own(team, store)
     return {"window": span, "events_until": json_safe(events_until(store)),
             "events": records(health_events(store, start, stop, node, team, kind, limit)),
             "by_job": records(health_by_job(store, start, stop, team)),

@@ -5,8 +5,10 @@ import asyncio
 
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from gpuledger.analytics.store.ingest_writer import InvalidBatch, StoreUnavailable
+from gpuledger.analytics.store.metrics import HTTP_REFUSED
 from gpuledger.collector.wire import (
     BATCHES_HEADER,
     CONTENT_TYPE,
@@ -15,14 +17,16 @@ from gpuledger.collector.wire import (
     NODE_HEADER,
     SEQ_HEADER,
     STREAM_HEADER,
+    UnpackedTooLarge,
     WireError,
     decode,
 )
 from gpuledger.deploy.api.access import push_access
+from gpuledger.deploy.api.limits import INGEST_BODY_BYTES
 from gpuledger.deploy.api.models import BatchAnswer, MultiBatchAnswer
 
 router = APIRouter(tags=["ingest"])
-MAX_BATCH_BYTES = 64 * 1024 * 1024
+MAX_BATCH_BYTES = INGEST_BODY_BYTES  # enforced as the body arrives (deploy/api/limits.py); checked again here
 
 
 @router.post(INGEST_PATH, response_model=BatchAnswer | MultiBatchAnswer)
@@ -51,11 +55,21 @@ async def ingest_batch(
         raise HTTPException(status_code=503, detail="ingest is not enabled on this server")
     if request.headers.get("content-type", "").split(";")[0] != CONTENT_TYPE:
         raise HTTPException(status_code=415, detail=f"send {CONTENT_TYPE}")
-    body = await request.body()
+    body = bytearray()  # one growing buffer, not Starlette's list of chunks joined into a second copy
+    try:
+        async for chunk in request.stream():
+            body += chunk
+    except ClientDisconnect:  # gone, or cut off at the limit (deploy/api/limits.py), which answered 413 already
+        body.clear()  # freed now: the exception's frames would hold it until the cycle collector runs
+        raise
     if len(body) > MAX_BATCH_BYTES:
         raise HTTPException(status_code=413, detail=f"batch over {MAX_BATCH_BYTES} bytes")
     try:
+        # decode() refuses a body whose headers declare more than 16x its size unpacked before decompressing it
         pending = state.ingest.enqueue(node, stream, seq, batches, interval_s, decode(body))
+    except UnpackedTooLarge as exc:
+        HTTP_REFUSED.labels("unpacked_too_large").inc()
+        raise HTTPException(status_code=422, detail=str(exc)) from exc
     except (WireError, InvalidBatch) as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
     try:

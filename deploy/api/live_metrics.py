@@ -61,9 +61,10 @@ class StoreGauges(Collector):
 
     def _families(self) -> list[GaugeMetricFamily | CounterMetricFamily]:
         end = self.clock()
-        families = _gauges(team_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "team", TEAM_GAUGES)
-        families += _gauges(node_gauges(self.store, end - WINDOW, end, self.config.idle_util_pct), "node", NODE_GAUGES)
-        fair = GaugeMetricFamily(FAIRSHARE, f"Fairshare factor ({self.config.fairshare_algorithm}), 0..1, higher = "
+        idle = self.config.waste.idle_util_pct
+        families = _gauges(team_gauges(self.store, end - WINDOW, end, idle), "team", TEAM_GAUGES)
+        families += _gauges(node_gauges(self.store, end - WINDOW, end, idle), "node", NODE_GAUGES)
+        fair = GaugeMetricFamily(FAIRSHARE, f"Fairshare factor ({self.config.fairshare.algorithm}), 0..1, higher = "
                                             "more deserving", labels=["team"])
         for team, row in fairshare_at(self.store, self.config, end).iterrows():
             fair.add_metric([str(team)], float(row["fairshare"]))

@@ -10,6 +10,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from gpuledger.policies.emitters import TARGETS
+from gpuledger.policies.exporting import FORMATS
+from gpuledger.policies.exporting import STATUSES as EXPORT_STATUSES
+from gpuledger.policies.recommendation import DECISIONS, KINDS, STATUSES, STORED_STATUSES
+
+# the closed sets of advice as types (declared once in policies/recommendation.py)
+Kind = Literal[KINDS]
+Status = Literal[STATUSES]
+StoredStatus = Literal[STORED_STATUSES]
+DecisionName = Literal[tuple(DECISIONS)]
+Target = Literal[TARGETS]
+ExportStatus = Literal[tuple(EXPORT_STATUSES)]
+ExportFormat = Literal[FORMATS]
+
 
 class Window(BaseModel):
     start: datetime = Field(description="inclusive")
@@ -24,7 +38,7 @@ class Health(BaseModel):
 
 
 class NodeStatus(BaseModel):
-    node: str
+    node: str = Field(description="the agent's node name")
     last_seen: datetime = Field(description="when the server last stored a batch from this agent")
     interval_s: float = Field(description="the agent's sampling interval")
     batches: int = Field(description="batches stored from this agent")
@@ -41,20 +55,20 @@ class Team(BaseModel):
 
 
 class UsageTotals(BaseModel):
-    team: str
+    team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
     allocated_gpu_hours: float = Field(description="GPU-hours a job of the team held a GPU")
     used_gpu_hours: float = Field(description="allocated GPU-hours weighted by GPU utilisation")
     jobs: int = Field(description="distinct jobs seen")
     efficiency: float = Field(description="used / allocated, 0..1")
-    cost_usd: float
+    cost_usd: float = Field(description="cost at the rate card over the window, USD")
 
 
 class ModelCost(BaseModel):
-    team: str
-    gpu_model: str
+    team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
+    gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
     usd_per_gpu_hour: float | None = Field(description="rate card; null: the model is unpriced")
-    gpu_hours: float
-    cost_usd: float
+    gpu_hours: float = Field(description="allocated GPU-hours on this model")
+    cost_usd: float = Field(description="GPU-hours x the rate, USD")
 
 
 class SeriesPoint(BaseModel):
@@ -68,45 +82,47 @@ class UtilizationPoint(SeriesPoint):
 
 
 class TeamQuota(BaseModel):
-    gpu_model: str
+    gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
     guarantee_gpus: float | None = Field(description="GPUs promised to the team (reclaimed from others when asked)")
     limit_gpus: float | None = Field(description="the most it may hold, borrowing idle GPUs")
 
 
 class ModelPoint(BaseModel):
-    bucket: datetime
-    gpu_model: str
+    bucket: datetime = Field(description="start of the time bucket (UTC)")
+    gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
     allocated_gpus: float = Field(description="the team's average concurrent GPUs of this model")
 
 
 class TeamUsage(BaseModel):
-    team: str
-    window: Window
-    totals: UsageTotals
-    by_model: list[ModelCost]
-    series: list[SeriesPoint]
+    team: str = Field(description="the team asked for")
+    window: Window = Field(description="the window read, [start, end)")
+    totals: UsageTotals = Field(description="the team's totals over the window (GPU-hours, jobs, cost in USD)")
+    by_model: list[ModelCost] = Field(description="GPU-hours and cost (USD) per GPU model")
+    series: list[SeriesPoint] = Field(description="its GPUs per time bucket")
     quotas: list[TeamQuota] = Field(description="its guarantee and limit per GPU model, as in force")
     model_series: list[ModelPoint] = Field(description="its allocated GPUs per bucket and model, against quotas")
 
 
 class Rate(BaseModel):
-    gpu_model: str
-    usd_per_gpu_hour: float
+    gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
+    usd_per_gpu_hour: float = Field(description="price of one GPU-hour of this model, USD")
 
 
 class TeamCost(BaseModel):
     team: str = Field(description="a team, 'unattributed' (allocated, no team) or '__idle__' (no job held the GPU)")
-    gpu_hours: float
-    used_gpu_hours: float
-    cost_usd: float
+    gpu_hours: float = Field(description="allocated GPU-hours in the window")
+    used_gpu_hours: float = Field(description="allocated GPU-hours weighted by utilisation")
+    cost_usd: float = Field(description="GPU-hours x the rate card, USD")
     unpriced_gpu_hours: float = Field(description="GPU-hours on models without a rate (priced at 0)")
 
 
 class Costs(BaseModel):
-    window: Window
-    rates: list[Rate]
-    teams: list[TeamCost]
-    total_usd: float
+    window: Window = Field(description="the window priced, [start, end)")
+    rates: list[Rate] = Field(description="the rate card used, USD per GPU-hour")
+    teams: list[TeamCost] = Field(description="one line per team and bill line")
+    total_usd: float = Field(description="USD: the sum of the lines shown (a team token: its own and the shared "
+                                         "lines), so the table adds up to it")
+    cluster_total_usd: float = Field(description="USD: the whole cluster's cost over the window, every line")
 
 
 class WasteThresholds(BaseModel):
@@ -116,63 +132,63 @@ class WasteThresholds(BaseModel):
 
 
 class TeamWaste(BaseModel):
-    team: str
-    idle_gpu_hours: float
-    idle_cost_usd: float
-    idle_stretches: int
-    oversized_jobs: int
-    oversized_gpu_hours: float
+    team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
+    idle_gpu_hours: float = Field(description="allocated GPU-hours in idle stretches")
+    idle_cost_usd: float = Field(description="what those idle GPU-hours cost, USD")
+    idle_stretches: int = Field(description="idle stretches counted")
+    oversized_jobs: int = Field(description="jobs whose peak memory was under the oversized share of the card")
+    oversized_gpu_hours: float = Field(description="GPU-hours of those oversized jobs")
 
 
 class IdleRun(BaseModel):
-    team: str
-    job_id: str | None
-    node: str | None
-    gpu_uuid: str
-    gpu_model: str | None
-    start_ts: datetime
+    team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
+    job_id: str | None = Field(description="the job's id; null when no job held it")
+    node: str | None = Field(description="the node; null when unknown")
+    gpu_uuid: str = Field(description="the GPU's (or MIG instance's) UUID")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
+    start_ts: datetime = Field(description="start of the first idle sample (UTC)")
     end_ts: datetime = Field(description="end of the last idle sample")
-    idle_minutes: float
-    idle_gpu_hours: float
-    idle_cost_usd: float
-    mean_util_pct: float | None
+    idle_minutes: float = Field(description="length of the stretch, minutes")
+    idle_gpu_hours: float = Field(description="GPU-hours held idle (MIG as fractions)")
+    idle_cost_usd: float = Field(description="what the stretch cost, USD")
+    mean_util_pct: float | None = Field(description="mean GPU utilisation over the stretch, %")
 
 
 class Fit(BaseModel):
     kind: Literal["mig", "gpu"] = Field(description="a MIG slice of the same card, or a smaller whole card")
-    target: str
+    target: str = Field(description="the MIG profile (e.g. 1g.10gb) or GPU model advised")
     gpu_fraction: float = Field(description="share of a physical GPU the target occupies")
 
 
 class OversizedJob(BaseModel):
-    job_id: str
-    team: str
-    gpu_model: str | None
-    gpus: int
-    first_ts: datetime
-    last_ts: datetime
-    peak_mem_mib: float | None
-    mem_total_mib: float | None
-    mean_util_pct: float
-    p95_util_pct: float
-    gpu_hours: float
-    cost_usd: float
-    usd_per_gpu_hour: float | None
+    job_id: str = Field(description="the job's id")
+    team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
+    gpus: int = Field(description="distinct GPUs it held")
+    first_ts: datetime = Field(description="its first sample (UTC)")
+    last_ts: datetime = Field(description="its last sample (UTC)")
+    peak_mem_mib: float | None = Field(description="peak memory used on a GPU, MiB")
+    mem_total_mib: float | None = Field(description="the card's (or instance's) memory, MiB")
+    mean_util_pct: float = Field(description="mean GPU utilisation, %")
+    p95_util_pct: float = Field(description="95th percentile of GPU utilisation, %")
+    gpu_hours: float = Field(description="allocated GPU-hours in the window")
+    cost_usd: float = Field(description="its cost in the window, USD")
+    usd_per_gpu_hour: float | None = Field(description="the model's rate, USD per GPU-hour; null unpriced")
     idle: bool = Field(description="p95 utilisation under the idle threshold: give the GPUs back, no shape advised")
     fits: Fit | None = Field(description="the smallest shape that holds the job; null if none does or it is idle")
 
 
 class Waste(BaseModel):
-    window: Window
-    thresholds: WasteThresholds
-    by_team: list[TeamWaste]
-    idle_runs: list[IdleRun]
-    oversized_jobs: list[OversizedJob]
+    window: Window = Field(description="the window read, [start, end)")
+    thresholds: WasteThresholds = Field(description="what counted as idle and oversized")
+    by_team: list[TeamWaste] = Field(description="idle and oversized totals per team")
+    idle_runs: list[IdleRun] = Field(description="idle stretches, costliest first")
+    oversized_jobs: list[OversizedJob] = Field(description="jobs that asked for more GPU memory than they used")
 
 
 class FairshareRow(BaseModel):
-    hour: datetime
-    team: str
+    hour: datetime = Field(description="the clock hour (UTC)")
+    team: str = Field(description="the team")
     gpu_hours: float = Field(description="allocated GPU-hours in this hour")
     fairshare: float = Field(description="the algorithm's factor, 0..1, higher = more deserving: slurm_classic "
                                          "F = 2^(-U/S) (0.5 = at its share); slurm_fair_tree the mean rank-based "
@@ -191,38 +207,42 @@ class FairshareRow(BaseModel):
 
 class Fairshare(BaseModel):
     algorithm: str = Field(description="slurm_classic | slurm_fair_tree | kai_time_based ([fairshare] algorithm)")
-    half_life_days: float
-    history: list[FairshareRow]
+    half_life_days: float = Field(description="decay half-life of past usage, days ([fairshare] half_life_days)")
+    history: list[FairshareRow] = Field(description="per hour and team: usage and the factor")
 
 
 class Recommendation(BaseModel):
     id: str = Field(description="stored: unique; preview: a stable hash of kind, team, model, job and action")
-    kind: Literal["quota", "reclaim", "resize"]
-    team: str
+    kind: Kind = Field(description="quota: a guarantee and limit per GPU model; reclaim: GPUs held idle; resize: a "
+                                   "job that fits a MIG slice or smaller card; consolidate: jobs to move so a waiting "
+                                   "gang job fits; colocate: a job spread over nodes one node can hold; separate: a "
+                                   "latency-sensitive job sharing a GPU with other work")
+    team: str = Field(description="the team the advice is for")
     gpu_model: str | None = Field(description="the GPU model a quota or a job's GPUs are for")
-    job_id: str | None
-    status: Literal["proposed", "accepted", "rejected", "applied", "superseded", "insufficient_data", "preview"] = \
+    job_id: str | None = Field(description="the job it is about; null for quota advice")
+    status: Status = \
         Field(description="proposed, then accepted / rejected / applied by a decision, or superseded by newer "
                           "evidence; insufficient_data: no number, see reason; preview: evaluated at `end`, not stored")
     created: datetime | None = Field(description="when it was stored; null for previews and insufficient_data")
     action: dict[str, Any] = Field(description="what to change; quota: guarantee_gpus (GPUs promised), limit_gpus "
                                                "(most it may hold, borrowing), current_guarantee_gpus")
     evidence: dict[str, Any] = Field(description="the measurements behind it, and its expected effect per week")
-    reason: str
-    decided_by: str | None = None
-    decided_at: datetime | None = None
-    note: str | None = None
+    reason: str = Field(description="why, in one sentence")
+    decided_by: str | None = Field(None, description="who decided; null while undecided")
+    decided_at: datetime | None = Field(None, description="when it was decided (UTC); null while undecided")
+    note: str | None = Field(None, description="the decision's note")
 
 
 class Recommendations(BaseModel):
-    generated_at: datetime
+    generated_at: datetime = Field(description="when this answer was made (UTC)")
     as_of: datetime = Field(description="the instant the policy was evaluated at")
     policy_window: Window = Field(description="the history the advice comes from ([quota] window_days)")
-    recommendations: list[Recommendation]
+    recommendations: list[Recommendation] = \
+        Field(description="open advice (proposed, accepted) and insufficient_data notes")
 
 
 class Decision(BaseModel):
-    decision: Literal["accept", "reject", "applied"] = Field(
+    decision: DecisionName = Field(
         description="accept: agreed, to be applied; reject: not to be applied; applied: the scheduler now runs it "
                     "(a quota's guarantee becomes the current one)")
     by: str = Field(min_length=1, max_length=200, description="who decided")
@@ -231,7 +251,8 @@ class Decision(BaseModel):
 
 class BatchAnswer(BaseModel):
     """The answer to a one-batch request."""
-    status: Literal["stored", "duplicate"]
+    status: Literal["stored", "duplicate"] = \
+        Field(description="stored, or duplicate: the batch was already stored (acknowledged, nothing written)")
     rows: int = Field(description="rows stored")
     rejected: dict[str, int] = Field(description="rows refused, by reason")
     nulled_values: int = Field(description="NaN/Inf values stored as NULL")
@@ -239,8 +260,8 @@ class BatchAnswer(BaseModel):
 
 class MultiBatchAnswer(BaseModel):
     """The answer to a request of several consecutive batches, as lists over the batches."""
-    first_seq: int
-    batches: int
+    first_seq: int = Field(description="seq of the first batch of the request")
+    batches: int = Field(description="batches in the request")
     rows: list[int] = Field(description="rows stored, per batch in seq order")
     duplicates: list[int] = Field(description="seqs already stored, acknowledged without storing")
     rejected: dict[str, dict[str, int]] = Field(description="by seq, rows refused by reason (batches with any)")
@@ -249,78 +270,78 @@ class MultiBatchAnswer(BaseModel):
 
 class HealthEvent(BaseModel):
     ts: datetime = Field(description="the reading that showed the change")
-    node: str
-    gpu_uuid: str
-    gpu_index: int | None
-    gpu_model: str | None
+    node: str = Field(description="the node")
+    gpu_uuid: str = Field(description="the GPU's (or MIG instance's) UUID")
+    gpu_index: int | None = Field(description="the GPU's index on the node")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
     kind: str = Field(description="xid, thermal_throttle, power_throttle, hw_slowdown, ecc_sbe, ecc_dbe, "
                                   "row_remap_corr, row_remap_uncorr or row_remap_failure")
     code: int | None = Field(description="xid: the XID code; throttling: the reasons bitmask (NVML's bits)")
     increase: int | None = Field(description="counters (ECC, remapped rows): by how much they rose; else 1")
     job_id: str | None = Field(description="the job that held the GPU then; null when it was free")
-    team: str | None
-    user: str | None
+    team: str | None = Field(description="the team of the job; null when the GPU was free")
+    user: str | None = Field(description="the job's user; null when unknown")
     meaning: str = Field(description="for XIDs: what the code usually means")
 
 
 class HealthCounts(BaseModel):
     """Events per kind (collector/gpu_health.py)."""
-    xid: int
-    thermal_throttle: int
-    power_throttle: int
-    hw_slowdown: int
-    ecc_sbe: int
-    ecc_dbe: int
-    row_remap_corr: int
-    row_remap_uncorr: int
-    row_remap_failure: int
+    xid: int = Field(description="XID errors (count)")
+    thermal_throttle: int = Field(description="thermal throttling starts (count)")
+    power_throttle: int = Field(description="power-cap throttling starts (count)")
+    hw_slowdown: int = Field(description="hardware slowdown starts (count)")
+    ecc_sbe: int = Field(description="single-bit ECC errors (count)")
+    ecc_dbe: int = Field(description="double-bit ECC errors (count)")
+    row_remap_corr: int = Field(description="rows remapped for correctable errors (count)")
+    row_remap_uncorr: int = Field(description="rows remapped for uncorrectable errors (count)")
+    row_remap_failure: int = Field(description="failed row remappings (count)")
 
 
 class JobHealth(HealthCounts):
-    job_id: str
-    team: str | None
+    job_id: str = Field(description="the job's id")
+    team: str | None = Field(description="its team; null when unknown")
     events: int = Field(description="events on the GPUs the job held, while it held them")
-    xid_codes: list[int] | None
-    gpus_affected: int
-    first_event: datetime
-    last_event: datetime
+    xid_codes: list[int] | None = Field(description="the distinct XID codes seen")
+    gpus_affected: int = Field(description="GPUs with at least one event")
+    first_event: datetime = Field(description="first event (UTC)")
+    last_event: datetime = Field(description="last event (UTC)")
     job_state: str | None = Field(description="the job's state as the scheduler recorded it, when known")
 
 
 class GpuHealth(HealthCounts):
-    node: str
-    gpu_uuid: str
-    gpu_index: int | None
-    gpu_model: str | None
-    last_xid: int | None
-    jobs_hit: int
-    last_event: datetime
+    node: str = Field(description="the node")
+    gpu_uuid: str = Field(description="the GPU's (or MIG instance's) UUID")
+    gpu_index: int | None = Field(description="the GPU's index on the node")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
+    last_xid: int | None = Field(description="the latest XID code; null when none")
+    jobs_hit: int = Field(description="distinct jobs that held the GPU during an event")
+    last_event: datetime = Field(description="the latest event (UTC)")
 
 
 class HealthReport(BaseModel):
-    window: Window
+    window: Window = Field(description="the window read, [start, end)")
     events_until: datetime | None = Field(description="events are derived as minutes are folded: they reach this "
                                                       "instant, a few minutes behind the newest sample")
     events: list[HealthEvent] = Field(description="newest first, at most `limit`")
-    by_job: list[JobHealth]
-    by_gpu: list[GpuHealth]
+    by_job: list[JobHealth] = Field(description="event counts per job")
+    by_gpu: list[GpuHealth] = Field(description="event counts per GPU")
 
 
 class TelemetryCoverage(BaseModel):
-    node: str
+    node: str = Field(description="the node")
     samples: int = Field(description="samples of the node in the last `minutes`")
     sm_active: float = Field(description="share of those samples carrying SM activity (a DCGM profiling field)")
-    sm_occupancy: float
-    tensor_active: float
-    dram_active: float
-    power_w: float
-    temp_c: float
+    sm_occupancy: float = Field(description="share of samples carrying SM occupancy, 0..1")
+    tensor_active: float = Field(description="share of samples carrying tensor-core activity, 0..1")
+    dram_active: float = Field(description="share of samples carrying DRAM activity, 0..1")
+    power_w: float = Field(description="share of samples carrying power (W), 0..1")
+    temp_c: float = Field(description="share of samples carrying temperature (°C), 0..1")
     nvlink_tx_bps: float = Field(description="NVLink per direction (profiling field or NVML)")
     nvlink_bps: float = Field(description="NVLink total (dcgm-exporter's default NVLINK_BANDWIDTH_TOTAL)")
-    pcie_tx_bps: float
-    xid: float
-    throttle_reasons: float
-    ecc_dbe_total: float
+    pcie_tx_bps: float = Field(description="share of samples carrying PCIe transmit (bytes/s), 0..1")
+    xid: float = Field(description="share of samples carrying the XID field, 0..1")
+    throttle_reasons: float = Field(description="share of samples carrying throttle reasons, 0..1")
+    ecc_dbe_total: float = Field(description="share of samples carrying the double-bit ECC counter, 0..1")
 
 
 class WorkloadShape(BaseModel):
@@ -330,9 +351,9 @@ class WorkloadShape(BaseModel):
 
 
 class NodeFragmentation(BaseModel):
-    node: str
-    gpu_model: str | None
-    gpus: float
+    node: str = Field(description="the node")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
+    gpus: float = Field(description="GPUs present, in GPUs")
     idle_gpus: float = Field(description="GPU no job holds, in GPUs (parts of shared or MIG GPUs count)")
     fragmented_gpus: float = Field(description="idle GPU the typical job cannot use (FGD): stranded capacity")
     fragmented_share: float = Field(description="fragmented / idle, 0..1")
@@ -340,23 +361,23 @@ class NodeFragmentation(BaseModel):
 
 
 class FragmentationPoint(BaseModel):
-    ts: datetime
-    gpus: float
-    idle_gpus: float
-    fragmented_gpus: float
+    ts: datetime = Field(description="when the server recorded it (UTC)")
+    gpus: float = Field(description="GPUs present, in GPUs")
+    idle_gpus: float = Field(description="GPUs no job held, in GPUs")
+    fragmented_gpus: float = Field(description="idle GPUs the typical job cannot use, in GPUs")
 
 
 class Fragmentation(BaseModel):
     at: datetime | None = Field(description="the instant the state is read at (each node's newest sample)")
     enough_data: bool = Field(description="false when no job held a GPU in the window (no workload to measure "
                                           "against) or no node reported in the last 10 minutes")
-    reason: str | None = None
+    reason: str | None = Field(None, description="why there is not enough data; null when there is")
     workload: list[WorkloadShape] = Field(description="the job shapes covering 95% of the window's jobs")
-    gpus: float
-    idle_gpus: float
-    fragmented_gpus: float
-    fragmented_share_of_idle: float
-    fragmented_share_of_capacity: float
+    gpus: float = Field(description="GPUs present, in GPUs")
+    idle_gpus: float = Field(description="GPUs no job holds, in GPUs")
+    fragmented_gpus: float = Field(description="idle GPUs the typical job cannot use (FGD), in GPUs")
+    fragmented_share_of_idle: float = Field(description="fragmented / idle GPUs, 0..1")
+    fragmented_share_of_capacity: float = Field(description="fragmented / present GPUs, 0..1")
     stranded_usd_per_day: float = Field(description="what the fragmented GPUs cost per day at the rate card")
     nodes: list[NodeFragmentation] = Field(description="most fragmented first")
     history: list[FragmentationPoint] = Field(description="the cluster's fragmentation as the server recorded it")
@@ -372,16 +393,16 @@ class PlacementRequest(BaseModel):
 
 
 class PlacementCandidate(BaseModel):
-    node: str
-    gpu_model: str | None
+    node: str = Field(description="the node")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
     gpus: list[str] = Field(description="the GPUs (UUIDs) the task would take")
     score: int = Field(description="FGD score 0..100: 50 = fragmentation unchanged, higher = it falls")
-    fragmentation_before_gpus: float
-    fragmentation_after_gpus: float
+    fragmentation_before_gpus: float = Field(description="the node's fragmented GPUs now, in GPUs")
+    fragmentation_after_gpus: float = Field(description="its fragmented GPUs with the task placed, in GPUs")
 
 
 class PlacementAnswer(BaseModel):
-    at: datetime | None
+    at: datetime | None = Field(description="the instant the cluster state is read at (UTC); null without data")
     request_gpu_milli: int = Field(description="milli-GPU per GPU the request was read as")
     candidates: list[PlacementCandidate] = Field(description="best first; ties to the lowest node name")
     feasible: int = Field(description="places the task could go in all")
@@ -389,43 +410,43 @@ class PlacementAnswer(BaseModel):
 
 
 class JobRow(BaseModel):
-    job_id: str
-    team: str
-    user: str | None
-    gpu_model: str | None
+    job_id: str = Field(description="the job's id")
+    team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
+    user: str | None = Field(description="the job's user; null when unknown")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
     gpus: int = Field(description="distinct GPUs (and MIG instances) it held in the window")
-    mig_profile: str | None
-    first_ts: datetime
+    mig_profile: str | None = Field(description="its MIG profile (e.g. 1g.10gb); null on whole GPUs")
+    first_ts: datetime = Field(description="its first sample in the window (UTC)")
     last_ts: datetime = Field(description="when its last sample's interval ended")
-    gpu_hours: float
-    cost_usd: float
-    mean_util_pct: float | None
+    gpu_hours: float = Field(description="allocated GPU-hours in the window")
+    cost_usd: float = Field(description="its cost in the window, USD")
+    mean_util_pct: float | None = Field(description="mean GPU utilisation, %")
     p95_util_pct: float | None = Field(description="95th percentile of its per-minute mean utilisation (whole GPUs)")
-    peak_mem_mib: float | None
+    peak_mem_mib: float | None = Field(description="peak GPU memory used, MiB")
     mem_total_mib: float | None = Field(description="the card's (or instance's) memory")
     idle_share: float | None = Field(description="share of its GPU-hours under the idle threshold")
     waste: bool = Field(description="idle share at least 0.5, or peak memory under the oversized threshold")
 
 
 class DailyCost(BaseModel):
-    day: datetime
+    day: datetime = Field(description="the UTC day (its midnight)")
     team: str = Field(description="a team, 'unattributed', or '__idle__' (GPUs no job held)")
-    cost_usd: float
+    cost_usd: float = Field(description="cost of the day, USD")
 
 
 class GpuHolder(BaseModel):
-    node: str
-    gpu_uuid: str
-    gpu_model: str | None
+    node: str = Field(description="the node")
+    gpu_uuid: str = Field(description="the GPU's (or MIG instance's) UUID")
+    gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
     job_id: str | None = Field(description="the job holding (part of) the GPU now; null: free")
-    team: str | None
+    team: str | None = Field(description="the holding job's team; null: free")
     fraction: float = Field(description="the part of the GPU this row stands for")
 
 
 class GpuPoint(BaseModel):
-    bucket: datetime
-    node: str
-    gpu_uuid: str
+    bucket: datetime = Field(description="start of the time bucket (UTC)")
+    node: str = Field(description="the node")
+    gpu_uuid: str = Field(description="the GPU's (or MIG instance's) UUID")
     util_pct: float | None = Field(description="mean utilisation over the bucket, %")
     mem_used_mib: float | None = Field(description="peak memory used, MiB")
     power_w: float | None = Field(description="mean power, W")
@@ -436,6 +457,8 @@ class GpuPoint(BaseModel):
 class Gpus(BaseModel):
     at: datetime | None = Field(description="the instant the holders are read at")
     holders: list[GpuHolder] = Field(description="every GPU now, one row per holder (a free GPU: no job)")
+    bucket_minutes: int = Field(description="the bucket of `series`: the one asked for, or a coarser one when "
+                                            "that would have made the answer too long")
     series: list[GpuPoint] = Field(description="per GPU and bucket over the window")
 
 
@@ -447,12 +470,12 @@ class TokenRequest(BaseModel):
 
 class TokenInfo(BaseModel):
     id: str = Field(description="the token's id: what `revoke` takes and what the audit log names")
-    name: str
-    role: str
-    created: datetime
-    created_by: str
-    revoked: datetime | None = None
-    revoked_by: str | None = None
+    name: str = Field(description="what the token is for")
+    role: str = Field(description="admin, reader, team:<team> or agent:<node>")
+    created: datetime = Field(description="when it was made (UTC)")
+    created_by: str = Field(description="who made it")
+    revoked: datetime | None = Field(None, description="when it was revoked (UTC); null while live")
+    revoked_by: str | None = Field(None, description="who revoked it; null while live")
 
 
 class NewToken(TokenInfo):
@@ -461,9 +484,9 @@ class NewToken(TokenInfo):
 
 class AuditRow(BaseModel):
     seq: int = Field(description="position in the log, from 1, without gaps")
-    ts: datetime
+    ts: datetime = Field(description="when the request was answered (UTC)")
     actor: str = Field(description="the token's name and id, 'bootstrap' (the server's --token) or 'anonymous'")
-    role: str
+    role: str = Field(description="the caller's role")
     action: str = Field(description="method and route, e.g. 'POST /v1/recommendations/{rec_id}/decision'")
     target: str = Field(description="the path called")
     status: int = Field(description="the HTTP status answered: 2xx done, 4xx refused")
@@ -474,6 +497,11 @@ class AuditRow(BaseModel):
 class AuditLog(BaseModel):
     intact: bool = Field(description="every row's hash chains to the one before: nothing edited or removed")
     first_broken: int | None = Field(description="the first row whose chain breaks, when not intact")
+    reason: str | None = Field(None, description="why the log is not intact (an entry edited, removed or reordered, "
+                                                 "a truncation past the head anchor, a missing key or head); "
+                                                 "null when intact")
+    keyed_from: int | None = Field(None, description="the first entry chained by HMAC-SHA256 with the site's audit "
+                                                     "key; entries before it keep their plain SHA-256 chain")
     entries: list[AuditRow] = Field(description="newest first")
 
 

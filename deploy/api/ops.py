@@ -10,13 +10,14 @@ from prometheus_client import generate_latest
 from gpuledger.analytics.fragmentation import holders
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.usage import gpu_series, telemetry_coverage
-from gpuledger.analytics.windows import utc_now
+from gpuledger.analytics.windows import buckets_in, fitting_bucket, utc_now
 from gpuledger.deploy.api.access import ClusterCaller, ReadCaller
 from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Gpus, Health, NodeStatus, TelemetryCoverage
 
 router = APIRouter(tags=["ops"])
 STALE_AFTER_INTERVALS = 3
+MAX_GPU_POINTS = 200_000  # rows of /v1/gpus' series (~35 MB of JSON): 1,024 GPUs over 7 days at 60 minutes
 
 
 @router.get("/healthz", response_model=Health)
@@ -60,9 +61,13 @@ def telemetry(caller: ReadCaller, store: StoreDep, minutes: float = Query(15.0, 
 def gpus(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End,
          bucket_minutes: int = BucketMinutes) -> dict:
     """The inventory (every GPU and who holds it now) and, per GPU and time bucket, utilisation, memory and power:
-    what a heatmap of the cluster is drawn from."""
+    what a heatmap of the cluster is drawn from. When the GPUs now times the window's buckets would pass
+    MAX_GPU_POINTS, a coarser bucket is used and given as `bucket_minutes` (366 days at 1 minute was 43 MB)."""
     start, stop, _ = window(days, end)
     latest = store.latest_ts(before=stop)
     held = holders(store, latest + timedelta(microseconds=1)) if latest is not None else None
+    series = len(held) if held is not None else 1
+    if buckets_in(days, bucket_minutes) * series > MAX_GPU_POINTS:
+        bucket_minutes = min(1440, fitting_bucket(days, series, MAX_GPU_POINTS))
     return {"at": json_safe(latest), "holders": caller.redact(records(held)) if held is not None else [],
-            "series": records(gpu_series(store, start, stop, bucket_minutes))}
+            "bucket_minutes": bucket_minutes, "series": records(gpu_series(store, start, stop, bucket_minutes))}

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 
 from gpuledger.analytics import fragmentation as frag
 from gpuledger.analytics.records import records
-from gpuledger.collector.gpu_catalog import mig_fraction, model_for_profile
+from gpuledger.collector.errors import InputError
+from gpuledger.collector.gpu_catalog import mig_fraction, models_with_profile
 from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, PlacementRequest
@@ -58,15 +59,15 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, da
     how little it raises the cluster's fragmentation (FGD), with each alternative's score. A scheduler extender's
     prioritize call, or a KAI/Volcano plugin, can take the first candidate or weigh the scores with its own."""
     milli = 1000
+    models = frozenset(request.gpu_model or ())
     if request.gpu_fraction is not None and request.mig_profile is not None:
-        raise HTTPException(422, "give gpu_fraction or mig_profile, not both")
+        raise InputError("give gpu_fraction or mig_profile, not both")
     if (request.gpu_fraction is not None or request.mig_profile) and request.gpus != 1:
-        raise HTTPException(422, "a part of a GPU (gpu_fraction, mig_profile) is for one GPU: set gpus to 1")
+        raise InputError("a part of a GPU (gpu_fraction, mig_profile) is for one GPU: set gpus to 1")
     if request.gpu_fraction is not None:
         milli = max(1, round(request.gpu_fraction * 1000))
     elif request.mig_profile:
-        model = (request.gpu_model or [None])[0] or model_for_profile(request.mig_profile) or ""
-        milli = round(mig_fraction(model, request.mig_profile) * 1000)
+        models, milli = _mig_models(request.mig_profile, models)
     at, nodes, workload = frag.current_state(store, None, days)
     answer = {"at": at, "request_gpu_milli": milli, "candidates": [], "feasible": 0}
     if not nodes.names:
@@ -74,7 +75,7 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, da
     if workload is None:
         return {**answer, "reason": f"no job held a GPU in the last {days:g} day(s): nothing to score against"}
     state = ClusterState(nodes, workload)
-    shape = frag.TaskShape(0, milli, request.gpus, frozenset(request.gpu_model or ()))
+    shape = frag.TaskShape(0, milli, request.gpus, models)
     ranked = rank(state, Task("request", shape, 0))
     if not len(ranked.nodes):
         return {**answer, "reason": "no node has the GPUs free that the request needs"}
@@ -87,3 +88,16 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, da
                     "score": int(ranked.score[i]), "fragmentation_before_gpus": float(ranked.before[i]) / 1000,
                     "fragmentation_after_gpus": float(ranked.after[i]) / 1000})
     return {**answer, "candidates": out, "feasible": len(ranked.nodes)}
+
+
+def _mig_models(profile: str, asked: frozenset[str]) -> tuple[frozenset[str], int]:
+    """The GPU models that can take a MIG slice of this profile (of those asked for, if any), and the slice's
+    share of a card in thousandths (the largest among them, so no candidate is short). A card without MIG, or
+    one whose geometry lacks the profile, is never offered."""
+    owners = models_with_profile(profile)
+    allowed = [m for m in owners if not asked or m in asked]
+    if not allowed:
+        among = f" among {', '.join(sorted(asked))}" if asked else ""
+        raise InputError(f"no GPU model{among} offers MIG profile {profile!r}; the cards that do: "
+                         f"{', '.join(owners) or 'none in the catalogue'}")
+    return frozenset(allowed), max(round(mig_fraction(m, profile) * 1000) for m in allowed)

@@ -7,19 +7,42 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import PlainTextResponse
 
 from gpuledger.analytics.windows import utc_now
-from gpuledger.deploy.api.access import AdminCaller, ClusterCaller, ReadCaller
+from gpuledger.deploy.api.access import AdminCaller, ClusterCaller, ReadCaller, audit_of
 from gpuledger.deploy.api.deps import ConfigDep, End, StoreDep
-from gpuledger.deploy.api.models import Decision, Recommendation, Recommendations
-from gpuledger.policies.exporting import export
-from gpuledger.policies.recommendation import stored
-from gpuledger.policies.recommender import DecisionError, UnknownRecommendation, decide
+from gpuledger.deploy.api.models import (
+    Decision,
+    ExportFormat,
+    ExportStatus,
+    Kind,
+    Recommendation,
+    Recommendations,
+    StoredStatus,
+    Target,
+)
+from gpuledger.policies.exporting import DEFAULT_STATUS, export
+from gpuledger.policies.recommendation import Recommendation as RecommendationRecord
+from gpuledger.policies.recommendation import for_team, stored
+from gpuledger.policies.recommender import DecisionError, Evaluation, UnknownRecommendation, decide
 
 router = APIRouter(tags=["recommendations"])
 
 
+def recommendations_answer(evaluation: Evaluation, recs: list[RecommendationRecord], kind: str | None = None,
+                           team: str | None = None, redact_for: str | None = None) -> dict:
+    """The open recommendations as GET /v1/recommendations answers them and `gpuledger recommend` prints them:
+    one shape (the `Recommendations` model, as JSON), built here for both. `redact_for`: a team token's team,
+    whose view names no other team's jobs or users."""
+    chosen = [(for_team(r, redact_for) if redact_for else r).to_dict() for r in recs
+              if (kind is None or r.kind == kind) and (team is None or r.team == team)]
+    return Recommendations.model_validate({
+        "generated_at": utc_now(), "as_of": evaluation.at,
+        "policy_window": {"start": evaluation.start, "end": evaluation.at},
+        "recommendations": chosen}).model_dump(mode="json")
+
+
 @router.get("/v1/recommendations", response_model=Recommendations)
-def recommendations(request: Request, caller: ReadCaller, end: datetime | None = End,
-                    kind: str | None = Query(None, pattern="^(quota|reclaim|resize|consolidate|colocate|separate)$"),
+def recommendations(request: Request, caller: ReadCaller, store: StoreDep, end: datetime | None = End,
+                    kind: Kind | None = Query(None, description="only advice of this kind"),
                     team: str | None = None) -> dict:
     """The open recommendations (proposed or accepted) and, per team and GPU model without enough data, an
     `insufficient_data` note with the reason instead of a number.
@@ -28,28 +51,29 @@ def recommendations(request: Request, caller: ReadCaller, end: datetime | None =
     window the caller views, and is re-evaluated at most every `[quota] refresh_minutes`. With `end`, the policy
     is evaluated at that instant instead and nothing is stored (status `preview`)."""
     service = request.app.state.recommender
-    team = caller.own(team)
+    team = caller.own(team, store)
     evaluation, recs = service.preview(end) if end else service.current()
-    recs = [r.to_dict() for r in recs if (kind is None or r.kind == kind) and (team is None or r.team == team)]
-    return {"generated_at": utc_now(), "as_of": evaluation.at,
-            "policy_window": {"start": evaluation.start, "end": evaluation.at}, "recommendations": recs}
+    return recommendations_answer(evaluation, recs, kind, team, redact_for=team if caller.team else None)
 
 
 @router.get("/v1/recommendations/history", response_model=list[Recommendation])
-def history(caller: ReadCaller, store: StoreDep, team: str | None = None, status: str | None = Query(
-        None, pattern="^(proposed|accepted|rejected|applied|superseded)$"),
+def history(caller: ReadCaller, store: StoreDep, team: str | None = None,
+            status: StoredStatus | None = Query(None, description="only recommendations with this status"),
             limit: int = Query(200, ge=1, le=10000)) -> list[dict]:
     """Every stored recommendation, newest first, with what was decided, by whom, when and why."""
-    return [r.to_dict() for r in stored(store, statuses=(status,) if status else None, team=caller.own(team), limit=limit)]
+    team = caller.own(team, store)
+    recs = stored(store, statuses=(status,) if status else None, team=team, limit=limit)
+    return [(for_team(r, team) if caller.team else r).to_dict() for r in recs]  # a team token: no other team named
 
 
 @router.get("/v1/recommendations/export", response_class=PlainTextResponse, responses={200: {
     "content": {"application/yaml": {}, "text/x-shellscript": {}},
     "description": "KAI / Kueue / Volcano objects as YAML, a sacctmgr script for Slurm, or JSON"}})
-def export_plan(caller: ClusterCaller, store: StoreDep, config: ConfigDep, target: str = Query(..., pattern="^(kai|kueue|volcano|slurm)$"),
-                status: str = Query("open", pattern="^(open|accepted)$",
-                                    description="open: proposed and accepted recommendations; accepted: only those"),
-                format: str = Query("native", pattern="^(native|json)$")) -> PlainTextResponse:
+def export_plan(caller: ClusterCaller, store: StoreDep, config: ConfigDep, target: Target = Query(..., description="the scheduler"),
+                status: ExportStatus = Query(DEFAULT_STATUS, description="accepted (the default): only advice an "
+                                             "admin accepted; open: proposed too, to review the plan it would make"),
+                format: ExportFormat = Query("native", description="native: YAML, or a shell script for slurm; "
+                                                                   "json: the objects as JSON")) -> PlainTextResponse:
     """The quota plan as the target scheduler's objects: each team's share, and its guarantee and limit per GPU
     model as the recommendations chosen by `status` would set them (the numbers in force elsewhere). The same as
     `gpuledger emit --target T`; to get only changes against the objects that exist, use `emit --current`."""
@@ -63,7 +87,8 @@ def decision(rec_id: str, body: Decision, request: Request, caller: AdminCaller,
     """Record a decision on a recommendation: accept, reject, or applied. Needs an admin token."""
     request.state.audit = {"recommendation": rec_id, "decision": body.decision, "by": body.by, "note": body.note}
     try:
-        return decide(store, rec_id, body.decision, body.by, body.note).to_dict()
+        return decide(store, rec_id, body.decision, body.by, body.note,
+                      audit=audit_of(request, caller, 200)).to_dict()
     except UnknownRecommendation as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from exc
     except DecisionError as exc:

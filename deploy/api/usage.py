@@ -4,11 +4,12 @@ from __future__ import annotations
 from datetime import datetime
 
 import pandas as pd
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 
 from gpuledger.analytics.cost import cost_by_team_and_model
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.usage import cluster_utilization, team_model_series, team_usage, team_usage_series
+from gpuledger.analytics.windows import check_buckets
 from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Team, TeamUsage, UtilizationPoint
@@ -27,10 +28,10 @@ def teams(caller: ReadCaller, store: StoreDep) -> list[dict]:
 def usage(team: str, caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End,
           bucket_minutes: int = BucketMinutes) -> dict:
     """One team's allocated and used GPU-hours, cost per GPU model, a time series of its GPUs, and per GPU model
-    its guarantee and limit next to the GPUs it held over time."""
-    caller.own(team)
-    if team not in store.teams():
-        raise HTTPException(status_code=404, detail=f"unknown team {team!r}; see /v1/teams")
+    its guarantee and limit next to the GPUs it held over time. At most 20,000 buckets per series (422 beyond,
+    naming the bucket that fits)."""
+    check_buckets(days, bucket_minutes)  # before any work: a parameter that cannot be answered
+    caller.own(team, store)
     start, stop, span = window(days, end)
     totals = team_usage(store, start, stop, team)
     models = cost_by_team_and_model(store, start, stop, team)
@@ -47,6 +48,8 @@ def usage(team: str, caller: ReadCaller, store: StoreDep, days: float = Days, en
 @router.get("/v1/cluster/utilization", response_model=list[UtilizationPoint])
 def utilization(caller: ReadCaller, store: StoreDep, days: float = Query(1.0, gt=0, le=366), end: datetime | None = End,
                 bucket_minutes: int = BucketMinutes) -> list[dict]:
-    """GPUs present, allocated and used per time bucket, cluster-wide."""
+    """GPUs present, allocated and used per time bucket, cluster-wide; at most 20,000 buckets (422 beyond, naming
+    the bucket that fits)."""
+    check_buckets(days, bucket_minutes)
     start, stop, _ = window(days, end)
     return records(cluster_utilization(store, start, stop, bucket_minutes))

@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 import yaml
 
 from gpuledger.collector.errors import InputError
-from gpuledger.policies.quota_plan import QuotaPlan
+from gpuledger.policies.quota_plan import QuotaPlan, k8s_name
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuledger"}
@@ -47,6 +47,14 @@ def emitter_for(target: str) -> Emitter:
     return emitters[target]
 
 
+def check_k8s_names(plan: QuotaPlan) -> None:
+    """The plan's teams, departments and GPU models each map to a Kubernetes name of their own (see
+    `distinct_k8s_names`); teams and departments share one namespace of queue names."""
+    groups = sorted({t.team for t in plan.teams} | {t.parent for t in plan.teams if t.parent})
+    distinct_k8s_names(groups, "the team or department names")
+    distinct_k8s_names(sorted(set(plan.capacity) | {m for t in plan.teams for m in t.models()}), "the GPU models")
+
+
 TARGETS = ("kai", "kueue", "volcano", "slurm")
 
 
@@ -54,6 +62,18 @@ TARGETS = ("kai", "kueue", "volcano", "slurm")
 def k8s_object(api_version: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "labels": dict(MANAGED_BY)},
             "spec": spec}
+
+
+def distinct_k8s_names(names: list[str], what: str) -> None:
+    """Refuse two different names that become the same Kubernetes name (`k8s_name` folds case and turns every
+    other character into '-'): one object would silently take the other's numbers. Names come from telemetry
+    and the config, so a crafted one (`Vision` next to `vision`) must not overwrite another team's queue."""
+    seen: dict[str, str] = {}
+    for name in names:
+        folded = k8s_name(name)
+        if seen.setdefault(folded, name) != name:
+            raise InputError(f"{what} {ascii(seen[folded])[:80]} and {ascii(name)[:80]} both become the Kubernetes "
+                             f"name {folded!r}; rename one of them")
 
 
 def load_objects(text: str) -> list[dict[str, Any]]:

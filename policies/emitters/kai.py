@@ -8,7 +8,7 @@ and limit are its children's sums (its limit capped at the cluster). New queues 
 """
 from __future__ import annotations
 
-from gpuledger.policies.emitters import Emitted, changes, count, k8s_object, render_yaml
+from gpuledger.policies.emitters import Emitted, changes, check_k8s_names, count, k8s_object, render_yaml
 from gpuledger.policies.quota_plan import QuotaPlan, k8s_name
 
 API_VERSION = "scheduling.run.ai/v2"
@@ -38,6 +38,7 @@ class KaiEmitter:
     target = "kai"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
+        check_k8s_names(plan)
         objects = []
         for department, teams in sorted(plan.departments().items()):
             objects.append(_queue(k8s_name(department), None, sum(t.total_guarantee() for t in teams),

@@ -15,7 +15,8 @@ import copy
 from typing import Any
 
 from gpuledger.collector.gpu_catalog import MODELS
-from gpuledger.policies.emitters import GPU_RESOURCE, Emitted, changes, deep_merge, k8s_object, quantity, render_yaml
+from gpuledger.policies.emitters import (GPU_RESOURCE, Emitted, changes, check_k8s_names, deep_merge, k8s_object,
+                                        quantity, render_yaml)
 from gpuledger.policies.quota_plan import ROOT_GROUP, QuotaPlan, k8s_name
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -68,6 +69,7 @@ class KueueEmitter:
     target = "kueue"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
+        check_k8s_names(plan)
         models = sorted(set(plan.capacity) | {m for t in plan.teams for m in t.models()})
         objects = [_flavor(model) for model in models]
         objects.append(k8s_object(API_VERSION, "Cohort", ROOT_GROUP, {}))

@@ -8,9 +8,14 @@ must list each `gres/gpu:<type>`. Setting one TRES leaves a limit's other TRES (
 
 With `current`, the output of `sacctmgr -nP show assoc format=Account,User,ParentName,Fairshare,GrpTRES`,
 only accounts that are missing or whose share or GPU limits differ are in the script.
+
+Names come from telemetry and the config, which an attacker may write: every value put into the script (account,
+parent, each `key=value` argument, the whole GrpTRES list) is one `shlex.quote`d word, so a name such as
+`h100$(touch pwned)` reaches sacctmgr as literal text and the shell runs nothing of it.
 """
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from gpuledger.collector.errors import InputError
@@ -46,7 +51,26 @@ def parse_current(text: str) -> dict[str, dict[str, Any]]:
     return accounts
 
 
+# sacctmgr splits a value on "," (a list of names) and reads "=" as the next key: a name holding one would act on
+# other accounts or TRES even as one quoted shell word, so such a name is refused rather than written.
+SACCTMGR_SYNTAX = (",", "=")
+
+
+def _sacctmgr_name(name: str, what: str) -> str:
+    """`name`, if sacctmgr reads it as one name; else an InputError (the name is shown escaped)."""
+    if not name or any(c in name for c in SACCTMGR_SYNTAX):
+        raise InputError(f"the Slurm plan cannot name {what} {ascii(name)[:80]}: sacctmgr would read "
+                         f"{' or '.join(SACCTMGR_SYNTAX)} in it as syntax")
+    return name
+
+
 def _records(plan: QuotaPlan) -> list[dict[str, Any]]:
+    for team in plan.teams:
+        _sacctmgr_name(team.team, "the account")
+        if team.parent:
+            _sacctmgr_name(team.parent, "the department")
+        for model in team.models():
+            _sacctmgr_name(gres_type(model), "the GPU type")
     records = []
     for department, teams in sorted(plan.departments().items()):
         records.append({"account": department, "parent": None, "fairshare": fairshare(sum(t.share for t in teams)),
@@ -61,16 +85,23 @@ def _gpu_limits(team: TeamPlan, plan: QuotaPlan) -> dict[str, int]:
     return {f"gres/gpu:{gres_type(m)}": int(plan.limit_of(team, m)) for m in team.models()}
 
 
+def _arg(key: str, value: object) -> str:
+    """One `key=value` argument of sacctmgr as a single shell word, whatever the value holds."""
+    return shlex.quote(f"{key}={value}")
+
+
 def _line(record: dict[str, Any]) -> list[str]:
+    """The sacctmgr commands for one record; every interpolated value is quoted (names are data, never code)."""
     lines = []
     if record["action"] == "add":
-        parent = f" parent={record['parent']}" if record["parent"] else ""
-        lines.append(f"sacctmgr -i add account name={record['account']}{parent} fairshare={record['fairshare']}")
-    settings = [f"fairshare={record['fairshare']}"] if record["action"] == "modify" else []
+        parent = f" {_arg('parent', record['parent'])}" if record["parent"] else ""
+        lines.append(f"sacctmgr -i add account {_arg('name', record['account'])}{parent} "
+                     f"{_arg('fairshare', record['fairshare'])}")
+    settings = [_arg("fairshare", record["fairshare"])] if record["action"] == "modify" else []
     if record["grp_tres"]:
-        settings.append("GrpTRES=" + ",".join(f"{k}={v}" for k, v in sorted(record["grp_tres"].items())))
+        settings.append(_arg("GrpTRES", ",".join(f"{k}={v}" for k, v in sorted(record["grp_tres"].items()))))
     if settings:
-        lines.append(f"sacctmgr -i modify account name={record['account']} set {' '.join(settings)}")
+        lines.append(f"sacctmgr -i modify account {_arg('name', record['account'])} set {' '.join(settings)}")
     return lines
 
 

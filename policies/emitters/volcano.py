@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuledger.policies.emitters import GPU_RESOURCE, Emitted, changes, k8s_object, quantity, render_yaml
+from gpuledger.policies.emitters import (GPU_RESOURCE, Emitted, changes, check_k8s_names, k8s_object, quantity,
+                                        render_yaml)
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, k8s_name
 
 API_VERSION = "scheduling.volcano.sh/v1beta1"
@@ -41,6 +42,7 @@ class VolcanoEmitter:
     target = "volcano"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
+        check_k8s_names(plan)
         objects = []
         for department, teams in sorted(plan.departments().items()):
             objects.append(_queue(k8s_name(department), None, sum(t.total_guarantee() for t in teams),

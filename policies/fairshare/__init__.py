@@ -55,7 +55,7 @@ def algorithm_for(config: Config) -> FairshareAlgorithm:
     from gpuledger.policies.fairshare.slurm_classic import SlurmClassic
     from gpuledger.policies.fairshare.slurm_fair_tree import SlurmFairTree
     algorithms: dict[str, FairshareAlgorithm] = {a.name: a for a in (SlurmClassic(), SlurmFairTree(), KaiTimeBased())}
-    return algorithms[config.fairshare_algorithm]
+    return algorithms[config.fairshare.algorithm]
 
 
 def _hour(ts: datetime) -> pd.Timestamp:

@@ -34,19 +34,19 @@ class KaiTimeBased:
     name = "kai_time_based"
 
     def lookback_days(self, config: Config) -> float:
-        return config.fairshare_window_days
+        return config.fairshare.window_days
 
     def history(self, inputs, config: Config) -> pd.DataFrame:
         teams = inputs.teams["team"].tolist()
         wide = inputs.wide().to_numpy()
-        window = max(1, round(config.fairshare_window_days * 24))
-        half_life = config.kai_half_life_days * 24.0
+        window = max(1, round(config.fairshare.window_days * 24))
+        half_life = config.fairshare.kai_half_life_days * 24.0
         used = windowed(wide, window, half_life)
         capacity = windowed(inputs.capacity.to_numpy(), window, half_life)
         usage = np.divide(used, capacity[:, None], out=np.zeros_like(used), where=capacity[:, None] > 0)
         shares = inputs.teams["share"].astype(float).to_numpy()
         weight = shares / shares.sum()
-        priority = np.maximum(0.0, weight + config.fairshare_k * (weight - usage))
+        priority = np.maximum(0.0, weight + config.fairshare.k_value * (weight - usage))
         totals = priority.sum(axis=1, keepdims=True)
         factor = np.divide(priority, totals, out=np.broadcast_to(weight, priority.shape).copy(), where=totals > 0)
         frame = pd.DataFrame({

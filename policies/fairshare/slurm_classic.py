@@ -19,7 +19,7 @@ DECAY_MEMORY_HALF_LIVES = 5  # usage older than this many half-lives weighs unde
 
 def decayed_lookback_days(config: Config) -> float:
     """How much history Slurm's decayed usage needs: the policy window, or five half-lives if longer."""
-    return max(config.policy_window_days, DECAY_MEMORY_HALF_LIVES * config.half_life_days)
+    return max(config.quota.window_days, DECAY_MEMORY_HALF_LIVES * config.fairshare.half_life_days)
 
 
 def decayed(values: np.ndarray, half_life_hours: float) -> np.ndarray:
@@ -48,7 +48,7 @@ class SlurmClassic:
     def history(self, inputs, config: Config) -> pd.DataFrame:
         teams = inputs.teams["team"].tolist()
         wide = inputs.wide()
-        used = decayed(wide.to_numpy(), config.half_life_days * 24.0)
+        used = decayed(wide.to_numpy(), config.fairshare.half_life_days * 24.0)
         norm_usage = normalised(used)
         parents = inputs.teams["parent"].where(inputs.teams["parent"].notna(), None).tolist()
         shares = inputs.teams["share"].astype(float).to_numpy()

@@ -157,7 +157,7 @@ class SlurmFairTree:
             return [], np.zeros((len(inputs.hours), 0))
         wide = usage.pivot_table(index="hour", columns=["team", "user"], values="gpu_hours", aggfunc="sum")
         wide = wide.reindex(index=inputs.hours, columns=pd.MultiIndex.from_tuples(keys)).fillna(0.0)
-        return keys, decayed(wide.to_numpy(), config.half_life_days * 24.0)
+        return keys, decayed(wide.to_numpy(), config.fairshare.half_life_days * 24.0)
 
     def history(self, inputs, config: Config) -> pd.DataFrame:
         keys, used = self._decayed_users(inputs, config)
