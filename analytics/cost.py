@@ -11,7 +11,7 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import USAGE
+from gpuledger.analytics.usage import USAGE, measured
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
 # the rollups of the window priced by the rate card: GPU-hours, used GPU-hours and cost per row
@@ -22,12 +22,16 @@ PRICED = f"""
 
 
 def cost_by_team(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Per team (and one IDLE_CAPACITY line for unallocated GPUs): GPU-hours, used GPU-hours, cost in USD."""
+    """Per team (and one IDLE_CAPACITY line for unallocated GPUs): GPU-hours, used GPU-hours, cost in USD, and
+    `util_coverage`: the share of the GPU-hours with a utilisation reading. Cost needs no reading; used GPU-hours
+    are null for a line none of whose GPU-hours were measured (unknown is never zero)."""
     sql = f"""
         SELECT * FROM (
         SELECT bill_line(allocated, team, $unattributed, $idle) AS team,
-               sum(gpu_hours) AS gpu_hours, sum(used_gpu_hours) AS used_gpu_hours, sum(cost_usd) AS cost_usd,
-               coalesce(sum(gpu_hours) FILTER (WHERE usd_per_gpu_hour IS NULL), 0) AS unpriced_gpu_hours
+               sum(gpu_hours) AS gpu_hours, {measured("sum(used_gpu_hours)")} AS used_gpu_hours,
+               sum(cost_usd) AS cost_usd,
+               coalesce(sum(gpu_hours) FILTER (WHERE usd_per_gpu_hour IS NULL), 0) AS unpriced_gpu_hours,
+               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage
         FROM {PRICED}
         GROUP BY 1)
         ORDER BY (team = $idle) ASC, cost_usd DESC"""

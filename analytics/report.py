@@ -19,7 +19,7 @@ from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily
 from gpuledger.analytics.records import write_csv
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.team_scope import redact_for_team
-from gpuledger.analytics.usage import cluster_utilization, covered_hours
+from gpuledger.analytics.usage import NO_UTILISATION, cluster_utilization, covered_hours
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
@@ -40,21 +40,27 @@ td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}th{background:#
 td:first-child,th:first-child{text-align:left}
 @media print{body{margin:0;font-size:10pt}h1{font-size:15pt}h2{font-size:12pt;break-after:avoid}
 table{width:100%;table-layout:fixed;font-size:7.5pt;break-inside:auto}tr{break-inside:avoid}
-td,th{padding:.1rem .2rem;overflow-wrap:anywhere;white-space:normal}svg{max-width:100%;height:auto}}"""
+td,th{padding:.1rem .2rem;overflow-wrap:anywhere;white-space:normal}svg{max-width:100%;height:auto}
+th:first-child,td:first-child{width:14%;white-space:nowrap;overflow-wrap:normal}}"""
 # Printed (Chromium, A4 portrait, 1 cm margins) a table takes the page's width and wraps its cells, so the last
-# columns of the ten-column cost table are on the page, not cut off (tests/test_report_pdf.py reads the PDF's text).
+# columns of the cost table are on the page, not cut off; the first column (a team's name) is never broken inside a
+# word (tests/test_report_layout.py reads the PDF's text).
 
 # Column headers as a reader sees them, with their units; a column not listed gets its name with spaces.
 HEADERS = {
     "team": "Team", "gpu_model": "GPU model", "job_id": "Job", "node": "Node", "kind": "Kind", "reason": "Reason",
     "gpus": "GPUs", "gpu_hours": "GPU-hours allocated", "used_gpu_hours": "GPU-hours busy",
-    "efficiency": "Efficiency (busy / allocated)", "cost_usd": "Cost (USD)",
+    "efficiency": "Efficiency (busy / allocated, measured GPU-hours)", "cost_usd": "Cost (USD)",
+    "util_coverage": "Utilisation measured (share of GPU-hours)",
     "cost_prev_week_usd": "Cost previous week (USD)", "cost_change": "Change on previous week",
     "idle_gpu_hours": "Idle GPU-hours (waste)", "idle_cost_usd": "Idle cost (USD, waste)",
     "unpriced_gpu_hours": "Unpriced GPU-hours", "usd_per_gpu_hour": "Rate (USD / GPU-hour)",
     "longest_idle_minutes": "Longest idle stretch (min)", "mean_util_pct": "Mean utilisation (%)",
     "idle_share": "Idle share", "allocated_gpu_hours": "GPU-hours allocated",
 }
+# columns that rest on utilisation readings: an empty cell there says so (unknown is never zero)
+UTILISATION_COLUMNS = {"used_gpu_hours", "efficiency", "mean_util_pct", "p95_util_pct", "idle_share",
+                       "idle_gpu_hours", "idle_cost_usd", "util_coverage"}
 LIKE_WITH_LIKE = 0.9  # coverages within 90% of each other compare week totals; else cost per covered day
 
 
@@ -76,7 +82,7 @@ def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.D
                         columns=recs.columns) if not recs.empty else recs
     row = line.iloc[0] if not line.empty else None
     headline = (f"Cost <strong>${row['cost_usd']:,.2f}</strong>, {row['gpu_hours']:,.1f} GPU-hours allocated, "
-                f"efficiency {row['efficiency']:.0%}" + (f", {row['cost_change']:+.0%} on the week before"
+                + _efficiency(row) + (f", {row['cost_change']:+.0%} on the week before"
                                                           + (" per covered day" if row["change_basis"] == PER_DAY
                                                              else "")
                                                           if pd.notna(row["cost_change"]) else "")
@@ -89,12 +95,21 @@ def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.D
 <h2>Cost per GPU model</h2>
 {_table(by_model.drop(columns=["team", "week"], errors="ignore"), money=("usd_per_gpu_hour", "cost_usd"))}
 <h2>Costliest jobs</h2>
-{_table(jobs, money=("cost_usd",), percent=("idle_share",))}
+{_table(jobs, money=("cost_usd",), percent=("idle_share", "util_coverage"))}
 <h2>Largest idle allocations</h2>
 {_table(idle, money=("idle_cost_usd",))}
 <h2>Recommendations</h2>
 {_recommendations(mine, ["kind", "gpu_model", "reason"])}"""
     return _page(f"gpuledger {name} {label}", body)
+
+
+def _efficiency(row: pd.Series) -> str:
+    """The headline's efficiency, saying what it rests on: "no utilisation data" rather than a guess."""
+    if pd.isna(row["efficiency"]):
+        return f"efficiency unknown ({NO_UTILISATION})"
+    cover = row.get("util_coverage")
+    partial = f" (utilisation measured on {cover:.0%} of GPU-hours)" if pd.notna(cover) and cover < 1 - 1e-9 else ""
+    return f"efficiency {row['efficiency']:.0%}{partial}"
 
 
 def _safe(name: str) -> str:
@@ -112,7 +127,7 @@ def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, .
         cells = []
         for col, value in zip(frame.columns, row):
             if _missing(value):
-                text = "–"
+                text = NO_UTILISATION if col in UTILISATION_COLUMNS else "–"
             elif isinstance(value, (list, tuple, dict)):
                 text = ", ".join(map(str, value)) if not isinstance(value, dict) else str(value)
             elif col in money:
@@ -282,7 +297,11 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     per_team = found.by_team
     summary = costs.merge(per_team[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
         {"idle_gpu_hours": 0.0, "idle_cost_usd": 0.0})
-    summary["efficiency"] = (summary["used_gpu_hours"] / summary["gpu_hours"]).fillna(0.0)
+    # efficiency over the GPU-hours with a utilisation reading; idle waste unknown (not 0) for a line with none
+    measured = summary["gpu_hours"] * summary["util_coverage"]
+    summary["efficiency"] = summary["used_gpu_hours"] / measured.where(measured > 0)
+    unmeasured = (summary["util_coverage"].fillna(0.0) <= 0) & (summary["team"] != IDLE_CAPACITY)
+    summary.loc[unmeasured, ["idle_gpu_hours", "idle_cost_usd"]] = float("nan")
     prev_start = start - (end - start)
     before = cost_by_team(store, prev_start, start)[["team", "cost_usd"]]
     summary = summary.merge(before.rename(columns={"cost_usd": "cost_prev_week_usd"}), on="team", how="left")
@@ -334,9 +353,10 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <h2>GPUs present, allocated and busy</h2>
 {_utilisation_chart(cluster_utilization(store, start, end, 60))}
 <h2>Cost per team</h2>
-{_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "cost_usd", "cost_prev_week_usd",
-                 "cost_change", "idle_gpu_hours", "idle_cost_usd", "unpriced_gpu_hours"]],
-        money=("cost_usd", "cost_prev_week_usd", "idle_cost_usd"), percent=("efficiency", "cost_change"),
+{_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "util_coverage", "cost_usd",
+                 "cost_prev_week_usd", "cost_change", "idle_gpu_hours", "idle_cost_usd", "unpriced_gpu_hours"]],
+        money=("cost_usd", "cost_prev_week_usd", "idle_cost_usd"),
+        percent=("efficiency", "util_coverage", "cost_change"),
         headers={"cost_change": "Change on previous week, per covered day"} if basis == PER_DAY else None)}
 <h2>Largest idle allocations</h2>
 {_table(top_idle, money=("idle_cost_usd",))}
@@ -348,7 +368,8 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
     daily = daily_cost_by_team(store, start, end)
     all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.waste.oversized_mem_fraction)
     idle_jobs = _idle_by_job(found.runs)
-    job_columns = ["job_id", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "idle_share"]
+    job_columns = ["job_id", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "idle_share",
+                   "util_coverage"]
     for team in sorted(set(summary["team"]) - {IDLE_CAPACITY}):
         path = out / f"team-{_safe(str(team))}.html"
         team_jobs = all_jobs[all_jobs["team"] == team][job_columns].head(15) if not all_jobs.empty else all_jobs

@@ -5,6 +5,11 @@ sum, whatever the collection interval or MIG layout. Every query reads the rollu
 (`usage_between`), so windows are whole minutes: both ends are floored to the minute.
 "Used" weights allocated time by utilisation; "allocated" counts the time a job held the
 GPU, busy or not.
+
+Unknown is never zero: a sample without a utilisation reading (the Philly and Helios traces, a failed read) counts
+for allocation and cost, which need no reading, but is neither idle, busy nor used. Used, idle and busy figures
+come with `util_coverage`, the share of the allocated GPU-hours they rest on (0..1), and are null where nothing
+was measured (coverage 0); efficiency is used over measured GPU-hours.
 """
 from __future__ import annotations
 
@@ -23,16 +28,34 @@ USAGE = "usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)"
 
 
 def team_usage(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
-    """One row per team: allocated and used GPU-hours, efficiency, jobs seen."""
+    """One row per team: allocated and used GPU-hours, efficiency, jobs seen, and `util_coverage`: the share of
+    the allocated GPU-hours with a utilisation reading. Used GPU-hours and efficiency (used over the measured
+    GPU-hours) are null for a team nothing of which was measured."""
     sql = f"""
         SELECT owner(team, $unattributed) AS team, sum(gpu_s) / 3600.0 AS allocated_gpu_hours,
-               sum(used_gpu_s) / 3600.0 AS used_gpu_hours, count(DISTINCT job_id) AS jobs
+               {measured("sum(used_gpu_s) / 3600.0")} AS used_gpu_hours, count(DISTINCT job_id) AS jobs,
+               sum(util_gpu_s) / 3600.0 AS measured_gpu_hours
         FROM {USAGE}
         WHERE allocated AND ($team IS NULL OR owner(team, $unattributed) = $team)
         GROUP BY 1 ORDER BY allocated_gpu_hours DESC"""
     frame = store.query_usage(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
-    frame["efficiency"] = (frame["used_gpu_hours"] / frame["allocated_gpu_hours"]).fillna(0.0)
+    frame["efficiency"] = frame["used_gpu_hours"] / frame["measured_gpu_hours"].where(frame["measured_gpu_hours"] > 0)
+    frame["util_coverage"] = coverage(frame["measured_gpu_hours"], frame["allocated_gpu_hours"])
     return frame
+
+
+NO_UTILISATION = "no utilisation data"  # what a figure that rests on utilisation says where none was measured
+
+
+def measured(expression: str, gpu_s: str = "util_gpu_s") -> str:
+    """`expression` (an aggregate over rollup rows) where any GPU-second of them had a utilisation reading, else
+    NULL: unknown, never zero."""
+    return f"CASE WHEN sum({gpu_s}) > 0 THEN {expression} END"
+
+
+def coverage(measured_hours: pd.Series, allocated_hours: pd.Series) -> pd.Series:
+    """The share (0..1) of allocated GPU-hours with a utilisation reading; null where nothing was allocated."""
+    return (measured_hours.fillna(0.0) / allocated_hours.where(allocated_hours > 0)).clip(upper=1.0)
 
 
 # Average concurrent GPUs per bucket, time-weighted: GPU-seconds over the seconds of the bucket that the evidence
@@ -53,11 +76,12 @@ _BUCKETED = f"""
                node, gpu_uuid, mig_instance, sum(gpu_s) AS present_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated AND owned), 0) AS allocated_s,
                coalesce(sum(used_gpu_s) FILTER (WHERE allocated AND owned), 0) AS used_s,
+               coalesce(sum(util_gpu_s) FILTER (WHERE allocated AND owned), 0) AS measured_s,
                {SAMPLED_S}
         FROM (SELECT *, ($team IS NULL OR owner(team, $unattributed) = $team) AS owned FROM {USAGE})
         GROUP BY ALL)
     SELECT bucket, sum(present_s) AS present_s, sum(allocated_s) AS allocated_s, sum(used_s) AS used_s,
-           max(sampled_s) AS covered_s
+           sum(measured_s) AS measured_s, max(sampled_s) AS covered_s
     FROM per_gpu GROUP BY 1 ORDER BY 1"""
 
 
@@ -65,8 +89,13 @@ def _bucketed(store: Store, start: datetime, end: datetime, team: str | None, bu
     frame = store.query_usage(_BUCKETED, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED,
                                           "bucket_minutes": bucket_minutes, "fine": bucket_minutes % 60 != 0})
     covered = frame["covered_s"].clip(lower=1e-9)
+    # used GPUs are unknown (null) in a bucket whose allocated GPUs had no utilisation reading at all; nothing
+    # allocated is known to be nothing used
+    known = (frame["measured_s"] > 0) | (frame["allocated_s"] <= 0)
     out = pd.DataFrame({"bucket": frame["bucket"], "total_gpus": frame["present_s"] / covered,
-                        "allocated_gpus": frame["allocated_s"] / covered, "used_gpus": frame["used_s"] / covered})
+                        "allocated_gpus": frame["allocated_s"] / covered,
+                        "used_gpus": (frame["used_s"] / covered).where(known),
+                        "util_coverage": coverage(frame["measured_s"], frame["allocated_s"])})
     return out
 
 
@@ -108,12 +137,14 @@ def check_idle_threshold(store: Store, idle_util_pct: float) -> None:
 
 
 def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
-    """Per owner, GPU model and clock hour: GPUs allocated and GPUs allocated but idle (under `idle_util_pct`),
-    on average over the hour."""
+    """Per owner, GPU model and clock hour: GPUs allocated, GPUs allocated with a utilisation reading
+    (`measured_gpus`) and GPUs allocated, measured and idle (under `idle_util_pct`), on average over the hour.
+    Busy GPUs are measured less idle: GPUs without a reading are neither."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
         SELECT owner(team, $unattributed) AS team, gpu_model, date_trunc('hour', bucket) AS hour,
-               sum(gpu_s) / 3600.0 AS allocated_gpus, sum(idle_gpu_s) / 3600.0 AS idle_gpus
+               sum(gpu_s) / 3600.0 AS allocated_gpus, sum(util_gpu_s) / 3600.0 AS measured_gpus,
+               sum(idle_gpu_s) / 3600.0 AS idle_gpus
         FROM {USAGE} WHERE allocated GROUP BY ALL"""
     return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED})
 
@@ -175,29 +206,47 @@ def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFram
 
 def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
     """Per bill line (teams, unattributed, idle capacity), averaged over [start, end): GPUs held, GPUs busy
-    (at or over `idle_util_pct`), GPUs held idle, and cost per hour at the rate card."""
+    (a reading at or over `idle_util_pct`), GPUs held idle (a reading under it), cost per hour at the rate card,
+    and `util_coverage` (the share of the GPUs held with a reading). Busy and idle are null for a line held
+    without any reading; the idle-capacity line holds nothing, so it is busy and idle 0."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
         SELECT bill_line(allocated, u.team, $unattributed, $idle) AS team,
                sum(gpu_s) / 3600.0 / $hours AS allocated_gpus,
-               coalesce(sum(gpu_s - idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS busy_gpus,
+               coalesce(sum(util_gpu_s - idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS busy_gpus,
+               coalesce(sum(idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS idle_gpus,
+               coalesce(sum(util_gpu_s) FILTER (WHERE allocated), 0) AS measured_s,
+               coalesce(sum(gpu_s) FILTER (WHERE allocated), 0) AS held_s,
                sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour
         FROM {USAGE} u LEFT JOIN rate_card r USING (gpu_model) GROUP BY 1 ORDER BY 1"""
     frame = store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end),
                                     "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
-    frame["idle_gpus"] = (frame["allocated_gpus"] - frame["busy_gpus"]).where(frame["team"] != IDLE_CAPACITY, 0.0)
-    return frame
+    return _known(frame)
+
+
+def _known(frame: pd.DataFrame) -> pd.DataFrame:
+    """Busy and idle GPUs null where GPUs were held without any utilisation reading, with `util_coverage`."""
+    known = (frame["measured_s"] > 0) | (frame["held_s"] <= 0)
+    frame["busy_gpus"] = frame["busy_gpus"].where(known)
+    frame["idle_gpus"] = frame["idle_gpus"].where(known)
+    frame["util_coverage"] = coverage(frame["measured_s"], frame["held_s"])
+    return frame.drop(columns=["measured_s", "held_s"])
 
 
 def node_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
-    """Per node, averaged over [start, end): GPUs present, allocated, and busy (at or over `idle_util_pct`)."""
+    """Per node, averaged over [start, end): GPUs present, allocated, and busy (a reading at or over
+    `idle_util_pct`; null where GPUs were allocated without any reading), with `util_coverage`."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
         SELECT node, sum(gpu_s) / 3600.0 / $hours AS gpus,
                coalesce(sum(gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS allocated_gpus,
-               coalesce(sum(gpu_s - idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS busy_gpus
+               coalesce(sum(util_gpu_s - idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS busy_gpus,
+               coalesce(sum(idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS idle_gpus,
+               coalesce(sum(util_gpu_s) FILTER (WHERE allocated), 0) AS measured_s,
+               coalesce(sum(gpu_s) FILTER (WHERE allocated), 0) AS held_s
         FROM {USAGE} WHERE node IS NOT NULL GROUP BY 1 ORDER BY 1"""
-    return store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end)})
+    return _known(store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end)})).drop(
+        columns=["idle_gpus"])
 
 
 def _hours(start: datetime, end: datetime) -> float:

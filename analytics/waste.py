@@ -3,6 +3,10 @@
 Idle stretches are found per GPU and job as runs of consecutive samples below the idle
 threshold (gaps-and-islands, stitched from the hour and minute rollups), so a job that is busy
 for a minute every hour still counts its long idle stretches. Short pauses under `idle_minutes` are normal and ignored.
+
+Idle is a utilisation reading under the threshold: time without a reading (the Philly and Helios traces, a failed
+read) is unknown, so it is never an idle stretch and ends one; utilisation figures of jobs come from the samples
+with a reading only, with `util_coverage` (the share of the job's GPU-hours measured), null where none was.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import pandas as pd
 from gpuledger.analytics.config import WasteConfig
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import USAGE, check_idle_threshold
+from gpuledger.analytics.usage import NO_UTILISATION, USAGE, check_idle_threshold
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
 from gpuledger.collector.samples import UNATTRIBUTED
 
@@ -25,7 +29,8 @@ def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteCon
     Read from the rollups: each segment of a GPU and job (an hour row for whole hours, else a minute row) either
     is idle throughout (it joins the stretch in progress) or holds busy samples, whose idle lead closes the
     stretch before and whose idle tail opens the next. A stretch inside an hour, between busy samples, is listed
-    in its hour row; one inside a minute is shorter than the minute `idle_minutes` must at least be."""
+    in its hour row; one inside a minute is shorter than the minute `idle_minutes` must at least be. Samples
+    without a utilisation reading count as busy here (they end a stretch): only measured idleness is a stretch."""
     check_idle_threshold(store, thresholds.idle_util_pct)
     sql = f"""
         WITH candidates AS (  -- only a GPU and job idle this long in all can hold such a stretch (a tenth, typically)
@@ -65,13 +70,15 @@ def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteCon
 
 
 def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Per job on whole GPUs: peak memory against card size, mean utilisation, GPU-hours and cost (from the
-    rollups; `p95_util_pct` is added by `with_p95` for the jobs that need it)."""
+    """Per job on whole GPUs: peak memory against card size, mean utilisation (over the samples with a reading;
+    null without any), `util_coverage`, GPU-hours and cost (from the rollups; `p95_util_pct` is added by
+    `with_p95` for the jobs that need it)."""
     sql = f"""
         SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value(gpu_model) AS gpu_model,
                count(DISTINCT gpu_uuid) AS gpus, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
                max(mem_used_max) AS peak_mem_mib, max(mem_total_max) AS mem_total_mib,
-               coalesce(sum(util_sum), 0) / sum(samples) AS mean_util_pct,
+               sum(util_sum) / nullif(sum(util_n), 0) AS mean_util_pct,
+               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage,
                sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd,
                any_value(usd_per_gpu_hour) AS usd_per_gpu_hour
         FROM {PRICED}
@@ -83,8 +90,8 @@ def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
 def with_p95(store: Store, jobs: pd.DataFrame, start: datetime, end: datetime) -> pd.DataFrame:
     """`jobs` with each one's 95th-percentile utilisation over [start, end): the percentile of its GPUs' per-minute
     mean utilisation (equal to the per-sample one at a 60 s interval). A percentile does not add up across rows,
-    so hour rollups keep their minutes' means as a list (and keep them past minute retention); null where there is
-    no evidence."""
+    so hour rollups keep their minutes' means as a list (and keep them past minute retention); minutes without a
+    utilisation reading are left out, and the percentile is null where there is no evidence."""
     sql = """SELECT job_id, quantile_cont(util_pct, 0.95) AS p95_util_pct
              FROM minute_utilisation($start, $end, $mwm, $hwm, $idle_pct)
              WHERE mig_profile IS NULL AND job_id IN (SELECT unnest($jobs))
@@ -175,16 +182,21 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
               limit: int = 500, mem_fraction: float = 0.25) -> pd.DataFrame:
     """One row per job of [start, end), like Princeton's jobstats: GPUs, model, GPU-hours, cost, mean and p95
     utilisation, peak memory against the card's, the idle share of its GPU-hours, and a waste flag (idle share at
-    least WASTE_FLAG_IDLE_SHARE, or peak memory under `mem_fraction` of the card). Most costly first."""
+    least WASTE_FLAG_IDLE_SHARE, or peak memory under `mem_fraction` of the card). Most costly first.
+
+    Utilisation, idle share and the flag's idle part rest on the samples with a utilisation reading only:
+    `util_coverage` is the share of the job's GPU-hours measured, the idle share is of those, and a job with none
+    has them null and `util_note` "no utilisation data" (a partly measured one says how much was)."""
     sql = f"""
         SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value("user") AS "user",
                arg_max(gpu_model, gpu_s) AS gpu_model,
                count(DISTINCT gpu_uuid || coalesce(mig_instance::VARCHAR, '')) AS gpus,
                any_value(mig_profile) AS mig_profile, min(first_ts) AS first_ts, max(end_ts) AS last_ts,
                sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd,
-               coalesce(sum(util_sum), 0) / nullif(sum(samples), 0) AS mean_util_pct,
+               sum(util_sum) / nullif(sum(util_n), 0) AS mean_util_pct,
                max(mem_used_max) AS peak_mem_mib, max(mem_total_max) AS mem_total_mib,
-               sum(idle_gpu_s) / nullif(sum(gpu_s), 0) AS idle_share
+               sum(idle_gpu_s) / nullif(sum(util_gpu_s), 0) AS idle_share,
+               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage
         FROM {PRICED}
         WHERE allocated AND job_id IS NOT NULL AND ($team IS NULL OR owner(team, $unattributed) = $team)
           AND ($search IS NULL OR contains(lower(job_id), lower($search)) OR contains(lower(coalesce("user", '')),
@@ -195,4 +207,14 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
     jobs = with_p95(store, jobs, start, end) if len(jobs) else jobs.assign(p95_util_pct=pd.Series(dtype=float))
     small = (jobs["peak_mem_mib"] / jobs["mem_total_mib"]) < mem_fraction
     jobs["waste"] = (jobs["idle_share"].fillna(0) >= WASTE_FLAG_IDLE_SHARE) | small.fillna(False)
+    jobs["util_note"] = [util_note(c) for c in jobs["util_coverage"]] if len(jobs) else pd.Series(dtype=object)
     return jobs
+
+
+def util_note(util_coverage: float | None) -> str | None:
+    """What a row's utilisation figures rest on, in words: nothing when fully measured."""
+    if util_coverage is None or pd.isna(util_coverage) or util_coverage <= 0:
+        return NO_UTILISATION
+    if util_coverage < 1.0 - 1e-9:
+        return f"utilisation measured on {util_coverage:.0%} of its GPU-hours"
+    return None

@@ -71,7 +71,9 @@ def main() -> None:
                     page.get_by_text(text).first.wait_for(state="visible", timeout=60_000)
                     took = time.perf_counter() - began
                     print(f"{tab:16} {took:6.2f} {took / base:11.1f}")
-                    if args.screenshots:
+                    if args.screenshots:  # the whole page: its run over, its charts drawn
+                        page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=60_000)
+                        page.wait_for_timeout(1_500)
                         args.screenshots.mkdir(parents=True, exist_ok=True)
                         page.screenshot(path=str(args.screenshots / f"{tab.split()[0].lower()}.png"),
                                         full_page=True)

@@ -151,12 +151,14 @@ idle_line = cost_df[cost_df["team"] == IDLE_CAPACITY]
 cost_df["team"] = cost_df["team"].map(owner_label)
 
 
-def shares(series: pd.DataFrame) -> tuple[float, float]:
-    """Mean allocated and used share of the GPUs present over a utilisation series."""
+def shares(series: pd.DataFrame) -> tuple[float, float | None]:
+    """Mean allocated and used share of the GPUs present over a utilisation series; used is None where no bucket
+    had a utilisation reading (unknown, never zero)."""
     if series.empty or not series["total_gpus"].mean():
         return 0.0, 0.0
     total = series["total_gpus"].mean()
-    return float(series["allocated_gpus"].mean() / total), float(series["used_gpus"].mean() / total)
+    used = series["used_gpus"].dropna() if "used_gpus" in series else pd.Series(dtype=float)
+    return float(series["allocated_gpus"].mean() / total), (float(used.mean() / total) if len(used) else None)
 
 
 idle_before = sum(t["cost_usd"] for t in costs_before["teams"] if t["team"] == IDLE_CAPACITY)
@@ -193,9 +195,10 @@ col3.metric(
 )
 col4.metric(
     "GPUs used (utilisation-weighted)",
-    f"{mean_used:.0%}",
+    "no utilisation data" if mean_used is None else f"{mean_used:.0%}",
     help=GLOSSARY["used"],
-    delta=f"{(mean_used - used_before) * 100:+.1f} pts" if had_before else None,
+    delta=f"{(mean_used - used_before) * 100:+.1f} pts"
+    if had_before and mean_used is not None and used_before is not None else None,
 )
 st.caption(f"Latest sample {md(health['latest_sample'])} · {health['samples']:,} samples in store")
 
@@ -294,7 +297,10 @@ with tab_util:
                 "Stacked per UTC day: each team, the unattributed bucket, and the idle capacity (GPUs no job held)."
                 + (
                     " Partial days (the window's or the data's first day, and today): "
-                    + " and ".join(f"{md(label)} ({hours:g} h)" for label, hours in zip(partial["label"], partial["hours"]))
+                    + " and ".join(
+                        f"{md(label.removesuffix(' · (partial)').replace(' · ', ' '))} ({hours:g} h)"
+                        for label, hours in zip(partial["label"], partial["hours"])
+                    )
                     + ". They are drawn lighter: their costs are for those hours only, not a whole day."
                     if not partial.empty
                     else ""
@@ -354,10 +360,13 @@ with tab_teams:
             t1, t2, t3, t4 = st.columns(4)
             t1.metric("Cost", f"${totals['cost_usd']:,.0f}")
             t2.metric("GPU-hours allocated", f"{totals['allocated_gpu_hours']:,.0f}", help=GLOSSARY["allocated"])
+            coverage = totals.get("util_coverage")
             t3.metric(
                 "Efficiency",
-                f"{totals['efficiency']:.0%}",
-                help="used GPU-hours (weighted by utilisation) over allocated GPU-hours",
+                "no utilisation data" if totals.get("efficiency") is None else f"{totals['efficiency']:.0%}",
+                help="used GPU-hours (weighted by utilisation) over the allocated GPU-hours that had a utilisation "
+                "reading" + (f"; measured on {coverage:.0%} of its GPU-hours" if coverage is not None and coverage < 1
+                             else ""),
             )
             t4.metric("Jobs", f"{totals['jobs']:,}")
             series = frame(usage["series"], ("bucket",))
@@ -483,7 +492,9 @@ with tab_cost:
         show_table(
             oversized,
             first + [c for c in oversized.columns if c not in first],
-            fits=st.column_config.TextColumn("fits in", help=f"the smallest MIG slice or card that fits; {BLANK}: none"),
+            fits=st.column_config.TextColumn(
+                "fits in", help=f"the smallest MIG slice or card that fits; {BLANK}: none"
+            ),
         )
 
 with tab_fair:

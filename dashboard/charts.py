@@ -67,7 +67,7 @@ def daily_bars(daily: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
         if hours >= 24.0:
             return f"{d:%a %b %d}"
         to = "24:00" if until == d + pd.Timedelta(days=1) else f"{until:%H:%M}"
-        return f"{d:%b %d} {since:%H:%M}–{to} (partial)"
+        return f"{d:%b %d} · {since:%H:%M}–{to} · (partial)"  # three lines under its bar
 
     out["label"] = out["day"].map(label)
     out["cost_usd"] = out["cost_usd"].round(2)
@@ -80,7 +80,9 @@ def daily_spec(bars: pd.DataFrame, colours: dict[str, str]) -> dict:
     return {
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
-            "x": {"field": "label", "type": "ordinal", "sort": order, "title": None, "axis": {"labelAngle": 0, "labelLimit": 400}},
+            "x": {"field": "label", "type": "ordinal", "sort": order, "title": None,
+                  "axis": {"labelAngle": 0, "labelLimit": 400, "labelOverlap": False,
+                           "labelExpr": "split(datum.label, ' · ')"}},
             "y": {"field": "cost_usd", "type": "quantitative", "title": "USD", "stack": "zero"},
             "color": {"field": "team", "type": "nominal", "title": "team",
                       "scale": colour_scale(colours, bars["team"].unique())},

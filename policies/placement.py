@@ -4,6 +4,10 @@ Reclaim: a job whose GPUs have been idle (under `idle_util_pct`) for at least `i
 instant evaluated should give them back. Resize: a running job whose peak memory (with 20% headroom) and p95
 compute fit a MIG slice of its card, or a smaller card, should move there. A job that is idle gets reclaim
 advice, never resize: moving an idle job to a slice still wastes the slice.
+
+Both rest on measured utilisation only: time without a utilisation reading (the Philly and Helios traces, a
+failed read) is unknown, never idle, so it neither makes nor lengthens a reclaim, and a job without a p95 from
+readings gets no resize.
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ from gpuledger.policies.recommendation import Recommendation
 def reclaim_advice(store: Store, config: Config, start: datetime, at: datetime,
                    latest: datetime) -> list[Recommendation]:
     runs = idle_runs(store, start, at, config.waste)
+    # only measured idleness: a stretch is made of readings under the threshold, so it has a mean reading; one
+    # without (a store whose rollups predate schema 9 and were not rebuilt) is no evidence
+    runs = runs[runs["mean_util_pct"].notna()]
     if runs.empty:
         return []
     step = pd.Timedelta(seconds=float(interval_at(store, latest) or 60))

@@ -12,9 +12,12 @@ How a guarantee is chosen, from the policy window (`[quota] window_days`, defaul
 evaluated, never from a window a caller happens to view:
 1. Evidence first: a model whose samples cover under `min_coverage` of the window's hours gets no number,
    only `insufficient_data` and the reason.
-2. Demand: the 95th percentile of the team's hourly busy GPUs (allocated and not idle), hours weighted by
-   age with the fairshare half-life, plus the GPUs of its jobs queued for at least `pending_min_wait_minutes`;
-   then `headroom` on top.
+2. Demand: the 95th percentile of the team's hourly busy GPUs (allocated, with a utilisation reading, and not
+   idle), hours weighted by age with the fairshare half-life, plus the GPUs of its jobs queued for at least
+   `pending_min_wait_minutes`; then `headroom` on top. Busy demand rests on measured hours only: an hour in
+   which the team held GPUs without any utilisation reading is left out (not counted as 0 busy), and within an
+   hour only the GPUs with a reading count. A team that held the model's GPUs in the window without a single
+   reading gets `insufficient_data` with the reason "no utilisation data" (see `UNMEASURED`).
 3. Shares bound it: every team first gets its demand up to its fair part of the model (capacity x share
    over all shares). What is left is shared out to teams wanting more, in proportion to what they want,
    except teams the fairshare algorithm finds over-served: they get no more than their fair part.
@@ -80,6 +83,15 @@ def _number(value: Any) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
+# Where a team held a model's GPUs in the policy window but none of them had a utilisation reading (the Philly and
+# Helios traces), its quota advice is `insufficient_data` with this reason, rather than falling back to allocated
+# demand: the rule is "unknown is never zero; say so instead of guessing". Allocated demand would turn every GPU
+# held (idle or not) into demand and raise guarantees for GPUs that may sit idle, and zero busy demand would lower
+# them for work that may be busy; either is a guess the evidence cannot back. Its guarantee in force stays held
+# out of the capacity the other teams share.
+UNMEASURED = "no utilisation data"
+
+
 class _ModelEvidence:
     """The window's evidence for one GPU model: covered hours, and per team the hourly busy and idle GPUs."""
 
@@ -87,7 +99,7 @@ class _ModelEvidence:
         self.hours = pd.DatetimeIndex(pd.to_datetime(hours, utc=True)) if len(hours) else pd.DatetimeIndex([])
         age_h = (pd.Timestamp(at) - self.hours).total_seconds().to_numpy() / 3600.0
         self.weights = np.power(2.0, -age_h / half_life_hours) if len(age_h) else np.zeros(0)
-        columns = ["allocated_gpus", "idle_gpus"]
+        columns = ["allocated_gpus", "measured_gpus", "idle_gpus"]
         self.by_team = {team: frame.set_index("hour")[columns].reindex(self.hours).fillna(0.0)
                         for team, frame in demand.groupby("team")}
 
@@ -95,14 +107,24 @@ class _ModelEvidence:
         frame = self.by_team.get(team)
         if frame is None or not len(self.hours):
             return {"p95_busy_gpus": 0.0, "always_busy_gpus": 0.0, "mean_busy_gpus": 0.0, "mean_allocated_gpus": 0.0,
-                    "idle_allocated_gpu_hours": 0.0, "mean_idle_gpus": 0.0}
-        busy = (frame["allocated_gpus"] - frame["idle_gpus"]).clip(lower=0).to_numpy()
-        return {"p95_busy_gpus": weighted_quantile(busy, self.weights, 0.95),
-                "always_busy_gpus": weighted_quantile(busy, self.weights, 0.05),
-                "mean_busy_gpus": float(busy.mean()),
+                    "idle_allocated_gpu_hours": 0.0, "mean_idle_gpus": 0.0, "allocated_gpu_hours": 0.0,
+                    "measured_gpu_hours": 0.0}
+        # busy: measured and not idle. An hour the team held GPUs in without any reading is unknown: left out
+        known = ((frame["measured_gpus"] > 0) | (frame["allocated_gpus"] <= 0)).to_numpy()
+        busy = (frame["measured_gpus"] - frame["idle_gpus"]).clip(lower=0).to_numpy()[known]
+        weights = self.weights[known]
+        allocated, measured = float(frame["allocated_gpus"].sum()), float(frame["measured_gpus"].sum())
+        seen = {"p95_busy_gpus": weighted_quantile(busy, weights, 0.95),
+                "always_busy_gpus": weighted_quantile(busy, weights, 0.05),
+                "mean_busy_gpus": float(busy.mean()) if len(busy) else 0.0,
                 "mean_allocated_gpus": float(frame["allocated_gpus"].mean()),
                 "idle_allocated_gpu_hours": float(frame["idle_gpus"].sum()),
-                "mean_idle_gpus": float(frame["idle_gpus"].mean())}
+                "mean_idle_gpus": float(frame["idle_gpus"].mean()),
+                "allocated_gpu_hours": allocated, "measured_gpu_hours": measured,
+                "unmeasured_hours": int((~known).sum())}
+        if allocated > 0:  # the share of the GPU-hours held that busy demand rests on (absent: nothing held)
+            seen["util_coverage"] = min(1.0, measured / allocated)
+        return seen
 
 
 def _queued(pending: pd.DataFrame, team: str, model: str, home_model: str | None) -> tuple[float, int, float]:
@@ -183,10 +205,25 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
             continue
         half_life_hours = config.fairshare.half_life_days * 24.0
         evidence = _ModelEvidence(demand[demand["gpu_model"] == model], hours, at, half_life_hours)
+        seen_by_team = {team: evidence.team(team) for team in involved}
+        unmeasured = [t for t in involved
+                      if seen_by_team[t]["allocated_gpu_hours"] > 0 and seen_by_team[t]["measured_gpu_hours"] <= 0]
+        for team in unmeasured:
+            advice.append(QuotaAdvice(
+                team, model, "insufficient_data", held.get((team, model)),
+                evidence={**window, **seen_by_team[team]},
+                reason=(f"not enough data to advise {team}'s {model} guarantee: {UNMEASURED} (its "
+                        f"{seen_by_team[team]['allocated_gpu_hours']:.0f} GPU-hours held in the policy window have no "
+                        "utilisation reading, so its busy demand is unknown)")))
+        involved = [t for t in involved if t not in unmeasured]
+        if not involved:
+            continue
+        # the guarantees in force of teams without readings stay promised: the others share what is left
+        room = gpus - min(gpus, sum(held.get((t, model)) or 0.0 for t in unmeasured))
         facts: dict[str, dict[str, Any]] = {}
         targets, fair, over = {}, {}, {}
         for team in involved:
-            seen = evidence.team(team)
+            seen = seen_by_team[team]
             queued, jobs, waited = _queued(pending, team, model, busiest.get(team))
             state = fair_state.loc[team] if team in fair_state.index else None
             fair[team] = gpus * shares[team] / total_share
@@ -198,7 +235,7 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
                            "fair_share_gpus": fair[team], "fairshare_algorithm": config.fairshare.algorithm,
                            "fairshare_factor": float(state["fairshare"]) if state is not None else None,
                            "over_served": over[team]}
-        shared = _share_out(targets, fair, gpus, over)
+        shared = _share_out(targets, fair, room, over)
         guarantees: dict[str, int] = {}
         for team in involved:
             wanted, bounds = shared[team], []
@@ -218,7 +255,7 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
             if over[team] and guarantees[team] > max(fair[team], now or 0.0):  # rounding must not lift it
                 guarantees[team] = max(int(math.floor(fair[team] + 1e-9)), int(now or 0))
             facts[team]["bounded_by"] = bounds
-        for team in _fit_capacity(guarantees, fair, gpus):
+        for team in _fit_capacity(guarantees, fair, room):
             facts[team]["bounded_by"].append(f"trimmed so guarantees fit the {gpus:g} {model} GPUs")
         for team in involved:
             advice.append(_advice(team, model, guarantees[team], gpus, current.get((team, model)), facts[team],
@@ -252,6 +289,10 @@ def _advice(team: str, model: str, guarantee: int, limit: float, current: tuple 
               f"{facts['idle_allocated_gpu_hours']:.0f} GPU-h held idle")
     if delta:
         reason += f"; {abs(delta) * HOURS_PER_WEEK:,.0f} GPU-h/week{money} {effect}"
+    if facts.get("util_coverage", 1.0) < 1.0 - 1e-9:  # busy demand rests on the measured GPU-hours only
+        reason += (f"; busy demand from the {facts['util_coverage']:.0%} of its GPU-hours with a utilisation reading"
+                   + (f" ({facts['unmeasured_hours']} hours without any left out)"
+                      if facts["unmeasured_hours"] else ""))
     if facts["bounded_by"]:
         reason += "; " + "; ".join(facts["bounded_by"])
     return QuotaAdvice(team, model, "change" if changes else "hold", now, guarantee, limit, facts, reason)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import requests
 
 from gpuledger.collector.simulator import cluster_of
@@ -24,6 +25,11 @@ def backlog_body(tables: list[pa.Table], first_seq: int) -> pa.Table:
 
 def post(url: str, table: pa.Table | bytes, seq: int, node: str = "node-0000", stream: str = "s1",
          token: str | None = TOKEN) -> requests.Response:
-    headers = request_headers(node, stream, seq, 10.0, token=token or None)
+    """Push one batch as an agent would, declaring the sampling interval its rows stand for (ingest refuses rows
+    whose interval exceeds the declared one); a raw body declares 10 s."""
+    interval = 10.0
+    if isinstance(table, pa.Table) and "interval_s" in table.column_names and table.num_rows:
+        interval = float(pc.max(table["interval_s"]).as_py() or 10.0)
+    headers = request_headers(node, stream, seq, interval, token=token or None)
     body = table if isinstance(table, bytes) else encode(table)
     return requests.post(url + INGEST_PATH, data=body, headers=headers, timeout=30)

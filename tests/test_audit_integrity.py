@@ -320,6 +320,7 @@ def test_the_audit_command_and_the_api_say_why(tmp_path):
 
 def test_refused_reads_of_team_data_are_logged_coalesced_per_minute(api):
     store, client = api
+    store.upsert_teams(pd.DataFrame({"team": ["nlp", "vision"], "share": [1.0, 1.0], "quota_gpus": [1, 1]}))
     _, team_token = create_token(store, "lead", Role("team", "nlp"), "test")
     client.app.state.refused_reads.window_s = 0.5
     for _ in range(40):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -252,47 +253,54 @@ def test_dashboard_in_headless_chromium(api_url, tmp_path):
         proc.wait(timeout=20)
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                    reason="Debian chromium not installed (CI installs it)")
-def test_an_admin_accepts_advice_in_headless_chromium(sim_store):
-    """The Accept button in a real browser records the decision through the API with the server's token."""
+@contextmanager
+def advice_page(store, config, token: str):
+    """A real server over `store`, the dashboard against it (with the server's token) and a headless Chromium page
+    opened at the Recommendations tab, where the browser tests of advice start; all of it stopped after."""
     from playwright.sync_api import sync_playwright
-
-    from gpuledger.policies.recommendation import stored
-    from tests.conftest import SITE
-    server = ApiServer(sim_store, SITE, port=0, token="browser-t0k", open_reads=True)
+    server = ApiServer(store, config, port=0, token=token, open_reads=True)
     url = server.start()
-    proc, dash = start_dashboard(url, port=_free_port(), token="browser-t0k")
+    proc, dash = start_dashboard(url, port=_free_port(), token=token)
     try:
-        before = {r.id for r in stored(sim_store) if r.status == "accepted"}
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(dash)
             page.get_by_role("tab", name="Recommendations").click(timeout=90_000)
             page.get_by_text("Decision history").wait_for(state="visible", timeout=60_000)
-            advice = page.get_by_test_id("stExpander")
-            if advice.count() == 0:
-                pytest.skip("no recommendation to decide on the simulated cluster")
-            buttons = page.get_by_role("button", name="Accept")
-            for k in range(min(advice.count(), 20)):  # open advice, most valuable first, until one is undecided
-                advice.nth(k).locator("summary").click()
-                try:
-                    buttons.first.wait_for(state="visible", timeout=3_000)
-                    break
-                except Exception:  # noqa: BLE001 - decided already (another test accepted it): the next one
-                    continue
-            if buttons.count() == 0:
-                pytest.skip("no proposed recommendation to decide on the simulated cluster")
-            buttons.first.click()
-            page.get_by_text(re.compile(r"^accepted [0-9a-f]{12}$")).wait_for(state="visible", timeout=60_000)
+            yield page
             browser.close()
-        after = {r.id for r in stored(sim_store) if r.status == "accepted" and r.decided_by == "dashboard"}
-        assert after - before
     finally:
         proc.terminate()
         proc.wait(timeout=20)
         server.stop()
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (CI installs it)")
+def test_an_admin_accepts_advice_in_headless_chromium(sim_store):
+    """The Accept button in a real browser records the decision through the API with the server's token."""
+    from gpuledger.policies.recommendation import stored
+    from tests.conftest import SITE
+    before = {r.id for r in stored(sim_store) if r.status == "accepted"}
+    with advice_page(sim_store, SITE, "browser-t0k") as page:
+        advice = page.get_by_test_id("stExpander")
+        if advice.count() == 0:
+            pytest.skip("no recommendation to decide on the simulated cluster")
+        buttons = page.get_by_role("button", name="Accept")
+        for k in range(min(advice.count(), 20)):  # open advice, most valuable first, until one is undecided
+            advice.nth(k).locator("summary").click()
+            try:
+                buttons.first.wait_for(state="visible", timeout=3_000)
+                break
+            except Exception:  # noqa: BLE001 - decided already (another test accepted it): the next one
+                continue
+        if buttons.count() == 0:
+            pytest.skip("no proposed recommendation to decide on the simulated cluster")
+        buttons.first.click()
+        page.get_by_text(re.compile(r"^accepted [0-9a-f]{12}$")).wait_for(state="visible", timeout=60_000)
+    after = {r.id for r in stored(sim_store) if r.status == "accepted" and r.decided_by == "dashboard"}
+    assert after - before
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),

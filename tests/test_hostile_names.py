@@ -453,31 +453,14 @@ def test_users_named_in_advice_are_redacted_unless_recorded_as_the_teams_own():
 def test_a_real_browser_shows_hostile_names_as_text_not_links_or_images(markdown_store):
     """What Streamlit's frontend makes of the escaped names: the expander's label and the team's advice read
     exactly the name, and the page holds no link to, nor image from, the attacker's host."""
-    from playwright.sync_api import sync_playwright
-
-    from gpuledger.deploy.dashboard_proc import start_dashboard
-    from tests.test_dashboard import CHROMIUM, CHROMIUM_FLAGS, _free_port
-    server = ApiServer(markdown_store, Config(), port=0, token="t0k-browser-md", open_reads=True)
-    url = server.start()
-    proc, dash = start_dashboard(url, port=_free_port())
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(dash)
-            page.get_by_role("tab", name="Recommendations").click(timeout=90_000)
-            page.get_by_text("Decision history").wait_for(state="visible", timeout=60_000)
-            label = page.get_by_test_id("stExpander").first.locator("summary").inner_text().replace(JOINER, "")
-            assert PHISH in label and PIXEL in label, label
-            page.get_by_role("tab", name="Teams").click()
-            page.get_by_text("Cost by GPU model").first.wait_for(state="visible", timeout=60_000)
-            advice = page.get_by_text(re.compile(r"^reclaim: ")).first.inner_text().replace(JOINER, "")
-            assert PHISH in advice and PIXEL in advice, advice
-            found = page.locator("a[href*='evil.example'], img[src*='evil.example']")
-            assert found.count() == 0, [found.nth(k).evaluate("e => e.parentElement.outerHTML")
-                                        for k in range(found.count())]
-            browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        server.stop()
+    from tests.test_dashboard import advice_page
+    with advice_page(markdown_store, Config(), "t0k-browser-md") as page:
+        label = page.get_by_test_id("stExpander").first.locator("summary").inner_text().replace(JOINER, "")
+        assert PHISH in label and PIXEL in label, label
+        page.get_by_role("tab", name="Teams").click()
+        page.get_by_text("Cost by GPU model").first.wait_for(state="visible", timeout=60_000)
+        advice = page.get_by_text(re.compile(r"^reclaim: ")).first.inner_text().replace(JOINER, "")
+        assert PHISH in advice and PIXEL in advice, advice
+        found = page.locator("a[href*='evil.example'], img[src*='evil.example']")
+        assert found.count() == 0, [found.nth(k).evaluate("e => e.parentElement.outerHTML")
+                                    for k in range(found.count())]

@@ -53,15 +53,19 @@ CORE_COLUMNS = {
     "end_ts": "TIMESTAMPTZ",  # the last sample's instant plus its interval: when the evidence ends
     "interval_s": "DOUBLE",  # the longest interval
     "gpu_s": "DOUBLE",  # GPU-seconds present (allocated rows: allocated GPU-seconds)
-    "used_gpu_s": "DOUBLE",  # GPU-seconds weighted by utilisation
-    "idle_gpu_s": "DOUBLE",  # allocated GPU-seconds under the idle threshold
+    "used_gpu_s": "DOUBLE",  # GPU-seconds weighted by utilisation (only samples with a utilisation reading)
+    "idle_gpu_s": "DOUBLE",  # allocated GPU-seconds under the idle threshold (only samples with a reading)
+    # GPU-seconds of samples with a utilisation reading (schema 9): what used, idle and busy figures cover. A sample
+    # without one (Philly and Helios traces, a failed read) is unknown, neither idle nor busy: unknown is never zero
+    "util_gpu_s": "DOUBLE",
     "idle_s": "DOUBLE",  # wall seconds of those samples
     "util_sum": "DOUBLE", "util_n": "BIGINT",  # for mean utilisation (samples with a utilisation)
     "mem_used_max": "DOUBLE", "mem_total_max": "DOUBLE",
     "energy_j": "DOUBLE", "nvlink_bytes": "DOUBLE",
     "temp_max": "DOUBLE",  # the hottest reading, °C (schema 8; rows folded before it have none)
 }
-# the idle stretch before a row's first busy sample (the whole row when none is busy) and after its last
+# the idle stretch before a row's first busy sample (the whole row when none is busy) and after its last. `busy_n`
+# counts the samples that end an idle stretch: allocated and at or over the threshold, or without a reading
 SEGMENT_COLUMNS = {
     "busy_n": "BIGINT",
     "lead_s": "DOUBLE", "lead_gpu_s": "DOUBLE", "lead_util_sum": "DOUBLE", "lead_util_n": "BIGINT",
@@ -79,6 +83,28 @@ def _table(name: str, columns: dict[str, str]) -> str:
     return f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(f'{c} {t}' for c, t in columns.items())})"
 
 
+def _backfill_util_coverage(table: str) -> str:
+    """Once per row folded before schema 9 (util_gpu_s NULL): its GPU-seconds with a utilisation reading, estimated
+    from the share of its samples with one, and the idle time that the old fold counted for samples without a
+    reading taken back out (estimated the same way for a row mixing both; `gpuledger compact --rebuild` refolds the
+    raw samples kept, exactly). A row with no reading at all ends idle stretches instead of being one."""
+    none = "allocated AND util_n = 0"
+    hour = (f", inner_runs = CASE WHEN {none} THEN [] ELSE inner_runs END, "
+            f"util_minutes = CASE WHEN {none} THEN [] ELSE util_minutes END") if table == "usage_hour" else ""
+    return (f"UPDATE {table} SET util_gpu_s = CASE WHEN util_n >= samples THEN gpu_s "
+            "ELSE gpu_s * util_n / samples END, "
+            "idle_gpu_s = CASE WHEN allocated AND util_n < samples "
+            "THEN greatest(idle_gpu_s - gpu_s * (samples - util_n) / samples, 0) ELSE idle_gpu_s END, "
+            "idle_s = CASE WHEN allocated AND util_n < samples "
+            "THEN greatest(idle_s - interval_s * (samples - util_n), 0) ELSE idle_s END, "
+            f"busy_n = CASE WHEN {none} THEN samples ELSE busy_n END, "
+            + ", ".join(f"{c} = CASE WHEN {none} THEN 0 ELSE {c} END"
+                        for c in ("lead_s", "lead_gpu_s", "tail_s", "tail_gpu_s"))
+            + ", " + ", ".join(f"{c} = CASE WHEN {none} THEN NULL ELSE {c} END"
+                               for c in ("lead_end_ts", "tail_start_ts", "lead_util_sum", "tail_util_sum"))
+            + f"{hour} WHERE util_gpu_s IS NULL")
+
+
 DDL = [
     _table("usage_minute", CORE_COLUMNS | SEGMENT_COLUMNS),
     # an hour row also lists the idle stretches of at least a minute strictly inside it (between busy samples)
@@ -87,6 +113,12 @@ DDL = [
     # stores made before schema 8 gain the temperature column (CREATE TABLE IF NOT EXISTS leaves them as they are)
     "ALTER TABLE usage_minute ADD COLUMN IF NOT EXISTS temp_max DOUBLE",
     "ALTER TABLE usage_hour ADD COLUMN IF NOT EXISTS temp_max DOUBLE",
+    # stores made before schema 9 gain the GPU-seconds with a utilisation reading, and their rows are carried over
+    # once (_backfill_util_coverage)
+    "ALTER TABLE usage_minute ADD COLUMN IF NOT EXISTS util_gpu_s DOUBLE",
+    "ALTER TABLE usage_hour ADD COLUMN IF NOT EXISTS util_gpu_s DOUBLE",
+    _backfill_util_coverage("usage_minute"),
+    _backfill_util_coverage("usage_hour"),
     # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
     "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
     f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} "
@@ -128,8 +160,10 @@ MACROS = [
     ), s AS (
         SELECT bucket, {KEY}, ts, interval_s, temp_c, interval_s * fraction AS gpu_s, util_pct, mem_used_mib,
                mem_total_mib, power_w * interval_s AS energy_j, nvlink_bps * interval_s AS nvlink_bytes,
-               allocated AND coalesce(util_pct, 0) < idle_pct AS idle,
-               allocated AND coalesce(util_pct, 0) >= idle_pct AS busy
+               -- idle: a reading under the threshold. "busy" ends an idle stretch: a reading at or over it, or none
+               -- at all (a stretch is only as long as it was measured idle; unknown is never idle)
+               allocated AND coalesce(util_pct < idle_pct, false) AS idle,
+               allocated AND NOT coalesce(util_pct < idle_pct, false) AS busy
         FROM raw
     ), edges AS (
         SELECT *, min(CASE WHEN busy THEN ts END) OVER seg AS first_busy, max(CASE WHEN busy THEN ts END) OVER seg
@@ -139,8 +173,9 @@ MACROS = [
         SELECT *, idle AND (first_busy IS NULL OR ts < first_busy) AS lead, idle AND ts > last_busy AS tail FROM edges
     )
     SELECT bucket, {KEY}, count(*) AS samples, min(ts) AS first_ts, max(ts) AS last_ts, max({_END}) AS end_ts,
-           max(interval_s) AS interval_s, sum(gpu_s) AS gpu_s, sum(gpu_s * coalesce(util_pct, 0) / 100.0) AS used_gpu_s,
+           max(interval_s) AS interval_s, sum(gpu_s) AS gpu_s, coalesce(sum(gpu_s * util_pct / 100.0), 0) AS used_gpu_s,
            coalesce(sum(gpu_s) FILTER (WHERE idle), 0) AS idle_gpu_s,
+           coalesce(sum(gpu_s) FILTER (WHERE util_pct IS NOT NULL), 0) AS util_gpu_s,
            coalesce(sum(interval_s) FILTER (WHERE idle), 0) AS idle_s,
            sum(util_pct) AS util_sum, count(util_pct) AS util_n,
            max(mem_used_mib) AS mem_used_max, max(mem_total_mib) AS mem_total_max,
@@ -192,7 +227,8 @@ MACROS = [
     )
     SELECT hour AS bucket, {KEY}, sum(samples) AS samples, min(first_ts) AS first_ts,
            max(last_ts) AS last_ts, max(end_ts) AS end_ts, max(interval_s) AS interval_s, sum(gpu_s) AS gpu_s,
-           sum(used_gpu_s) AS used_gpu_s, sum(idle_gpu_s) AS idle_gpu_s, sum(idle_s) AS idle_s,
+           sum(used_gpu_s) AS used_gpu_s, sum(idle_gpu_s) AS idle_gpu_s, sum(util_gpu_s) AS util_gpu_s,
+           sum(idle_s) AS idle_s,
            sum(util_sum) AS util_sum, sum(util_n) AS util_n, max(mem_used_max) AS mem_used_max,
            max(mem_total_max) AS mem_total_max, sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes,
            max(temp_max) AS temp_max, sum(busy_n) AS busy_n,
@@ -212,7 +248,7 @@ MACROS = [
            min(CASE WHEN first_ts = last_busy THEN tail_start_ts WHEN first_ts > last_busy THEN first_ts END)
                AS tail_start_ts,
            coalesce(flatten(list(inner_runs) FILTER (WHERE inner_runs IS NOT NULL)), []) AS inner_runs,
-           list(coalesce(util_sum, 0) / samples ORDER BY first_ts) FILTER (WHERE samples IS NOT NULL) AS util_minutes
+           list(util_sum / nullif(util_n, 0) ORDER BY first_ts) FILTER (WHERE samples IS NOT NULL) AS util_minutes
     FROM (SELECT *, first_busy IS NULL OR first_ts <= first_busy AS lead FROM combined)
     GROUP BY hour, {KEY}""",
     # minute rows of [lo, hi) with their idle-stretch edges: folded minutes, then the raw tail from the watermark
@@ -236,13 +272,14 @@ MACROS = [
     SELECT {KEY}, r.start_ts, r.end_ts, r.s, r.gpu_s, r.util_sum, r.util_n
     FROM (SELECT *, unnest(inner_runs) AS r FROM usage_hour
           WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO} AND len(inner_runs) > 0)""",
-    # per-minute mean utilisation (unattributed samples count as 0) of the allocated rows of [lo, hi), one row per
-    # minute of each GPU and job: from the hour rows' lists for whole hours, else from minute rows and the raw tail
+    # per-minute mean utilisation of the allocated rows of [lo, hi) over the samples with a reading (NULL: none had
+    # one), one row per minute of each GPU and job: from the hour rows' lists for whole hours, else from minute rows
+    # and the raw tail
     f"""CREATE OR REPLACE MACRO minute_utilisation(lo, hi, mwm, hwm, idle_pct) AS TABLE
     SELECT job_id, gpu_uuid, mig_profile, unnest(util_minutes) AS util_pct FROM usage_hour
     WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO}
     UNION ALL
-    SELECT job_id, gpu_uuid, mig_profile, coalesce(util_sum, 0) / samples FROM minute_segments(lo, hi, mwm, idle_pct)
+    SELECT job_id, gpu_uuid, mig_profile, util_sum / nullif(util_n, 0) FROM minute_segments(lo, hi, mwm, idle_pct)
     WHERE allocated AND (bucket < {_HOURS_FROM} OR bucket >= {_HOURS_TO})""",
     # what every analytic reads: the usage of [lo, hi) at the coarsest grain that answers exactly. `fine`: no hour
     # rows (for buckets shorter than an hour). Hour rows cover the whole hours from lo (rounded up) to hi (rounded
@@ -264,8 +301,8 @@ MACROS = [
 # per store (Store marks it in meta `rollups_bounded`): NULL models become the "unknown" line, non-finite time and
 # energy become 0 and non-finite readings NULL, and a row's GPU-seconds are capped at one whole GPU for its samples.
 # (`gpuledger compact --rebuild` refolds the raw samples still kept with the bounded fold, for exact figures.)
-_ZEROED = ("gpu_s", "used_gpu_s", "idle_gpu_s", "idle_s", "interval_s", "energy_j", "nvlink_bytes", "lead_s",
-           "lead_gpu_s", "tail_s", "tail_gpu_s")
+_ZEROED = ("gpu_s", "used_gpu_s", "idle_gpu_s", "util_gpu_s", "idle_s", "interval_s", "energy_j", "nvlink_bytes",
+           "lead_s", "lead_gpu_s", "tail_s", "tail_gpu_s")
 _NULLED = ("util_sum", "mem_used_max", "mem_total_max", "temp_max", "lead_util_sum", "tail_util_sum")
 BOUND_OLD_ROLLUPS = [
     statement
@@ -280,6 +317,8 @@ BOUND_OLD_ROLLUPS = [
         f"UPDATE {table} SET used_gpu_s = least(greatest(used_gpu_s, 0), gpu_s), "
         "idle_gpu_s = least(greatest(idle_gpu_s, 0), gpu_s) "
         "WHERE used_gpu_s > gpu_s OR used_gpu_s < 0 OR idle_gpu_s > gpu_s OR idle_gpu_s < 0",
+        f"UPDATE {table} SET util_gpu_s = least(greatest(util_gpu_s, 0), gpu_s) "
+        "WHERE util_gpu_s > gpu_s OR util_gpu_s < 0",
     )
 ]
 

@@ -109,8 +109,9 @@ def table_migrations(existing: set[str]) -> list[str]:
 
 
 # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history;
-# 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature
-SCHEMA_VERSION = "8"
+# 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature;
+# 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown
+SCHEMA_VERSION = "9"
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

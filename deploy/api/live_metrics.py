@@ -101,6 +101,7 @@ def _gauges(frame: pd.DataFrame, label: str, specs: tuple[tuple[str, str, str], 
     for column, name, doc in specs:
         family = GaugeMetricFamily(name, doc, labels=[label])
         for key, value in zip(frame[label], frame[column]):
-            family.add_metric([str(key)], float(value))
+            if pd.notna(value):  # no utilisation reading: no series (unknown is not zero, and NaN is not a reading)
+                family.add_metric([str(key)], float(value))
         families.append(family)
     return families

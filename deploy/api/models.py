@@ -20,6 +20,11 @@ Kind = Literal[KINDS]
 Status = Literal[STATUSES]
 StoredStatus = Literal[STORED_STATUSES]
 DecisionName = Literal[tuple(DECISIONS)]
+
+# what every `util_coverage` field means: a sample without a utilisation reading is unknown, never idle or zero
+UTIL_COVERAGE = ("share (0..1) of the allocated GPU-hours with a GPU utilisation reading: what the used, idle and "
+                 "busy figures rest on; null where nothing was allocated. A sample without a reading (e.g. the "
+                 "Philly and Helios traces) counts for GPU-hours and cost, never as idle, busy or used")
 Target = Literal[TARGETS]
 ExportStatus = Literal[tuple(EXPORT_STATUSES)]
 ExportFormat = Literal[FORMATS]
@@ -57,9 +62,12 @@ class Team(BaseModel):
 class UsageTotals(BaseModel):
     team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
     allocated_gpu_hours: float = Field(description="GPU-hours a job of the team held a GPU")
-    used_gpu_hours: float = Field(description="allocated GPU-hours weighted by GPU utilisation")
+    used_gpu_hours: float | None = Field(description="allocated GPU-hours weighted by GPU utilisation, over the "
+                                                     "GPU-hours with a reading; null: no utilisation data")
     jobs: int = Field(description="distinct jobs seen")
-    efficiency: float = Field(description="used / allocated, 0..1")
+    efficiency: float | None = Field(description="used / allocated GPU-hours with a utilisation reading, 0..1; "
+                                                 "null: no utilisation data")
+    util_coverage: float | None = Field(None, description=UTIL_COVERAGE)
     cost_usd: float = Field(description="cost at the rate card over the window, USD")
 
 
@@ -74,7 +82,9 @@ class ModelCost(BaseModel):
 class SeriesPoint(BaseModel):
     bucket: datetime = Field(description="start of the time bucket")
     allocated_gpus: float = Field(description="average concurrent GPUs held by jobs")
-    used_gpus: float = Field(description="allocated GPUs weighted by utilisation")
+    used_gpus: float | None = Field(description="allocated GPUs weighted by utilisation (GPUs with a reading); null: "
+                                                "GPUs were allocated but none had a utilisation reading")
+    util_coverage: float | None = Field(None, description=UTIL_COVERAGE)
 
 
 class UtilizationPoint(SeriesPoint):
@@ -111,9 +121,11 @@ class Rate(BaseModel):
 class TeamCost(BaseModel):
     team: str = Field(description="a team, 'unattributed' (allocated, no team) or '__idle__' (no job held the GPU)")
     gpu_hours: float = Field(description="allocated GPU-hours in the window")
-    used_gpu_hours: float = Field(description="allocated GPU-hours weighted by utilisation")
-    cost_usd: float = Field(description="GPU-hours x the rate card, USD")
+    used_gpu_hours: float | None = Field(description="allocated GPU-hours weighted by utilisation, over the "
+                                                     "GPU-hours with a reading; null: no utilisation data")
+    cost_usd: float = Field(description="GPU-hours x the rate card, USD (exact with or without utilisation data)")
     unpriced_gpu_hours: float = Field(description="GPU-hours on models without a rate (priced at 0)")
+    util_coverage: float | None = Field(None, description=UTIL_COVERAGE)
 
 
 class Costs(BaseModel):
@@ -169,8 +181,10 @@ class OversizedJob(BaseModel):
     last_ts: datetime = Field(description="its last sample (UTC)")
     peak_mem_mib: float | None = Field(description="peak memory used on a GPU, MiB")
     mem_total_mib: float | None = Field(description="the card's (or instance's) memory, MiB")
-    mean_util_pct: float = Field(description="mean GPU utilisation, %")
-    p95_util_pct: float = Field(description="95th percentile of GPU utilisation, %")
+    mean_util_pct: float | None = Field(description="mean GPU utilisation over the samples with a reading, %; null: "
+                                                    "no utilisation data")
+    p95_util_pct: float | None = Field(description="95th percentile of GPU utilisation, %; null: no utilisation data")
+    util_coverage: float | None = Field(None, description=UTIL_COVERAGE)
     gpu_hours: float = Field(description="allocated GPU-hours in the window")
     cost_usd: float = Field(description="its cost in the window, USD")
     usd_per_gpu_hour: float | None = Field(description="the model's rate, USD per GPU-hour; null unpriced")
@@ -420,11 +434,17 @@ class JobRow(BaseModel):
     last_ts: datetime = Field(description="when its last sample's interval ended")
     gpu_hours: float = Field(description="allocated GPU-hours in the window")
     cost_usd: float = Field(description="its cost in the window, USD")
-    mean_util_pct: float | None = Field(description="mean GPU utilisation, %")
-    p95_util_pct: float | None = Field(description="95th percentile of its per-minute mean utilisation (whole GPUs)")
+    mean_util_pct: float | None = Field(description="mean GPU utilisation over its samples with a reading, %; null: "
+                                                    "no utilisation data")
+    p95_util_pct: float | None = Field(description="95th percentile of its per-minute mean utilisation (whole GPUs, "
+                                                   "minutes with a reading); null: no utilisation data")
     peak_mem_mib: float | None = Field(description="peak GPU memory used, MiB")
     mem_total_mib: float | None = Field(description="the card's (or instance's) memory")
-    idle_share: float | None = Field(description="share of its GPU-hours under the idle threshold")
+    idle_share: float | None = Field(description="share of its GPU-hours with a utilisation reading that were under "
+                                                 "the idle threshold; null: no utilisation data")
+    util_coverage: float | None = Field(None, description=UTIL_COVERAGE)
+    util_note: str | None = Field(None, description="'no utilisation data' when none of its GPU-hours had a reading, "
+                                                    "how much was measured when part of them had; null: all were")
     waste: bool = Field(description="idle share at least 0.5, or peak memory under the oversized threshold")
 
 
