@@ -67,6 +67,16 @@ def store(open_store):
 
 
 @pytest.fixture
+def file_store(tmp_path: Path):
+    """A store in a DuckDB file only, with the default rates: for tests whose point is a route, a plan or a policy
+    rather than the storage backend, so the DuckLake variant's PostgreSQL catalog is not set up again for them."""
+    s = Store(tmp_path / "file.duckdb")
+    s.set_rates(Config().rates)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def page_server():
     server = PageServer()
     yield server

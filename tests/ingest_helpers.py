@@ -28,7 +28,8 @@ def post(url: str, table: pa.Table | bytes, seq: int, node: str = "node-0000", s
     """Push one batch as an agent would, declaring the sampling interval its rows stand for (ingest refuses rows
     whose interval exceeds the declared one); a raw body declares 10 s."""
     interval = 10.0
-    if isinstance(table, pa.Table) and "interval_s" in table.column_names and table.num_rows:
+    if isinstance(table, pa.Table) and "interval_s" in table.column_names and table.num_rows \
+            and pa.types.is_floating(table.schema.field("interval_s").type):  # a misshapen batch declares 10 s
         interval = float(pc.max(table["interval_s"]).as_py() or 10.0)
     headers = request_headers(node, stream, seq, interval, token=token or None)
     body = table if isinstance(table, bytes) else encode(table)

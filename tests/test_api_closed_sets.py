@@ -29,7 +29,8 @@ def _one_of_each(now) -> list[Recommendation]:
 
 
 @pytest.fixture
-def client(store):
+def client(file_store):
+    store = file_store
     app = create_app(store, Config(), open_reads=True)
     with TestClient(app) as c:
         yield c, app, store
@@ -61,8 +62,8 @@ def test_the_openapi_spec_lists_each_closed_set_once(client):
     assert set(schemas["Decision"]["properties"]["decision"]["enum"]) == set(DECISIONS)
 
 
-def test_an_input_error_inside_analytics_answers_422(client, store):
-    c, app, _ = client
+def test_an_input_error_inside_analytics_answers_422(client):
+    c, app, store = client
     app.state.config = Config(waste=WasteConfig(idle_util_pct=store.idle_util_pct + 7))  # rollups built for another one
     answer = c.get("/v1/waste")
     assert answer.status_code == 422
@@ -73,7 +74,8 @@ def test_an_input_error_inside_analytics_answers_422(client, store):
     (InputError("bad"), 422), (NotFoundError("none"), 404), (ConflictError("late"), 409),
     (UnavailableError("busy"), 503), (DecisionError("decided"), 409), (UnknownRecommendation("gone"), 404),
     (GpuledgerError("set-up"), 500)])
-def test_each_error_class_carries_its_status(store, error, status):
+def test_each_error_class_carries_its_status(file_store, error, status):
+    store = file_store
     app = create_app(store, Config(), open_reads=True)
 
     @app.get("/boom")

@@ -176,24 +176,30 @@ def test_cli_writes_on_the_file_are_audited_as_the_os_user(tmp_path):
         assert check_audit(store, AuditFiles(AuditFiles.of(db).key, AuditFiles.of(restored).head)).intact
 
 
-# --- 3. kill -9 right after writes: what is bounded ---------------------------------------------------------------
+# --- 3. kill -9 right after writes: nothing stored without its entry ----------------------------------------------
 
-def test_kill_9_loses_at_most_the_last_second_of_push_entries_and_nothing_else(tmp_path):
+def test_kill_9_right_after_a_push_keeps_the_pushs_entry_with_its_batches(tmp_path):
+    """Before: push entries waited up to a second for their flush, so a kill -9 right after a stored push left
+    its batches without an entry. Now the entry commits in the writer's transaction with the batches."""
     server = Server(tmp_path).start()
     try:
         made = requests.post(server.url + "/v1/tokens", headers=bearer(TOKEN), json={"name": "n", "role": "reader"},
                              timeout=30)
         assert made.status_code == 201
         assert post(server.url, batch(), seq=0).status_code == 200
+        assert post(server.url, batch(), seq=0).json()["status"] == "duplicate"  # a resent batch: an entry too
     finally:
-        server.proc.kill9()  # within the second the push entry waits for its flush
+        server.proc.kill9()  # at once: no flush can have run since the answers
     files = AuditFiles.of(server.db)
     with Store(server.db) as store:
-        assert store.sample_count() > 0  # the push itself is stored (its entry may be lost: the stated bound)
+        assert store.sample_count() > 0
+        pushes = entries(store, "POST /v1/ingest")
+        assert [e["status"] for e in pushes] == [200, 200], pushes
+        assert pushes[0]["detail"]["node"] == "node-0000" and pushes[0]["detail"]["seq"] == 0
         made_entries = entries(store, "POST /v1/tokens")
-        assert [e["status"] for e in made_entries] == [201]  # never a write other than a push
+        assert [e["status"] for e in made_entries] == [201]
         head = json.loads(files.head.read_text())
-        assert head["seq"] >= made_entries[0]["seq"]  # anchored before the answer
+        assert head["seq"] >= max(e["seq"] for e in pushes + made_entries)  # anchored before the answers
         check = check_audit(store)
         assert check.intact, check.reason
     server.start()  # and the server opens the log again without an incident

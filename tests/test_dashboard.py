@@ -18,6 +18,7 @@ from gpuledger.collector.dcgm_source import DcgmPageConverter
 from gpuledger.dashboard.escape import md
 from gpuledger.deploy.dashboard_proc import APP, start_dashboard
 from gpuledger.deploy.server import ApiServer
+from tests.helpers import gpu_rows, table
 from tests.test_dcgm_pages import SHARED_PAGES
 
 CHROMIUM = "/usr/bin/chromium"
@@ -278,29 +279,33 @@ def advice_page(store, config, token: str):
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
                     reason="Debian chromium not installed (CI installs it)")
-def test_an_admin_accepts_advice_in_headless_chromium(sim_store):
-    """The Accept button in a real browser records the decision through the API with the server's token."""
+def test_an_admin_accepts_advice_in_headless_chromium(tmp_path):
+    """The Accept button in a real browser records the decision through the API with the server's token. On a
+    store of its own holding one proposed quota change (the shared simulated store's advice is decided by other
+    tests, and non-quota advice with no evidence behind it is superseded at the first refresh)."""
+    import pandas as pd
+
+    from gpuledger.analytics.windows import utc_now
     from gpuledger.policies.recommendation import stored
-    from tests.conftest import SITE
-    before = {r.id for r in stored(sim_store) if r.status == "accepted"}
-    with advice_page(sim_store, SITE, "browser-t0k") as page:
-        advice = page.get_by_test_id("stExpander")
-        if advice.count() == 0:
-            pytest.skip("no recommendation to decide on the simulated cluster")
-        buttons = page.get_by_role("button", name="Accept")
-        for k in range(min(advice.count(), 20)):  # open advice, most valuable first, until one is undecided
-            advice.nth(k).locator("summary").click()
-            try:
-                buttons.first.wait_for(state="visible", timeout=3_000)
-                break
-            except Exception:  # noqa: BLE001 - decided already (another test accepted it): the next one
-                continue
-        if buttons.count() == 0:
-            pytest.skip("no proposed recommendation to decide on the simulated cluster")
-        buttons.first.click()
-        page.get_by_text(re.compile(r"^accepted [0-9a-f]{12}$")).wait_for(state="visible", timeout=60_000)
-    after = {r.id for r in stored(sim_store) if r.status == "accepted" and r.decided_by == "dashboard"}
-    assert after - before
+    from tests.test_dashboard_live import advice_of_every_kind
+    with Store(tmp_path / "accept.duckdb") as store:
+        store.set_rates(Config().rates)
+        store.upsert_teams(pd.DataFrame({"team": ["nlp"], "share": [1.0], "quota_gpus": [4]}))
+        start = utc_now().replace(second=0, microsecond=0) - timedelta(hours=2)
+        store.append_samples(table(*[gpu_rows("n1", g, "H100", 120, step_s=60.0, start=start, util=50.0,
+                                              job="nlp/train", team="nlp") for g in range(4)]))
+        (quota,) = [r for r in advice_of_every_kind(utc_now()) if r.kind == "quota"]
+        store.add_recommendations(pd.DataFrame([quota.to_row()]))
+        with advice_page(store, Config(), "browser-t0k") as page:
+            advice = page.get_by_test_id("stExpander")
+            assert advice.count() >= 1
+            advice.first.locator("summary").click()
+            button = page.get_by_role("button", name="Accept")
+            button.first.wait_for(state="visible", timeout=30_000)
+            button.first.click()
+            page.get_by_text(re.compile(r"^accepted [0-9a-f]{12}$")).wait_for(state="visible", timeout=60_000)
+        (after,) = stored(store, ids=[quota.id])
+        assert after.status == "accepted" and after.decided_by == "dashboard"
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),

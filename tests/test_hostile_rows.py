@@ -96,21 +96,23 @@ def test_names_and_the_bills_own_buckets_cannot_be_written(writer):
 
 def test_a_gpu_belongs_to_one_node_at_a_time(writer, tmp_path):
     w, store = writer
-    assert w.submit("node-0000", "s1", 0, 1, 10.0, node_frame(0))[0].rows == 8
-    stolen = node_frame(0, NOW - timedelta(seconds=50))  # node-0000's GPUs, sent by another agent
+    now = datetime.now(timezone.utc).replace(microsecond=0)  # not the module's: the restart below reads the GPUs'
+    # homes of the last 10 minutes from the file, and in a long run the module was imported long before this test
+    assert w.submit("node-0000", "s1", 0, 1, 10.0, node_frame(0, now - timedelta(seconds=60)))[0].rows == 8
+    stolen = node_frame(0, now - timedelta(seconds=50))  # node-0000's GPUs, sent by another agent
     (refused,) = w.submit("node-0001", "s1", 0, 1, 10.0, stolen)
     assert refused.rows == 0 and refused.rejected == {"gpu_on_other_node": 8}
     assert w.submit("node-0000", "s1", 1, 1, 10.0, stolen)[0].rows == 8  # its own node: stored
     # two agents claiming one GPU at once: the first to arrive keeps it, whether both land in one group or not
     with store.transaction():  # the writer is busy: both requests queue behind it
-        first = w.enqueue("node-0002", "s1", 0, 1, 10.0, node_frame(2, nodes=3))
-        second = w.enqueue("node-0003", "s1", 0, 1, 10.0, node_frame(2, NOW - timedelta(seconds=40), nodes=3))
+        first = w.enqueue("node-0002", "s1", 0, 1, 10.0, node_frame(2, now - timedelta(seconds=60), nodes=3))
+        second = w.enqueue("node-0003", "s1", 0, 1, 10.0, node_frame(2, now - timedelta(seconds=40), nodes=3))
     assert first.result(timeout=60)[0].rows == 8
     assert second.result(timeout=60)[0].rejected == {"gpu_on_other_node": 8}
     w.stop()
     again = IngestWriter(store, idle_checkpoint_s=600)  # a restarted server knows where each GPU is from the file
     try:
-        late = node_frame(0, NOW - timedelta(seconds=30))
+        late = node_frame(0, now - timedelta(seconds=30))
         assert again.submit("node-0009", "s1", 0, 1, 10.0, late)[0].rejected == {"gpu_on_other_node": 8}
     finally:
         again.stop()

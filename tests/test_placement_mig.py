@@ -18,7 +18,8 @@ from tests.helpers import gpu_rows, table
 
 
 @pytest.fixture
-def client(store):
+def client(file_store):
+    store = file_store
     start = utc_now().replace(second=0, microsecond=0) - timedelta(minutes=30)
     rows = []
     for node, model, mem in (("h100", "H100", 81559.0), ("h200", "H200", 143771.0), ("l4", "L4", 23034.0),

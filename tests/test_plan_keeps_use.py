@@ -25,8 +25,9 @@ AT = T0 + timedelta(hours=6)
 
 
 @pytest.fixture
-def used_store(store):
+def used_store(file_store):
     """research holds 3 L40S for 5 hours and has a quota only for H100; nlp holds 6 H100 over a limit of 4."""
+    store = file_store
     store.upsert_teams(pd.DataFrame({"team": ["research", "nlp"], "share": [1.0, 1.0], "quota_gpus": [2, 4]}))
     store.set_team_quotas(pd.DataFrame({"team": ["research", "nlp"], "gpu_model": ["H100", "H100"],
                                         "guarantee_gpus": [2.0, 2.0], "limit_gpus": [8.0, 4.0]}))

@@ -524,6 +524,28 @@ class AuditLog:
         if tx.entries and tx.on_commit is not None:
             tx.on_commit()
 
+    @contextmanager
+    def joined(self, entries: list[tuple[AuditEntry, datetime]]) -> Iterator[Callable[[duckdb.DuckDBPyConnection],
+                                                                                      None]]:
+        """Hold the chain while another writer's own transaction commits `entries` with its write (the ingest
+        writer: a push's entry lands with its batches, so a kill -9 cannot keep the batches and lose the entry).
+        Yields `write(cur)`, called inside that transaction; the chain's new end is adopted once it committed, and
+        entries taken from the queue go back to it if it did not."""
+        with self._lock:
+            taken: list[tuple[AuditEntry, datetime]] = []
+            end: list[tuple[int, str]] = []
+
+            def write(cur: duckdb.DuckDBPyConnection) -> None:
+                taken[:] = self._take()
+                end[:] = [self._insert(cur, taken + entries)]
+            try:
+                yield write
+            except BaseException:
+                self._give_back(taken)
+                raise
+            if end:
+                self._adopt(*end[0], notable=False)
+
     def _flush_loop(self, every_s: float) -> None:
         while not self._stop.wait(every_s):
             try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -74,6 +75,8 @@ class IngestRequest:
     interval_s: float
     table: pa.Table  # sample schema plus _seq
     future: Future = field(default_factory=Future)
+    # the push's audit entry (an analytics.store.access.AuditEntry), committed with the request's batches
+    audit: Any = None
 
     @property
     def key(self) -> tuple[str, str]:

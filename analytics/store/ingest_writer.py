@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
@@ -199,6 +200,9 @@ class IngestWriter:
         and `gpu_home_s` (how long a GPU stays its node's after its last row); the per-row value bounds are
         analytics/store/ingest_screen.py's."""
         self.store = store
+        # the audit log a push's entry is committed to, in the same transaction as its batches (set by the API):
+        # a push whose batches are stored always has its entry, even after a kill -9 right after the answer
+        self.audit: Any = None
         self.max_gpus_per_node = max_gpus_per_node
         self.homes = GpuHomes(timedelta(seconds=gpu_home_s))
         self.max_future = timedelta(seconds=max_future_s)
@@ -222,12 +226,13 @@ class IngestWriter:
             thread.start()
 
     def enqueue(self, node: str, stream: str, first_seq: int, count: int, interval_s: float,
-                table: pa.Table) -> Future:
+                table: pa.Table, audit: Any = None) -> Future:
         """Queue one request body of `count` consecutive batches; the future gives its RequestResult.
 
         Raises InvalidBatch at once (before queueing) when the body cannot be stored at all.
         """
-        request = IngestRequest(node, stream, first_seq, count, interval_s, prepare(table, node, first_seq, count))
+        request = IngestRequest(node, stream, first_seq, count, interval_s, prepare(table, node, first_seq, count),
+                                audit=audit)
         self._queue.put(request)
         return request.future
 
@@ -360,14 +365,32 @@ class IngestWriter:
         stored = np.zeros(group.count, np.int64)
         rejected: dict[int, dict[str, int]] = {}
         claims: list[tuple[str, str]] = []
+        entries = [(r.audit, group.now) for r in group.requests if r.audit is not None] if self.audit else []
+        with self.audit.joined(entries) if entries else nullcontext() as write_audit:
+            if not is_fresh.any() and write_audit is not None:  # only resent batches: the pushes still have entries
+                with self.store.transaction() as cur:
+                    write_audit(cur)
+            self._commit_fresh(group, is_fresh, stored, rejected, claims, write_audit)
+        self.stored_batches.merge(fresh)
+        self.homes.claim(claims, group.now)
+        results = self._results(group, is_fresh, stored, rejected)
+        self._account(group, results, time.perf_counter() - started)
+        return results
+
+    def _commit_fresh(self, group: ScreenedGroup, is_fresh: np.ndarray, stored: np.ndarray,
+                      rejected: dict[int, dict[str, int]], claims: list[tuple[str, str]],
+                      write_audit: Any) -> None:
+        """The fresh batches' rows, ids and refusals in one transaction (with the pushes' audit entries when
+        `write_audit` is given); fills `stored`, `rejected` and `claims` in place."""
         if is_fresh.any():
             rows = group.rows
             if not is_fresh.all() and rows.num_rows:
                 rows = rows.filter(pa.array(is_fresh).take(rows[BATCH]))
-            rejected = {b: dict(reasons) for b, reasons in group.rejected.items() if is_fresh[b]}
+            rejected.update({b: dict(reasons) for b, reasons in group.rejected.items() if is_fresh[b]})
             if rows.num_rows:
-                elsewhere, claims = self.homes.screen(rows, group.gpus if group.gpus is not None
-                                                      else gpus_of(rows), group.now)
+                elsewhere, kept = self.homes.screen(rows, group.gpus if group.gpus is not None
+                                                    else gpus_of(rows), group.now)
+                claims.extend(kept)
                 if elsewhere is not None:
                     away = counts_per_batch(rows[BATCH].filter(elsewhere), group.count)
                     for batch in np.flatnonzero(away):
@@ -375,7 +398,7 @@ class IngestWriter:
                     rows = rows.filter(pc.invert(elsewhere))
             with self.store.transaction() as cur:
                 if rows.num_rows:
-                    stored = self._insert_samples(cur, group, rows)
+                    stored[:] = self._insert_samples(cur, group, rows)
                 refused = np.zeros(group.count, np.int64)
                 for batch, reasons in rejected.items():
                     refused[batch] = sum(reasons.values())
@@ -384,12 +407,9 @@ class IngestWriter:
                 for batch in np.flatnonzero(is_fresh & (repeats > 0)):
                     rejected.setdefault(int(batch), {})["duplicate_sample"] = int(repeats[batch])
                 self._record_batches(cur, group, is_fresh, stored, group.received - stored)
+                if write_audit is not None:
+                    write_audit(cur)
                 failpoints.pause("group_commit")
-        self.stored_batches.merge(fresh)
-        self.homes.claim(claims, group.now)
-        results = self._results(group, is_fresh, stored, rejected)
-        self._account(group, results, time.perf_counter() - started)
-        return results
 
     def _insert_samples(self, cur, group: ScreenedGroup, rows: pa.Table) -> np.ndarray:
         """Insert the rows not already stored; rows stored per batch."""

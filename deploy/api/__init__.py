@@ -61,6 +61,8 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.state.metrics = metrics or exported(COLLECTOR_METRICS, STORE_METRICS, StoreGauges(store, config))
     app.state.recommender = RecommendationService(store, config)
     app.state.audit = None if store.read_only else AuditLog(store)
+    if ingest_writer is not None:  # a push's entry commits with its batches (analytics/store/ingest_writer.py)
+        ingest_writer.audit = app.state.audit
     audit_writes(app, app.state.audit)
     app.add_middleware(RequestLimits, open_reads=open_reads)  # outermost: bodies bounded before anything
     app.add_exception_handler(GpuledgerError, _answer_error)

@@ -212,18 +212,22 @@ def push_access(request: Request, node: str, authorization: str | None) -> Calle
     return caller
 
 
+def entry_of(request: Request, caller: Caller, status: int) -> AuditEntry:
+    """The audit entry of this request as answered with `status`."""
+    route = request.scope.get("route")
+    return AuditEntry(actor=caller.actor, role=caller.role,
+                      action=f"{request.method} {getattr(route, 'path', request.url.path)}",
+                      target=request.url.path, status=status, remote=client_address(request),
+                      detail=getattr(request.state, "audit", None))
+
+
 def audit_of(request: Request, caller: Caller, status: int) -> Audit | None:
     """The audit entry a write handler commits in the write's own transaction (the write and its entry land
     together), marking the request as audited so the middleware does not log it twice."""
     log: AuditLog | None = request.app.state.audit
     if log is None:
         return None
-    route = request.scope.get("route")
-    entry = AuditEntry(actor=caller.actor, role=caller.role,
-                       action=f"{request.method} {getattr(route, 'path', request.url.path)}",
-                       target=request.url.path, status=status, remote=client_address(request),
-                       detail=getattr(request.state, "audit", None))
-    return Audit(log, entry, on_commit=lambda: setattr(request.state, "audited", True))
+    return Audit(log, entry_of(request, caller, status), on_commit=lambda: setattr(request.state, "audited", True))
 
 
 class RefusedReads:
@@ -301,7 +305,8 @@ def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
                                action=f"{request.method} {path}",
                                target=request.url.path, status=status, remote=client_address(request),
                                detail=getattr(request.state, "audit", None))
-            if path == INGEST_PATH:  # many a second: written with the next flush, within a second
+            if path == INGEST_PATH:  # a refused push (a stored one committed its entry with its batches):
+                # many a second, written with the next flush, within a second
                 log.append(entry, wait=False)
             else:
                 try:

@@ -21,7 +21,7 @@ from gpuledger.collector.wire import (
     WireError,
     decode,
 )
-from gpuledger.deploy.api.access import push_access
+from gpuledger.deploy.api.access import entry_of, push_access
 from gpuledger.deploy.api.limits import INGEST_BODY_BYTES
 from gpuledger.deploy.api.models import BatchAnswer, MultiBatchAnswer
 
@@ -50,7 +50,7 @@ async def ingest_batch(
     """
     state = request.app.state
     request.state.audit = {"node": node, "stream": stream, "seq": seq, "batches": batches}
-    push_access(request, node, authorization)
+    caller = push_access(request, node, authorization)
     if state.ingest is None:
         raise HTTPException(status_code=503, detail="ingest is not enabled on this server")
     if request.headers.get("content-type", "").split(";")[0] != CONTENT_TYPE:
@@ -66,7 +66,9 @@ async def ingest_batch(
         raise HTTPException(status_code=413, detail=f"batch over {MAX_BATCH_BYTES} bytes")
     try:
         # decode() refuses a body whose headers declare more than 16x its size unpacked before decompressing it
-        pending = state.ingest.enqueue(node, stream, seq, batches, interval_s, decode(body))
+        # the push's entry commits with its batches in the writer's transaction (none when no audit log is kept)
+        entry = entry_of(request, caller, 200) if state.ingest.audit is not None else None
+        pending = state.ingest.enqueue(node, stream, seq, batches, interval_s, decode(body), audit=entry)
     except UnpackedTooLarge as exc:
         HTTP_REFUSED.labels("unpacked_too_large").inc()
         raise HTTPException(status_code=422, detail=str(exc)) from exc
@@ -74,6 +76,7 @@ async def ingest_batch(
         raise HTTPException(status_code=422, detail=str(exc)) from exc
     try:
         results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
+        request.state.audited = entry is not None  # committed with the batches: the middleware adds nothing
     except StoreUnavailable as exc:
         raise HTTPException(status_code=503, headers={"Retry-After": "10"},
                             detail=f"the server could not store this batch, nothing of it was kept; resend later: "
