@@ -39,7 +39,7 @@ import pandas as pd
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import capacity_by_model, covered_hours, hourly_demand, pending_jobs
+from gpuledger.analytics.usage import NO_UTILISATION, capacity_by_model, covered_hours, hourly_demand, pending_jobs
 from gpuledger.policies.fairshare import fairshare_at
 from gpuledger.policies.recommendation import APPLIED, stored
 
@@ -89,7 +89,7 @@ def _number(value: Any) -> float | None:
 # held (idle or not) into demand and raise guarantees for GPUs that may sit idle, and zero busy demand would lower
 # them for work that may be busy; either is a guess the evidence cannot back. Its guarantee in force stays held
 # out of the capacity the other teams share.
-UNMEASURED = "no utilisation data"
+UNMEASURED = NO_UTILISATION
 
 
 class _ModelEvidence:

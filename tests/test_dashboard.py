@@ -18,7 +18,8 @@ from gpuledger.collector.dcgm_source import DcgmPageConverter
 from gpuledger.dashboard.escape import md
 from gpuledger.deploy.dashboard_proc import APP, start_dashboard
 from gpuledger.deploy.server import ApiServer
-from tests.helpers import gpu_rows, table
+from tests.helpers import gpu_rows
+from tests.helpers import table as sample_table
 from tests.test_dcgm_pages import SHARED_PAGES
 
 CHROMIUM = "/usr/bin/chromium"
@@ -292,7 +293,7 @@ def test_an_admin_accepts_advice_in_headless_chromium(tmp_path):
         store.set_rates(Config().rates)
         store.upsert_teams(pd.DataFrame({"team": ["nlp"], "share": [1.0], "quota_gpus": [4]}))
         start = utc_now().replace(second=0, microsecond=0) - timedelta(hours=2)
-        store.append_samples(table(*[gpu_rows("n1", g, "H100", 120, step_s=60.0, start=start, util=50.0,
+        store.append_samples(sample_table(*[gpu_rows("n1", g, "H100", 120, step_s=60.0, start=start, util=50.0,
                                               job="nlp/train", team="nlp") for g in range(4)]))
         (quota,) = [r for r in advice_of_every_kind(utc_now()) if r.kind == "quota"]
         store.add_recommendations(pd.DataFrame([quota.to_row()]))

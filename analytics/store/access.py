@@ -506,36 +506,29 @@ class AuditLog:
     @contextmanager
     def transaction(self) -> Iterator[AuditedWrite]:
         """A store transaction for a write; the entries it records (and any queued before them) commit in it."""
-        with self._lock:
-            taken: list[tuple[AuditEntry, datetime]] = []
-            try:
-                with self.store.transaction() as cur:
-                    tx = AuditedWrite(cur)
-                    yield tx
-                    if tx.entries:
-                        taken = self._take()
-                        now = utc_now()
-                        seq, prev = self._insert(cur, taken + [(e, now) for e in tx.entries])
-            except BaseException:
-                self._give_back(taken)
-                raise
-            if tx.entries:
-                self._adopt(seq, prev, notable=True)
+        with self.joined(notable=True) as write:
+            with self.store.transaction() as cur:
+                tx = AuditedWrite(cur)
+                yield tx
+                if tx.entries:
+                    now = utc_now()
+                    write(cur, [(e, now) for e in tx.entries])
         if tx.entries and tx.on_commit is not None:
             tx.on_commit()
 
     @contextmanager
-    def joined(self, entries: list[tuple[AuditEntry, datetime]]) -> Iterator[Callable[[duckdb.DuckDBPyConnection],
-                                                                                      None]]:
-        """Hold the chain while another writer's own transaction commits `entries` with its write (the ingest
-        writer: a push's entry lands with its batches, so a kill -9 cannot keep the batches and lose the entry).
-        Yields `write(cur)`, called inside that transaction; the chain's new end is adopted once it committed, and
-        entries taken from the queue go back to it if it did not."""
+    def joined(self, notable: bool = False) -> Iterator[Callable[[duckdb.DuckDBPyConnection,
+                                                                   list[tuple[AuditEntry, datetime]]], None]]:
+        """Hold the chain while a transaction commits entries with its write: this log's own (`transaction`), or
+        another writer's (the ingest writer: a push's entry lands with its batches, so a kill -9 cannot keep the
+        batches and lose the entry). Yields `write(cur, entries)`, called inside that transaction, which writes the
+        queued entries and then `entries`; the chain's new end is adopted once it committed, and the entries taken
+        from the queue go back to it if it did not."""
         with self._lock:
             taken: list[tuple[AuditEntry, datetime]] = []
             end: list[tuple[int, str]] = []
 
-            def write(cur: duckdb.DuckDBPyConnection) -> None:
+            def write(cur: duckdb.DuckDBPyConnection, entries: list[tuple[AuditEntry, datetime]]) -> None:
                 taken[:] = self._take()
                 end[:] = [self._insert(cur, taken + entries)]
             try:
@@ -544,7 +537,7 @@ class AuditLog:
                 self._give_back(taken)
                 raise
             if end:
-                self._adopt(*end[0], notable=False)
+                self._adopt(*end[0], notable=notable)
 
     def _flush_loop(self, every_s: float) -> None:
         while not self._stop.wait(every_s):

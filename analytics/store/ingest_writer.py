@@ -366,11 +366,12 @@ class IngestWriter:
         rejected: dict[int, dict[str, int]] = {}
         claims: list[tuple[str, str]] = []
         entries = [(r.audit, group.now) for r in group.requests if r.audit is not None] if self.audit else []
-        with self.audit.joined(entries) if entries else nullcontext() as write_audit:
+        with self.audit.joined() if entries else nullcontext() as write_audit:
             if not is_fresh.any() and write_audit is not None:  # only resent batches: the pushes still have entries
                 with self.store.transaction() as cur:
-                    write_audit(cur)
-            self._commit_fresh(group, is_fresh, stored, rejected, claims, write_audit)
+                    write_audit(cur, entries)
+            self._commit_fresh(group, is_fresh, stored, rejected, claims,
+                               (lambda cur: write_audit(cur, entries)) if write_audit is not None else None)
         self.stored_batches.merge(fresh)
         self.homes.claim(claims, group.now)
         results = self._results(group, is_fresh, stored, rejected)

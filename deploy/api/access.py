@@ -14,7 +14,7 @@ import os
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Iterable, Sequence
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
@@ -301,10 +301,7 @@ def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
         if log is None or getattr(request.state, "audited", False):
             pass
         elif (request.method in WRITES and path not in QUESTIONS) or path in EXPORTS:
-            entry = AuditEntry(actor=caller.actor, role=caller.role,
-                               action=f"{request.method} {path}",
-                               target=request.url.path, status=status, remote=client_address(request),
-                               detail=getattr(request.state, "audit", None))
+            entry = entry_of(request, caller, status)
             if path == INGEST_PATH:  # a refused push (a stored one committed its entry with its batches):
                 # many a second, written with the next flush, within a second
                 log.append(entry, wait=False)
@@ -317,10 +314,8 @@ def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
                                  path, caller.actor, log.waiting, exc)
         elif status in REFUSED_READS or (status == 404 and caller.team is not None):
             query = str(request.url.query)[:300]
-            entry = refusals.refused(AuditEntry(
-                actor=caller.actor, role=caller.role,
-                action=f"{request.method} {path}", target=request.url.path, status=status,
-                remote=client_address(request), detail={"query": query} if query else None))
+            entry = refusals.refused(replace(entry_of(request, caller, status),
+                                             detail={"query": query} if query else None))
             if entry is not None:
                 log.append(entry, wait=False)
         if failure is not None:
