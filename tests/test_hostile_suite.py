@@ -1,6 +1,7 @@
 """Generated hostile input through every surface: names from the whole Unicode range and the characters each output
 format treats as syntax, numbers from the whole float range, pushed through ingest as one agent and through the
-config loader; then every read route, every export, the weekly report and the dashboard's labels are checked.
+config loader; then every read route of the spec, every export, the weekly report and every dashboard page are
+checked.
 
 The invariants (issue 21):
 - no route answers 500 and nothing shows a traceback;
@@ -85,6 +86,55 @@ def _victim_cost(store: Store) -> float:
     return float(frame["gpu_s"].iloc[0] or 0.0)
 
 
+def read_routes(client: TestClient) -> list[str]:
+    """Every GET route of the server's OpenAPI spec with its defaults, a team route once per team the store knows
+    (the exports and the backup are checked apart: the exports per target below, the backup is an admin's file)."""
+    spec = client.get("/openapi.json").json()
+    teams = [t["team"] for t in client.get("/v1/teams").json()]
+    routes = []
+    for path, operations in spec["paths"].items():
+        if "get" not in operations or path in ("/v1/backup", "/v1/recommendations/export"):
+            continue
+        routes += [path.replace("{team}", t) for t in teams] if "{team}" in path else [path]
+    return routes
+
+
+def _hostile_batch(at: datetime) -> pa.Table:
+    """The attacker node's GPUs with every name field set to one of the hostile examples and extreme numbers."""
+    hostile = ["H100$(touch pwned)", "[Sign in again](http://evil.example)", "=HYPERLINK(\"x\")",
+               "<script>alert(1)</script>", "__idle__", "a\nb", "x" * 300, "\u202eevil", "ok-team"]
+    rows = _frame(1, at).to_pylist()
+    for i, row in enumerate(rows):
+        row.update({f: hostile[(i + k) % len(hostile)] for k, f in enumerate(FIELDS)})
+        row.update({"gpu_fraction": [1e6, -1000.0, math.inf, 0.5][i % 4], "util_pct": [250.0, math.nan, 50.0][i % 3],
+                    "allocated": True})
+    return rows_to_table(rows)
+
+
+def test_every_dashboard_page_renders_after_a_hostile_push(victim_store, tmp_path, monkeypatch):
+    """The same push as above, once with every hostile name at once, then every dashboard page (Streamlit's
+    AppTest over a real server): no exception, no error box."""
+    from gpuledger.deploy.server import ApiServer
+    from tests.test_dashboard import PAGES
+    from tests.test_dashboard_live import app_on
+    path = tmp_path / "h.duckdb"
+    path.write_bytes(victim_store.read_bytes())
+    with Store(path) as store:
+        writer = IngestWriter(store, idle_checkpoint_s=600)
+        try:
+            (result,) = writer.submit(ATTACKER, "evil", 0, 1, 10.0, _hostile_batch(NOW - timedelta(seconds=30)))
+        finally:
+            writer.stop()
+        assert sum(result.rejected.values()) > 0  # the screen refused what it must
+        server = ApiServer(store, Config(), port=0, open_reads=True)
+        url = server.start()
+        try:
+            for page in PAGES:
+                app_on(monkeypatch, url, page)  # asserts no exception and no error on the page
+        finally:
+            server.stop()
+
+
 class _Tags(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -129,9 +179,7 @@ def test_a_hostile_agent_cannot_break_a_surface_or_another_nodes_bill(victim_sto
         assert lines["cost_usd"].map(math.isfinite).all() and (lines["cost_usd"] >= 0).all()
         assert float(stored.eval("interval_s * gpu_fraction").sum()) <= 8 * 21.0 + 1e-6  # its own 8 GPUs at most
         with TestClient(create_app(store, Config(), open_reads=True), raise_server_exceptions=False) as client:
-            for route in ("/v1/costs", "/v1/jobs", "/v1/waste", "/v1/gpus", "/v1/teams", "/v1/fairshare",
-                          "/v1/cluster/utilization", "/v1/costs/daily", "/v1/recommendations", "/v1/fragmentation",
-                          "/metrics", "/v1/nodes", "/v1/health"):
+            for route in read_routes(client):
                 answer = client.get(route)
                 assert answer.status_code < 500, (route, answer.text[:300])
                 assert "Traceback" not in answer.text
