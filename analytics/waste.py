@@ -142,10 +142,44 @@ def oversized_jobs(store: Store, start: datetime, end: datetime, thresholds: Was
     return over.sort_values("cost_usd", ascending=False).reset_index(drop=True)
 
 
+STRETCH_COLUMNS = ["team", "job_id", "node", "gpu_model", "gpus", "gpu_uuids", "start_ts", "end_ts", "idle_minutes",
+                   "idle_gpu_hours", "idle_cost_usd", "mean_util_pct"]
+
+
+def job_stretches(runs: pd.DataFrame) -> pd.DataFrame:
+    """The per-GPU idle stretches of `idle_runs` joined per job: the GPUs of one job idle over overlapping times are
+    one stretch (an 8-GPU job idle for a night is one row, not eight), with its GPU count and their UUIDs. A
+    stretch without a job stays one per GPU, since nothing says two such GPUs belong together. `idle_minutes` is
+    the longest idle time of its GPUs (a GPU's stretch does not count minutes without samples); `mean_util_pct` weighs each GPU's mean by its idle GPU-hours and is null when
+    no GPU had a reading."""
+    if runs.empty:
+        return pd.DataFrame(columns=STRETCH_COLUMNS)
+    frame = runs.assign(holder=runs["job_id"].fillna("gpu:" + runs["gpu_uuid"]),
+                        weighted=runs["mean_util_pct"] * runs["idle_gpu_hours"],
+                        measured=runs["idle_gpu_hours"].where(runs["mean_util_pct"].notna(), 0.0))
+    frame = frame.sort_values(["team", "holder", "node", "gpu_model", "start_ts"], na_position="first")
+    keys = ["team", "holder", "node", "gpu_model"]
+    # a new stretch starts where a GPU's idle start lies after every earlier end of the same holder
+    reach = frame.groupby(keys, dropna=False)["end_ts"].transform(lambda ends: ends.cummax().shift())
+    frame["stretch"] = (reach.isna() | (frame["start_ts"] > reach)).cumsum()
+    out = frame.groupby("stretch").agg(
+        team=("team", "first"), job_id=("job_id", "first"), node=("node", "first"), gpu_model=("gpu_model", "first"),
+        gpus=("gpu_uuid", "nunique"), gpu_uuids=("gpu_uuid", lambda u: sorted(set(u))),
+        start_ts=("start_ts", "min"), end_ts=("end_ts", "max"), idle_minutes=("idle_minutes", "max"),
+        idle_gpu_hours=("idle_gpu_hours", "sum"),
+        idle_cost_usd=("idle_cost_usd", "sum"), weighted=("weighted", "sum"), measured=("measured", "sum"))
+    out["mean_util_pct"] = out["weighted"] / out["measured"].where(out["measured"] > 0)
+    return out.sort_values("idle_cost_usd", ascending=False)[STRETCH_COLUMNS].reset_index(drop=True)
+
+
 @dataclass
 class Waste:
-    """The idle stretches, the memory-oversized jobs, and their sums per team, each query run once."""
+    """The idle stretches (per GPU, as the policies read them, and per job, as people read them), the jobs that are
+    memory-oversized while busy, and their sums per team, each query run once. A job whose p95 utilisation is
+    under the idle threshold is waste as an idle holder, not as an oversized one: it is left out of `oversized`
+    so no job is counted twice."""
     runs: pd.DataFrame
+    stretches: pd.DataFrame
     oversized: pd.DataFrame
     by_team: pd.DataFrame
 
@@ -153,7 +187,9 @@ class Waste:
 def waste(store: Store, start: datetime, end: datetime, thresholds: WasteConfig) -> Waste:
     runs = idle_runs(store, start, end, thresholds)
     over = oversized_jobs(store, start, end, thresholds)
-    return Waste(runs, over, _per_team(runs, over))
+    busy_over = over[~over["idle"].astype(bool)].reset_index(drop=True)
+    stretches = job_stretches(runs)
+    return Waste(runs, stretches, busy_over, _per_team(stretches, busy_over))
 
 
 def waste_by_team(store: Store, start: datetime, end: datetime, thresholds: WasteConfig) -> pd.DataFrame:
@@ -161,8 +197,8 @@ def waste_by_team(store: Store, start: datetime, end: datetime, thresholds: Wast
     return waste(store, start, end, thresholds).by_team
 
 
-def _per_team(runs: pd.DataFrame, over: pd.DataFrame) -> pd.DataFrame:
-    idle = runs.groupby("team", as_index=False).agg(
+def _per_team(stretches: pd.DataFrame, over: pd.DataFrame) -> pd.DataFrame:
+    idle = stretches.groupby("team", as_index=False).agg(
         idle_gpu_hours=("idle_gpu_hours", "sum"), idle_cost_usd=("idle_cost_usd", "sum"),
         idle_stretches=("idle_gpu_hours", "size"))
     sized = (over.groupby("team", as_index=False).agg(oversized_jobs=("job_id", "size"),

@@ -151,14 +151,23 @@ idle_line = cost_df[cost_df["team"] == IDLE_CAPACITY]
 cost_df["team"] = cost_df["team"].map(owner_label)
 
 
-def shares(series: pd.DataFrame) -> tuple[float, float | None]:
-    """Mean allocated and used share of the GPUs present over a utilisation series; used is None where no bucket
-    had a utilisation reading (unknown, never zero)."""
+def shares(series: pd.DataFrame) -> tuple[float, float | None, float | None]:
+    """Mean allocated, busy and used share of the GPUs present over a utilisation series; busy and used are None
+    where no bucket had a utilisation reading (unknown, never zero)."""
     if series.empty or not series["total_gpus"].mean():
-        return 0.0, 0.0
+        return 0.0, None, None
     total = series["total_gpus"].mean()
-    used = series["used_gpus"].dropna() if "used_gpus" in series else pd.Series(dtype=float)
-    return float(series["allocated_gpus"].mean() / total), (float(used.mean() / total) if len(used) else None)
+
+    def known(column: str) -> float | None:
+        values = series[column].dropna() if column in series else pd.Series(dtype=float)
+        return float(values.mean() / total) if len(values) else None
+
+    return float(series["allocated_gpus"].mean() / total), known("busy_gpus"), known("used_gpus")
+
+
+def points(now: float | None, then: float | None) -> str | None:
+    """A share's change in percentage points, or None (no arrow) where either side is unknown."""
+    return f"{(now - then) * 100:+.1f} pts" if had_before and now is not None and then is not None else None
 
 
 idle_before = sum(t["cost_usd"] for t in costs_before["teams"] if t["team"] == IDLE_CAPACITY)
@@ -170,9 +179,9 @@ def usd_change(now: float, then: float) -> str:
     return f"{'-' if change < 0 else '+'}${abs(change):,.0f}"
 
 
-(mean_alloc, mean_used), (alloc_before, used_before) = shares(util), shares(util_before)
+(mean_alloc, mean_busy, mean_used), (alloc_before, busy_before, used_before) = shares(util), shares(util_before)
 had_before = costs_before["total_usd"] > 0
-col1, col2, col3, col4 = st.columns(4)
+col1, col2, col3, col4, col5 = st.columns(5)
 col1.metric(
     "Total cost",
     f"${costs['total_usd']:,.0f}",
@@ -187,18 +196,18 @@ col2.metric(
     delta=usd_change(float(idle_line["cost_usd"].sum()), idle_before) if had_before else None,
     delta_color="inverse",
 )
-col3.metric(
-    "GPUs allocated",
-    f"{mean_alloc:.0%}",
-    help=GLOSSARY["allocated"],
-    delta=f"{(mean_alloc - alloc_before) * 100:+.1f} pts" if had_before else None,
-)
+col3.metric("GPUs allocated", f"{mean_alloc:.0%}", help=GLOSSARY["allocated"], delta=points(mean_alloc, alloc_before))
 col4.metric(
-    "GPUs used (utilisation-weighted)",
+    "GPUs busy",
+    "no utilisation data" if mean_busy is None else f"{mean_busy:.0%}",
+    help=GLOSSARY["busy"],
+    delta=points(mean_busy, busy_before),
+)
+col5.metric(
+    "Utilisation-weighted",
     "no utilisation data" if mean_used is None else f"{mean_used:.0%}",
     help=GLOSSARY["used"],
-    delta=f"{(mean_used - used_before) * 100:+.1f} pts"
-    if had_before and mean_used is not None and used_before is not None else None,
+    delta=points(mean_used, used_before),
 )
 st.caption(f"Latest sample {md(health['latest_sample'])} · {health['samples']:,} samples in store")
 
@@ -276,6 +285,7 @@ def show_table(df: pd.DataFrame, order: list[str] | tuple[str, ...] | None = Non
     st.dataframe(
         readable(df, digits),
         hide_index=True,
+        placeholder=BLANK,
         width="stretch",
         column_config=column_labels(df, **extra),
         column_order=[c for c in order if c in df] if order else None,
@@ -473,10 +483,10 @@ with tab_cost:
             waste_df["team"] = waste_df["team"].map(owner_label)
         show_table(waste_df)
         st.subheader("Longest idle allocations")
-        runs = frame(waste["idle_runs"], ("start_ts", "end_ts"))
+        runs = frame(waste["idle_runs"], ("start_ts", "end_ts")).drop(columns="gpu_uuids", errors="ignore")
         first = [
             c
-            for c in ("job_id", "team", "idle_minutes", "idle_cost_usd", "idle_gpu_hours", "mean_util_pct")
+            for c in ("job_id", "team", "gpus", "idle_minutes", "idle_cost_usd", "idle_gpu_hours", "mean_util_pct")
             if c in runs
         ]
         show_table(runs, first + [c for c in runs.columns if c not in first], job_id=BLANK_JOB)
@@ -524,6 +534,7 @@ with tab_fair:
             st.dataframe(
                 readable(latest, 3),
                 hide_index=True,
+                placeholder=BLANK,
                 width="stretch",
                 column_config={
                     "team": "team",
@@ -580,6 +591,7 @@ with tab_recs:
             st.dataframe(
                 readable(table),
                 hide_index=True,
+                placeholder=BLANK,
                 width="stretch",
                 column_config={
                     "$ per week": st.column_config.NumberColumn(
@@ -647,6 +659,7 @@ with tab_recs:
             st.dataframe(
                 readable(history),
                 hide_index=True,
+                placeholder=BLANK,
                 width="stretch",
                 column_config={
                     "created": when("created"),
@@ -694,9 +707,10 @@ with tab_health:
             st.dataframe(
                 readable(by_gpu[list(shown)].rename(columns=shown)),
                 hide_index=True,
+                placeholder=BLANK,
                 width="stretch",
                 column_config={
-                    "Last XID": st.column_config.NumberColumn("Last XID", format="%d", help="empty: no XID error"),
+                    "Last XID": st.column_config.NumberColumn("Last XID", format="%d", help=f"{BLANK}: no XID error"),
                     "Last event": when("Last event"),
                 },
             )
@@ -721,6 +735,7 @@ with tab_health:
                 st.dataframe(
                     readable(jobs[list(cols)].rename(columns=cols)),
                     hide_index=True,
+                    placeholder=BLANK,
                     width="stretch",
                     column_config={
                         "Last event": when("Last event"),
@@ -774,6 +789,7 @@ with tab_nodes:
             st.dataframe(
                 readable(per_node[list(shown)].rename(columns=shown)),
                 hide_index=True,
+                placeholder=BLANK,
                 width="stretch",
                 column_config={
                     "Idle GPUs": st.column_config.NumberColumn(format="%.2f"),
@@ -832,6 +848,7 @@ with tab_nodes:
             st.dataframe(
                 coverage,
                 hide_index=True,
+                placeholder=BLANK,
                 width="stretch",
                 column_config={
                     "samples": st.column_config.NumberColumn("samples", format="%d"),

@@ -8,7 +8,7 @@ import pytest
 from gpuledger.analytics.config import DEFAULT_RATES, WasteConfig
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
 from gpuledger.analytics.usage import cluster_utilization, team_usage, team_usage_series
-from gpuledger.analytics.waste import idle_runs, oversized_jobs, smallest_fit, waste_by_team
+from gpuledger.analytics.waste import idle_runs, oversized_jobs, smallest_fit, waste, waste_by_team
 from gpuledger.analytics.windows import iso_week
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from tests.helpers import T0, gpu_rows, table
@@ -63,6 +63,7 @@ def test_utilization_series_averages_concurrent_gpus(mixed):
     assert row["total_gpus"] == pytest.approx(4 + 3 / 7)
     assert row["allocated_gpus"] == pytest.approx(3 + 3 / 7)
     assert row["used_gpus"] == pytest.approx(0.5 + 1.0 + 0.1 + 3 / 7)
+    assert row["busy_gpus"] == pytest.approx(3 + 3 / 7)  # every allocated GPU is at or over the 5% threshold
     team = team_usage_series(mixed, T0, T0 + timedelta(hours=2), "b", bucket_minutes=60)
     assert team["allocated_gpus"].tolist() == pytest.approx([1.0, 0.0])
 
@@ -103,6 +104,49 @@ def test_an_idle_oversized_job_is_listed_without_a_shape(store):
     assert bool(over.loc["a/idle8", "idle"]) and over.loc["a/idle8", "fits"] is None
     never_idle = WasteConfig(idle_util_pct=0.0, oversized_mem_fraction=0.25)
     assert oversized_jobs(store, T0, END, never_idle).loc[0, "fits"]["target"] == "H100 MIG 1g.10gb"
+
+
+def test_a_gpu_is_present_at_most_once_where_backfill_and_live_samples_overlap(store):
+    """The backfill's last 5-minute sample and the first live 15-second ones cover the same minutes: the GPU is
+    still one GPU present there, not more (the hour where live data took over showed 51 GPUs of 48)."""
+    store.append_samples(table(
+        gpu_rows("n", 0, "H100", 60, step_s=300.0, util=50.0, job="a/1", team="a"),
+        gpu_rows("n", 0, "H100", 23, step_s=15.0, start=T0 + timedelta(minutes=57), util=50.0, job="a/1", team="a"),
+        gpu_rows("n", 1, "H100", 80, util=50.0),
+    ))
+    series = cluster_utilization(store, T0, T0 + timedelta(hours=2), bucket_minutes=60)
+    assert series["total_gpus"].tolist() == pytest.approx([2.0, 2.0])
+    assert (series["allocated_gpus"] <= 1.0 + 1e-9).all()
+
+
+def test_an_idle_job_is_one_stretch_and_not_also_oversized(store):
+    """An 8-GPU job idle for 90 minutes is one idle stretch of 8 GPUs (12 GPU-hours), not eight rows, and it is
+    not listed again as memory-oversized; a busy oversized job still is. Two stretches of one job split by busy
+    minutes stay two, and GPUs without a job stay one row each."""
+    store.append_samples(table(
+        *[gpu_rows("n", g, "H100", 90, util=0.0, job="a/idle8", team="a", mem_used=2000) for g in range(8)],
+        gpu_rows("n", 8, "H100", 83, util=[0.0] * 40 + [80.0] * 3 + [0.0] * 40, job="a/gap", team="a",
+                 mem_used=2000),
+        gpu_rows("m", 0, "H100", 90, util=40.0, job="b/small", team="b", mem_used=2000),
+        *[gpu_rows("o", g, "H100", 45, util=0.0, job=None, allocated=True) for g in range(2)],
+    ))
+    found = waste(store, T0, END, WasteConfig(30, 5.0, 0.25))
+    assert len(found.runs[found.runs["job_id"] == "a/idle8"]) == 8  # per GPU, as the policies read them
+    mine = found.stretches[found.stretches["job_id"] == "a/idle8"]
+    assert mine["gpus"].tolist() == [8] and mine["idle_minutes"].tolist() == [90.0]
+    assert mine["idle_gpu_hours"].tolist() == pytest.approx([12.0])
+    assert mine.iloc[0]["gpu_uuids"] == [f"GPU-n-{g}" for g in range(8)]
+    assert mine.iloc[0]["mean_util_pct"] == pytest.approx(0.0)
+    gap = found.stretches[found.stretches["job_id"] == "a/gap"]
+    assert gap["idle_minutes"].tolist() == [40.0, 40.0] and gap["gpus"].tolist() == [1, 1]
+    orphans = found.stretches[found.stretches["team"] == UNATTRIBUTED]
+    assert len(orphans) == 2 and orphans["gpus"].tolist() == [1, 1]
+    assert found.oversized["job_id"].tolist() == ["b/small"]
+    assert "a/idle8" in set(oversized_jobs(store, T0, END, WasteConfig(30, 5.0, 0.25))["job_id"])  # policies see it
+    teams = found.by_team.set_index("team")
+    assert teams.loc["a", "idle_stretches"] == 3 and teams.loc["a", "oversized_jobs"] == 0
+    assert teams.loc["b", "oversized_jobs"] == 1
+    assert found.stretches["idle_gpu_hours"].sum() == pytest.approx(found.runs["idle_gpu_hours"].sum())
 
 
 def test_smallest_fit_edges():

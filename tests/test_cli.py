@@ -145,6 +145,8 @@ def test_demo_runs_end_to_end_and_serves_data(tmp_path):
     output = "".join(lines)
     assert "backfill 1/1 days" in output and "weekly report:" in output and "stopped;" in output
     assert list((tmp_path / "reports").glob("*/gpuledger-*.html"))
+    # a new demo database gets its audit key as news: nothing in a clean demo run is a warning
+    assert "audit key created" in output and not [line for line in lines if "WARNING" in line], output
 
 
 def test_demo_refuses_to_overwrite_a_real_database(tmp_path):

@@ -51,8 +51,8 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "gpuledger" in at.title[0].value
     metrics = {m.label: m.value for m in at.metric}
-    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated",
-                            "GPUs used (utilisation-weighted)"}  # the header
+    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy",
+                            "Utilisation-weighted"}  # the header
     assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
     assert [t.label for t in at.tabs] == PAGES
     assert "Cluster utilization over time" in [s.value for s in at.subheader]

@@ -230,8 +230,9 @@ class AuditFiles:
             raise AuditKeyError(f"{self.key} is not a gpuledger audit key (64 hex digits)")
         return key
 
-    def key_or_create(self) -> bytes:
-        """The key, made (256 random bits, mode 0600) when its file does not exist yet."""
+    def key_or_create(self, level: int = logging.WARNING) -> bytes:
+        """The key, made (256 random bits, mode 0600) when its file does not exist yet; its creation is logged at
+        `level` (a warning where a store with history gets a key, news for a new store such as the demo's)."""
         key = self.read_key()
         if key is not None:
             return key
@@ -246,8 +247,8 @@ class AuditFiles:
             handle.write(secrets.token_hex(32) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        log.warning("audit key created at %s (mode 0600): keep it with the database and its backups; without it "
-                    "neither the audit log nor a backup's manifest can be checked", self.key)
+        log.log(level, "audit key created at %s (mode 0600): keep it with the database and its backups; without "
+                "it neither the audit log nor a backup's manifest can be checked", self.key)
         return self.read_key() or b""
 
 
@@ -389,7 +390,9 @@ class AuditLog:
         if key is None and keyed is not None:
             raise AuditKeyError(f"the audit log is keyed from entry {keyed} but its key {self.files.key} is missing: "
                                 f"put the key file back (or point ${KEY_ENV} at it)")
-        key = key if key is not None else self.files.key_or_create()
+        # a log without entries yet (a new store) is keyed from its first entry on: news, not a warning
+        news = logging.INFO if self._seq == 0 else logging.WARNING
+        key = key if key is not None else self.files.key_or_create(news)
         try:
             head = Head.read(self.files.head, key)
         except AuditKeyError as exc:
@@ -399,8 +402,8 @@ class AuditLog:
             if keyed is None:
                 head = Head(self._seq, self._prev, self._seq + 1)
                 self.store.set_meta(KEYED_FROM, str(head.keyed_from))
-                log.warning("audit log keyed with HMAC-SHA256 from entry %d on (entries before it keep their "
-                            "SHA-256 chain); head anchor %s", head.keyed_from, self.files.head)
+                log.log(news, "audit log keyed with HMAC-SHA256 from entry %d on (entries before it keep their "
+                        "SHA-256 chain); head anchor %s", head.keyed_from, self.files.head)
             else:
                 reason = f"at open: the head anchor {self.files.head} was missing (entries {keyed}..{self._seq})"
                 head = Head(self._seq, self._prev, int(keyed), (reason,))

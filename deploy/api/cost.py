@@ -40,7 +40,7 @@ def waste_view(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: flo
         "window": span,
         "thresholds": asdict(config.waste),
         "by_team": caller.visible(records(found.by_team)),
-        "idle_runs": caller.visible(records(found.runs), shared=False)[:limit],
+        "idle_runs": caller.visible(records(found.stretches), shared=False)[:limit],
         "oversized_jobs": caller.visible(records(found.oversized), shared=False)[:limit],
     }
 

@@ -84,6 +84,9 @@ class SeriesPoint(BaseModel):
     allocated_gpus: float = Field(description="average concurrent GPUs held by jobs")
     used_gpus: float | None = Field(description="allocated GPUs weighted by utilisation (GPUs with a reading); null: "
                                                 "GPUs were allocated but none had a utilisation reading")
+    busy_gpus: float | None = Field(None, description="allocated GPUs with a reading at or over the idle threshold "
+                                                      "([waste] idle_util_pct), average concurrent: the busy count "
+                                                      "/metrics and the quota advice use; null as used_gpus")
     util_coverage: float | None = Field(None, description=UTIL_COVERAGE)
 
 
@@ -147,23 +150,25 @@ class TeamWaste(BaseModel):
     team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
     idle_gpu_hours: float = Field(description="allocated GPU-hours in idle stretches")
     idle_cost_usd: float = Field(description="what those idle GPU-hours cost, USD")
-    idle_stretches: int = Field(description="idle stretches counted")
-    oversized_jobs: int = Field(description="jobs whose peak memory was under the oversized share of the card")
+    idle_stretches: int = Field(description="idle stretches counted, one per job and stretch")
+    oversized_jobs: int = Field(description="busy jobs whose peak memory was under the oversized share of the card")
     oversized_gpu_hours: float = Field(description="GPU-hours of those oversized jobs")
 
 
 class IdleRun(BaseModel):
     team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
-    job_id: str | None = Field(description="the job's id; null when no job held it")
+    job_id: str | None = Field(description="the job's id; null when no job held it (then one row per GPU)")
     node: str | None = Field(description="the node; null when unknown")
-    gpu_uuid: str = Field(description="the GPU's (or MIG instance's) UUID")
     gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
-    start_ts: datetime = Field(description="start of the first idle sample (UTC)")
-    end_ts: datetime = Field(description="end of the last idle sample")
-    idle_minutes: float = Field(description="length of the stretch, minutes")
-    idle_gpu_hours: float = Field(description="GPU-hours held idle (MIG as fractions)")
+    gpus: int = Field(description="GPUs (or MIG instances) of the job idle in this stretch")
+    gpu_uuids: list[str] = Field(description="their UUIDs")
+    start_ts: datetime = Field(description="start of the first idle sample of any of them (UTC)")
+    end_ts: datetime = Field(description="end of the last idle sample of any of them")
+    idle_minutes: float = Field(description="the longest idle time of its GPUs in the stretch, minutes")
+    idle_gpu_hours: float = Field(description="GPU-hours held idle in it, summed over its GPUs (MIG as fractions)")
     idle_cost_usd: float = Field(description="what the stretch cost, USD")
-    mean_util_pct: float | None = Field(description="mean GPU utilisation over the stretch, %")
+    mean_util_pct: float | None = Field(description="mean GPU utilisation over the stretch, weighted by idle "
+                                                    "GPU-hours, %; null: no reading")
 
 
 class Fit(BaseModel):
@@ -196,8 +201,9 @@ class Waste(BaseModel):
     window: Window = Field(description="the window read, [start, end)")
     thresholds: WasteThresholds = Field(description="what counted as idle and oversized")
     by_team: list[TeamWaste] = Field(description="idle and oversized totals per team")
-    idle_runs: list[IdleRun] = Field(description="idle stretches, costliest first")
-    oversized_jobs: list[OversizedJob] = Field(description="jobs that asked for more GPU memory than they used")
+    idle_runs: list[IdleRun] = Field(description="idle stretches, one per job and stretch, costliest first")
+    oversized_jobs: list[OversizedJob] = Field(description="busy jobs that asked for more GPU memory than they used "
+                                                           "(an idle job is listed under idle_runs only)")
 
 
 class FairshareRow(BaseModel):
