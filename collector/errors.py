@@ -36,3 +36,9 @@ class UnavailableError(GpuledgerError):
     """The server cannot do this now but may later (a store being written, a source not answering)."""
     http_status = 503
     retry_after_s = 10
+
+
+class CatchingUpError(UnavailableError):
+    """The server is folding a backlog of samples into its rollups; a read over it would scan the unfolded raw
+    rows for minutes, so it is refused at once until the fold has caught up (GET /readyz says when)."""
+    retry_after_s = 15

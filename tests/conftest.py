@@ -95,6 +95,7 @@ def fill_store(store: Store, simulator: ClusterSimulator, days: float, step_s: f
     store.set_team_quotas(simulator.quota_frame())
     for batch in simulator.history(SIM_END - timedelta(days=days), SIM_END, step_s=step_s):
         store.append_samples(batch)
+    store.fold()  # folded as a running server keeps it (a server started over a backlog first catches up)
     store.upsert_jobs(simulator.jobs_frame(SIM_END))
     return store
 

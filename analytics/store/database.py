@@ -33,6 +33,8 @@ from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
     CHECKPOINT_SECONDS,
     RETENTION_ROWS_DROPPED,
+    ROLLUP_BEHIND,
+    ROLLUP_FOLD_RATE,
     ROLLUP_FOLD_SECONDS,
     ROLLUP_WATERMARK,
     ROW_RATE,
@@ -105,6 +107,9 @@ COMPACT_EVERY_S = 24 * 3600  # row-group compaction (DuckDB's vacuum), at most t
 VACUUM_TASKS = 100  # DuckDB's default max_vacuum_tasks, used for the compacting checkpoint
 FOLD_EVERY_S = 60.0  # how often writers fold closed minutes into the rollups
 FOLD_CHUNK = timedelta(hours=6)  # one fold transaction covers at most this much time (a first fold of a big store)
+FOLD_MIN_CHUNK = timedelta(minutes=1)
+FOLD_STEP_S = 1.0  # a fold transaction aims at about this much work, so it never holds the writer for long
+CATCH_UP_LAG = timedelta(minutes=15)  # behind by more than this, a store is catching up on a backlog
 NEG_INF = datetime.min.replace(tzinfo=timezone.utc)  # "nothing folded yet", as a watermark
 POS_INF = datetime(9999, 1, 1, tzinfo=timezone.utc)
 
@@ -169,6 +174,8 @@ class Store:
         self._compacted_at = time.monotonic()
         self._folded_at = 0.0  # monotonic time of the last fold
         self._fold_state: dict[str, Any] | None = None  # this writer's watermarks, as its last fold left them
+        self._fold_chunk = timedelta(hours=1)  # the time one fold step covers, adapted to FOLD_STEP_S
+        self._behind = False  # a bounded fold stopped with minutes left
         self.retention = Retention()
         if not read_only:
             with self._write_lock:
@@ -400,9 +407,16 @@ class Store:
                 cur.execute(rollups.DROP_HOURS, hours)
                 cur.execute(rollups.FOLD_HOURS, hours)
 
-    def fold(self, until: datetime | None = None, progress: Callable[[datetime, datetime], None] | None = None) -> int:
+    def fold(self, until: datetime | None = None, progress: Callable[[datetime, datetime], None] | None = None,
+             budget_s: float | None = None) -> int:
         """Fold closed minutes (up to `until`, by default the newest sample less the grace time) into the minute
-        rollups and closed hours into the hour rollups; returns minutes folded. Each chunk is one transaction."""
+        rollups and closed hours into the hour rollups; returns minutes folded.
+
+        A backlog (a first fold, a crash part-way, a large import, agents draining an outage) is folded in steps,
+        each its own transaction sized to about FOLD_STEP_S of work: the chunk of time a step covers adapts to the
+        time the last one took, so no step holds the writer (and the ingest behind it) for long, and a crash loses
+        at most the step under way (the watermark moves with each commit). With `budget_s`, folding stops after
+        the step that passes it and the rest waits for the next call (`fold_if_due` calls again at once)."""
         marks = self.latest_sample_ts()
         if not marks:
             return 0
@@ -414,7 +428,8 @@ class Store:
             start = floor_minute(self.scalar("SELECT min(ts) FROM samples"))
         folded, began = 0, time.perf_counter()
         while start < until:
-            stop = min(start + FOLD_CHUNK, until)
+            stop = min(start + self._fold_chunk, until)
+            step_began = time.perf_counter()
             with self.transaction() as cur:
                 state = self.rollup_params(cur)
                 cur.execute(rollups.FOLD_MINUTES, {"lo": start, "hi": stop, "node": None,
@@ -427,22 +442,74 @@ class Store:
                 self._fold_state = None  # under the write lock: the next transaction reads the new marks
                 cur.execute("UPDATE rollup_state SET minute_wm = $m, hour_wm = $h",
                             {"m": stop, "h": max(hour_to, hour_from)})
-            folded += int((stop - start).total_seconds() // 60)
-            if progress:
-                progress(stop, until)
+            took = max(time.perf_counter() - step_began, 1e-3)
+            minutes = (stop - start).total_seconds() / 60
+            folded += int(minutes)
+            ROLLUP_FOLD_RATE.set(minutes / took)
+            # the next step's chunk: scaled to the time budget, at most 4x larger or smaller at a time
+            scale = min(4.0, max(0.25, FOLD_STEP_S / took))
+            self._fold_chunk = min(FOLD_CHUNK, max(FOLD_MIN_CHUNK, timedelta(minutes=round(minutes * scale))))
             start = stop
             ROLLUP_WATERMARK.set(stop.timestamp())
+            ROLLUP_BEHIND.set(max(0.0, (latest - stop).total_seconds()))
+            if progress:
+                progress(stop, until)
+            if budget_s is not None and time.perf_counter() - began >= budget_s and start < until:
+                log.info("folding a backlog: folded to %s, %.0f minutes behind the newest sample, %.0f minutes "
+                         "per second", stop.isoformat(), (latest - stop).total_seconds() / 60, minutes / took)
+                break
         if folded:
             ROLLUP_FOLD_SECONDS.observe(time.perf_counter() - began)
+        self._behind = start < until
         self._folded_at = time.monotonic()
         return folded
 
     def fold_if_due(self) -> int:
-        """Fold when the last fold is over FOLD_EVERY_S old (writers call this after commits and when idle)."""
-        if time.monotonic() - self._folded_at < FOLD_EVERY_S:
+        """Fold when the last fold is over FOLD_EVERY_S old, or at once while a backlog is left (writers call this
+        after commits and when idle); one call folds about FOLD_STEP_S of work, so ingest is never held longer."""
+        if not self._behind and time.monotonic() - self._folded_at < FOLD_EVERY_S:
             return 0
         self._folded_at = time.monotonic()  # also after a failure: the next try is a period later
-        return self.fold()
+        try:
+            return self.fold(budget_s=FOLD_STEP_S)  # it says whether it left a backlog (`_behind`)
+        except BaseException:
+            self._behind = False  # retried a period later, not in a tight loop
+            raise
+
+    @property
+    def fold_behind(self) -> bool:
+        """A bounded fold left minutes to fold: the next `fold_if_due` folds at once."""
+        return self._behind
+
+    def newest_sample(self) -> datetime | None:
+        """The newest sample instant: from the marks a writer keeps in memory (no scan), or asked of the store by
+        a read-only one, whose marks another process moves."""
+        if self.read_only:
+            return self.latest_ts()
+        return max(self.latest_sample_ts().values(), default=None)
+
+    def fold_lag(self) -> tuple[datetime | None, timedelta | None]:
+        """(folded until, how far that is behind the newest sample), from the marks kept in memory and the one-row
+        state table: constant cost, for health checks that must answer while a backlog is folded. (None, None)
+        for an empty store; the lag is the whole history before a first fold."""
+        latest = self.newest_sample()
+        if latest is None:
+            return None, None
+        mwm = self.rollup_params()["mwm"]
+        if mwm == NEG_INF:
+            first = self.scalar("SELECT min(ts) FROM samples")
+            return None, latest - first
+        return mwm, max(timedelta(0), latest - mwm)
+
+    def note_backlog(self) -> None:
+        """A writer taking over the store: a backlog over CATCH_UP_LAG is folded from its first idle moment on, in
+        FOLD_STEP_S steps, and reads say they are catching up meanwhile (`fold_behind`)."""
+        self._behind = self.catching_up()
+
+    def catching_up(self) -> bool:
+        """Behind the newest sample by more than CATCH_UP_LAG: a backlog is being folded."""
+        lag = self.fold_lag()[1]
+        return lag is not None and lag > CATCH_UP_LAG
 
     def rebuild_rollups(self, idle_util_pct: float | None = None) -> int:
         """Rebuild the rollups from the raw samples still kept (with a new idle threshold, when given); rollups
@@ -567,7 +634,13 @@ class Store:
 
     def sample_count(self, start: datetime | None = None, end: datetime | None = None) -> int:
         """Samples taken (within [start, end) floored to the minute, when given), counted from the rollups, so
-        samples retention has dropped still count."""
+        samples retention has dropped still count. The whole store's count adds the rollups' counts to a plain
+        count of the unfolded raw rows, so it stays cheap (a health check) while a backlog is unfolded."""
+        if start is None and end is None:
+            return int(self.query_usage(
+                "SELECT (SELECT coalesce(sum(samples), 0) FROM usage_hour WHERE bucket < $hwm)"
+                " + (SELECT coalesce(sum(samples), 0) FROM usage_minute WHERE bucket >= $hwm AND bucket < $mwm)"
+                " + (SELECT count(*) FROM samples WHERE ts >= $mwm) AS n", {})["n"].iloc[0])
         frame = self.query_usage("SELECT coalesce(sum(samples), 0) AS n FROM usage_between($start, $end, $fine, $mwm, "
                                  "$hwm, $idle_pct)", {"start": start or NEG_INF, "end": end or POS_INF})
         return int(frame["n"].iloc[0])

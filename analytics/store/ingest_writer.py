@@ -220,6 +220,7 @@ class IngestWriter:
         self._screened: queue.Queue[ScreenedGroup | None] = queue.Queue(maxsize=1)
         self._handed = self._written = 0  # groups handed to the writer, and groups it has finished
         self._writer_done = threading.Condition()
+        store.note_backlog()  # a backlog left by a crash or an import is folded from the first idle moment on
         self._threads = [threading.Thread(target=self._screen_loop, name="ingest-screener", daemon=True),
                          threading.Thread(target=self._write_loop, name="ingest-writer", daemon=True)]
         for thread in self._threads:
@@ -272,7 +273,8 @@ class IngestWriter:
     def _write_loop(self) -> None:
         while True:
             try:
-                group = self._screened.get(timeout=self.idle_checkpoint_s)
+                # while a backlog is left to fold, an idle moment is a short one: fold the next step soon
+                group = self._screened.get(timeout=0.05 if self.store.fold_behind else self.idle_checkpoint_s)
             except queue.Empty:  # idle: the moment to fold the WAL into the file, not mid-burst
                 self._fold_if_due()
                 try:

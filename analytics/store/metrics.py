@@ -60,6 +60,11 @@ NODE_LAST_SUCCESS = Gauge("gpuledger_node_last_success_timestamp_seconds",
 ROLLUP_WATERMARK = Gauge("gpuledger_rollup_watermark_timestamp_seconds",
                          "Minutes before this instant are folded into the rollups; alert when it falls behind (the "
                          "analytics then aggregate more raw samples on every query)", registry=REGISTRY)
+ROLLUP_BEHIND = Gauge("gpuledger_rollup_behind_seconds",
+                      "How far the rollups' watermark is behind the newest sample (a backlog being folded when large)",
+                      registry=REGISTRY)
+ROLLUP_FOLD_RATE = Gauge("gpuledger_rollup_fold_minutes_per_second",
+                         "Minutes of samples folded per second of work in the last fold step", registry=REGISTRY)
 ROLLUP_FOLD_SECONDS = Histogram("gpuledger_rollup_fold_seconds", "Time to fold closed minutes into the rollups",
                                 registry=REGISTRY)
 RETENTION_ROWS_DROPPED = Counter("gpuledger_retention_rows_dropped",

@@ -11,10 +11,10 @@ from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
 from gpuledger.analytics.records import records
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.deploy.api.access import ReadCaller
-from gpuledger.deploy.api.deps import ConfigDep, Days, End, StoreDep, window
+from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Costs, DailyCost, JobRow, Waste
 
-router = APIRouter(tags=["cost"])
+router = APIRouter(tags=["cost"], dependencies=[CaughtUp])  # deps.caught_up
 
 
 @router.get("/v1/costs", response_model=Costs)

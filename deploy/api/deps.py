@@ -10,6 +10,7 @@ from fastapi import Depends, Query, Request
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.windows import EARLIEST, LATEST, rolling
+from gpuledger.collector.errors import CatchingUpError
 from gpuledger.deploy.api.models import Window
 
 
@@ -34,3 +35,26 @@ def window(days: float, end: datetime | None) -> tuple[datetime, datetime, Windo
     """The window [end - days, end), and its model for the answer."""
     start, stop = rolling(days, end)
     return start, stop, Window(start=start, end=stop)
+
+
+def fold_state(store: Store) -> dict:
+    """How far the rollups are behind the newest sample, as /healthz and /readyz report it: constant cost (marks
+    kept in memory and the one-row state table), so it answers while a backlog is folded."""
+    folded, lag = store.fold_lag()
+    return {"folded_until": folded, "fold_behind_minutes": None if lag is None else round(lag.total_seconds() / 60, 1),
+            "catching_up": store.fold_behind and store.catching_up()}
+
+
+def caught_up(request: Request) -> None:
+    """Refuses an analytic read at once (503, Retry-After) while the server folds a backlog: the read would
+    aggregate every unfolded raw sample and, with the fold, hold both cores for minutes (a liveness probe behind
+    it would restart the server mid-fold). Reads are answered again as soon as the fold has caught up."""
+    store = request.app.state.store
+    if store.fold_behind and store.catching_up():
+        state = fold_state(store)
+        raise CatchingUpError(f"the server is folding a backlog of samples into its rollups (folded to "
+                              f"{state['folded_until']}, {state['fold_behind_minutes']} minutes behind the newest "
+                              "sample); this read is answered once it has caught up: GET /readyz says when")
+
+
+CaughtUp = Depends(caught_up)

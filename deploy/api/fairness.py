@@ -7,11 +7,11 @@ from fastapi import APIRouter, Query
 
 from gpuledger.analytics.records import records
 from gpuledger.deploy.api.access import ReadCaller
-from gpuledger.deploy.api.deps import ConfigDep, End, StoreDep, window
+from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, End, StoreDep, window
 from gpuledger.deploy.api.models import Fairshare
 from gpuledger.policies.fairshare import fairshare_history
 
-router = APIRouter(tags=["fairness"])
+router = APIRouter(tags=["fairness"], dependencies=[CaughtUp])  # deps.caught_up
 
 
 @router.get("/v1/fairshare", response_model=Fairshare)

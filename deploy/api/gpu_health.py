@@ -10,10 +10,10 @@ from gpuledger.analytics.health import events_until, health_by_gpu, health_by_jo
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.collector.gpu_health import KINDS
 from gpuledger.deploy.api.access import ReadCaller
-from gpuledger.deploy.api.deps import Days, End, StoreDep, window
+from gpuledger.deploy.api.deps import CaughtUp, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import HealthReport
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], dependencies=[CaughtUp])  # deps.caught_up
 Kind = Literal[KINDS]  # type: ignore[valid-type]
 
 

@@ -31,7 +31,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 INGEST_BODY_BYTES = 64 * 1024 * 1024  # an agent's backlog of 360 batches is ~0.5 MiB; room for MIG-dense nodes
 DEFAULT_BODY_BYTES = 1024 * 1024  # every other route takes a small JSON body (a placement question, a decision)
 ROUTE_BODY_BYTES: Mapping[str, int] = {INGEST_PATH: INGEST_BODY_BYTES}
-PUBLIC = frozenset({"/", "/healthz", "/docs", "/openapi.json"})  # answered without a token
+PUBLIC = frozenset({"/", "/healthz", "/livez", "/readyz", "/docs", "/openapi.json"})  # answered without a token
 MAX_TOKEN_CHARS = 1024
 READS = frozenset({"GET", "HEAD"})
 

@@ -40,6 +40,23 @@ class Health(BaseModel):
     reason: str | None = Field(None, description="why it is degraded")
     samples: int = Field(description="samples stored")
     latest_sample: datetime | None = Field(description="newest sample instant; null for an empty store")
+    folded_until: datetime | None = Field(None, description="minutes before this instant are folded into the "
+                                                            "rollups; null before the first fold")
+    fold_behind_minutes: float | None = Field(None, description="how far the fold is behind the newest sample, "
+                                                                "minutes (a few in steady state); null when empty")
+    catching_up: bool = Field(False, description="the server is folding a backlog: analytic reads answer 503 with "
+                                                 "Retry-After until it has caught up")
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = Field(description="the process serves requests (nothing else is checked)")
+
+
+class Readiness(BaseModel):
+    ready: bool = Field(description="the store is caught up: analytic reads are answered")
+    folded_until: datetime | None = Field(None, description="minutes before this instant are folded")
+    fold_behind_minutes: float | None = Field(None, description="how far the fold is behind the newest sample")
+    catching_up: bool = Field(description="a backlog is being folded")
 
 
 class NodeStatus(BaseModel):

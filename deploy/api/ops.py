@@ -5,6 +5,7 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import generate_latest
 
 from gpuledger.analytics.fragmentation import holders
@@ -12,22 +13,44 @@ from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.usage import gpu_series, telemetry_coverage
 from gpuledger.analytics.windows import buckets_in, fitting_bucket, utc_now
 from gpuledger.deploy.api.access import ClusterCaller, ReadCaller
-from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
-from gpuledger.deploy.api.models import Gpus, Health, NodeStatus, TelemetryCoverage
+from gpuledger.collector.errors import CatchingUpError
+from gpuledger.deploy.api.deps import BucketMinutes, CaughtUp, Days, End, StoreDep, fold_state, window
+from gpuledger.deploy.api.models import Gpus, Health, Liveness, NodeStatus, Readiness, TelemetryCoverage
 
 router = APIRouter(tags=["ops"])
 STALE_AFTER_INTERVALS = 3
 MAX_GPU_POINTS = 200_000  # rows of /v1/gpus' series (~35 MB of JSON): 1,024 GPUs over 7 days at 60 minutes
 
 
+@router.get("/livez", response_model=Liveness)
+def livez() -> dict:
+    """Liveness: the process serves requests. Constant cost, no store access, so a probe never kills a server
+    that is busy folding a backlog (use /readyz for whether it answers analytic reads)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=Readiness,
+            responses={503: {"model": Readiness, "description": "folding a backlog: not ready for analytic reads"}})
+def readyz(store: StoreDep) -> JSONResponse:
+    """Readiness: 200 when the store is caught up and analytic reads are answered; 503 (with Retry-After) while the
+    server folds a backlog. Constant cost."""
+    state = fold_state(store)
+    body = json_safe({"ready": not state["catching_up"], **state})
+    if state["catching_up"]:
+        return JSONResponse(body, status_code=503, headers={"Retry-After": str(CatchingUpError.retry_after_s)})
+    return JSONResponse(body)
+
+
 @router.get("/healthz", response_model=Health)
 def healthz(request: Request, store: StoreDep) -> dict:
-    """Whether the server answers, how many samples it holds and the newest one's instant; `degraded`, with the
-    reason, while the server's own collection has failed for 3 intervals or more."""
+    """Whether the server answers, how many samples it holds, the newest one's instant and how far the fold is
+    behind it; `degraded`, with the reason, while the server's own collection has failed for 3 intervals or more.
+    Cheap while a backlog is folded (the unfolded rows are counted, not aggregated)."""
     loop = getattr(request.app.state, "collection", None)
     healthy, reason = loop.health() if loop is not None else (True, None)
     return {"status": "ok" if healthy else "degraded", "reason": reason, "samples": store.sample_count(),
-            "latest_sample": json_safe(store.latest_ts())}
+            "latest_sample": json_safe(store.newest_sample()),
+            **json_safe(fold_state(store))}
 
 
 @router.get("/metrics", response_class=Response,
@@ -47,7 +70,7 @@ def nodes(caller: ReadCaller, store: StoreDep) -> list[dict]:
     return records(frame)
 
 
-@router.get("/v1/nodes/telemetry", response_model=list[TelemetryCoverage])
+@router.get("/v1/nodes/telemetry", response_model=list[TelemetryCoverage], dependencies=[CaughtUp])
 def telemetry(caller: ReadCaller, store: StoreDep, minutes: float = Query(15.0, gt=0, le=1440, description="look back this far")) -> list:
     """Per node, the share of recent samples that carry each optional field: which charts can have data, and
     where profiling fields (SM activity, tensor activity) are not collected at all."""
@@ -57,7 +80,7 @@ def telemetry(caller: ReadCaller, store: StoreDep, minutes: float = Query(15.0, 
     return records(telemetry_coverage(store, latest + timedelta(microseconds=1), minutes))
 
 
-@router.get("/v1/gpus", response_model=Gpus)
+@router.get("/v1/gpus", response_model=Gpus, dependencies=[CaughtUp])
 def gpus(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End,
          bucket_minutes: int = BucketMinutes) -> dict:
     """The inventory (every GPU and who holds it now) and, per GPU and time bucket, utilisation, memory and power:

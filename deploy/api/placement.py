@@ -15,12 +15,12 @@ from gpuledger.analytics.records import records
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import mig_fraction, models_with_profile
 from gpuledger.deploy.api.access import ReadCaller
-from gpuledger.deploy.api.deps import Days, End, StoreDep, window
+from gpuledger.deploy.api.deps import CaughtUp, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, PlacementRequest
 from gpuledger.policies.placers import ClusterState, Task
 from gpuledger.policies.placers.fgd import rank
 
-router = APIRouter(tags=["placement"])
+router = APIRouter(tags=["placement"], dependencies=[CaughtUp])  # deps.caught_up
 
 
 @router.get("/v1/fragmentation", response_model=Fragmentation)

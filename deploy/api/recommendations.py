@@ -8,7 +8,7 @@ from fastapi.responses import PlainTextResponse
 
 from gpuledger.analytics.windows import utc_now
 from gpuledger.deploy.api.access import AdminCaller, ClusterCaller, ReadCaller, audit_of
-from gpuledger.deploy.api.deps import ConfigDep, End, StoreDep
+from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, End, StoreDep
 from gpuledger.deploy.api.models import (
     Decision,
     ExportFormat,
@@ -24,7 +24,7 @@ from gpuledger.policies.recommendation import Recommendation as RecommendationRe
 from gpuledger.policies.recommendation import for_team, stored
 from gpuledger.policies.recommender import DecisionError, Evaluation, UnknownRecommendation, decide
 
-router = APIRouter(tags=["recommendations"])
+router = APIRouter(tags=["recommendations"], dependencies=[CaughtUp])  # deps.caught_up
 
 
 def recommendations_answer(evaluation: Evaluation, recs: list[RecommendationRecord], kind: str | None = None,

@@ -11,10 +11,10 @@ from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.usage import cluster_utilization, team_model_series, team_usage, team_usage_series
 from gpuledger.analytics.windows import check_buckets
 from gpuledger.deploy.api.access import ReadCaller
-from gpuledger.deploy.api.deps import BucketMinutes, Days, End, StoreDep, window
+from gpuledger.deploy.api.deps import BucketMinutes, CaughtUp, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Team, TeamUsage, UtilizationPoint
 
-router = APIRouter(tags=["usage"])
+router = APIRouter(tags=["usage"], dependencies=[CaughtUp])  # deps.caught_up
 
 
 @router.get("/v1/teams", response_model=list[Team])
