@@ -22,6 +22,7 @@ from gpuledger.analytics.team_scope import redact_for_team
 from gpuledger.analytics.usage import NO_UTILISATION, cluster_utilization, covered_hours
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.analytics.windows import utc_now
+from gpuledger.analytics.workloads import workload_summary
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 
 
@@ -73,7 +74,7 @@ def _page(title: str, body: str) -> str:
 
 def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.DataFrame, by_model: pd.DataFrame,
                jobs: pd.DataFrame, idle: pd.DataFrame, recs: pd.DataFrame, chart: str, unfinished: str,
-               coverage: str) -> str:
+               coverage: str, work: pd.DataFrame) -> str:
     """What one team lead reads: the team's line of the bill, its cost per day, models, costliest jobs, idle
     allocations and the advice that concerns it."""
     name = owner_label(team)
@@ -98,6 +99,8 @@ def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.D
 {_table(jobs, money=("cost_usd",), percent=("idle_share", "util_coverage"))}
 <h2>Largest idle allocations</h2>
 {_table(idle, money=("idle_cost_usd",))}
+<h2>Queue and outcomes</h2>
+{_queue(work.drop(columns="team"))}
 <h2>Recommendations</h2>
 {_recommendations(mine, ["kind", "gpu_model", "reason"])}"""
     return _page(f"gpuledger {name} {label}", body)
@@ -217,6 +220,19 @@ def _coverage_note(now: tuple[int, float], before: tuple[int, float], basis: str
     if basis is None:
         return text + " No change on the previous week is given: one of the weeks has no data."
     return text
+
+
+QUEUE_COLUMNS = ["team", "gpu_model", "jobs_started", "wait_p50_minutes", "wait_p95_minutes", "wait_max_minutes",
+                 "jobs_finished", "run_gpu_hours", "lost_gpu_hours", "waiting_gpu_hours", "pending_jobs"]
+
+
+def _queue(work: pd.DataFrame) -> str:
+    """Queue waits and outcomes per team and model (analytics/workloads.py), or why there are none: no wait is
+    ever shown as zero where no scheduler's job records were loaded."""
+    if work.empty:
+        return ("<p><em>No job records from a scheduler this week (load them with <code>gpuledger import "
+                "sacct</code>): queue waits and outcomes are not known.</em></p>")
+    return _table(work[[c for c in QUEUE_COLUMNS if c in work]])
 
 
 def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
@@ -342,6 +358,7 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     if not recs.empty and end <= now:  # placement advice is about what runs now: stale for a week that is over
         recs = recs[recs["kind"] == "quota"]
     rec_html = _recommendations(recs, ["kind", "team", "gpu_model", "reason"])
+    work = workload_summary(store, start, end, min(end, now))
     rec_note = ("Quota advice as the policy stood at the week's end." if end <= now
                 else "Open advice as of now.")
     body = f"""<h1>GPU cost report — week {html.escape(label)}</h1>
@@ -360,6 +377,8 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
         headers={"cost_change": "Change on previous week, per covered day"} if basis == PER_DAY else None)}
 <h2>Largest idle allocations</h2>
 {_table(top_idle, money=("idle_cost_usd",))}
+<h2>Queue and outcomes</h2>
+{_queue(work)}
 <h2>Recommendations</h2>
 <p>{rec_note}</p>
 {rec_html}
@@ -377,7 +396,8 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
         path.write_text(_team_page(
             str(team), label, start, end, summary[summary["team"] == team],
             by_model[by_model["team"] == team], team_jobs, team_idle, recs,
-            _cost_chart(daily[daily["team"] == team]), unfinished, coverage), encoding="utf-8")
+            _cost_chart(daily[daily["team"] == team]), unfinished, coverage, work[work["team"] == team]),
+            encoding="utf-8")
         files.team_pages[str(team)] = path
     files.html.write_text(page, encoding="utf-8")
     return files

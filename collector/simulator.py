@@ -16,6 +16,7 @@ latency-sensitive service time-sliced with another job, an idle notebook and a m
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid as uuidlib
 from dataclasses import dataclass, field
@@ -451,7 +452,8 @@ class ClusterSimulator:
                 "gpus": job.gpus,
                 "submit_ts": _ts(job.submit), "start_ts": _ts(job.start) if started else None,
                 "end_ts": _ts(job.end) if job.end <= now else None,
-                "state": "done" if job.end <= now else ("running" if started else "pending"),
+                "state": _outcome(job.job_id) if job.end <= now else ("running" if started else "pending"),
+                "restarts": 1 if _draw(job.job_id, "restart") < 0.05 else 0, "source": "simulator",
             })
         return pd.DataFrame(rows)
 
@@ -554,3 +556,22 @@ def default_simulator(days: float = 14.0, seed: int = 7, now: datetime | None = 
     now = now or datetime.now(timezone.utc)
     return ClusterSimulator(start=now - timedelta(days=days), end=now + timedelta(days=future_days), seed=seed,
                             showcase=now if showcase else None)
+
+
+# how the simulated jobs end, in shares of the jobs that ended (the rest completed): what a busy site sees
+OUTCOME_SHARES = (("failed", 0.08), ("timeout", 0.03), ("preempted", 0.02), ("out_of_memory", 0.02),
+                  ("cancelled", 0.04))
+
+
+def _draw(job_id: str, what: str) -> float:
+    """A number in [0, 1) fixed by the job and what is drawn, so every read of the history agrees."""
+    return int(hashlib.sha256(f"{job_id}\0{what}".encode()).hexdigest()[:8], 16) / 2 ** 32
+
+
+def _outcome(job_id: str) -> str:
+    draw, edge = _draw(job_id, "outcome"), 0.0
+    for outcome, share in OUTCOME_SHARES:
+        edge += share
+        if draw < edge:
+            return outcome
+    return "completed"

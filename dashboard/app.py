@@ -212,8 +212,8 @@ col5.metric(
 st.caption(f"Latest sample {md(health['latest_sample'])} · {health['samples']:,} samples in store")
 
 # lazy tabs: only the page shown runs (and fetches), so a window change redraws one page, not eight
-tab_util, tab_teams, tab_jobs, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
-    ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"],
+tab_util, tab_teams, tab_jobs, tab_work, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
+    ["Overview", "Teams", "Jobs", "Workloads", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"],
     on_change="rerun",
     key="page",
 )
@@ -278,6 +278,18 @@ BLANK_JOB = st.column_config.TextColumn("job", help=f"{BLANK}: no job (unattribu
 def column_labels(df: pd.DataFrame, **extra) -> dict:
     """A readable label (and format, where READABLE has one) for every column of a table."""
     return {c: READABLE.get(c, c.replace("_", " ")) for c in df.columns} | extra
+
+
+def show_named(df: pd.DataFrame, names: dict[str, str], digits: int = 2, **config) -> None:
+    """A table of `df`'s columns `names` under the words given (the page's own labels), floats rounded, missing
+    values as the blank mark."""
+    st.dataframe(
+        readable(df[list(names)].rename(columns=names), digits),
+        hide_index=True,
+        placeholder=BLANK,
+        width="stretch",
+        column_config=config,
+    )
 
 
 def show_table(df: pd.DataFrame, order: list[str] | tuple[str, ...] | None = None, digits: int = 2, **extra) -> None:
@@ -458,6 +470,52 @@ with tab_jobs:
         else:
             listing["team"] = listing["team"].map(owner_label)
             show_table(listing, JOB_COLUMNS)
+
+with tab_work:
+    if tab_work.open:
+        work = get("workloads")["workloads"]
+        st.subheader("Queue and outcomes")
+        st.caption(
+            "From the schedulers' job records (`gpuledger import sacct`, the demo's simulated scheduler): waits from "
+            "submission to start of the jobs that started in the window, jobs and GPU-hours by how they ended, and "
+            "what waits now. Lost GPU-hours: jobs that failed, timed out, ran out of memory, lost their node or "
+            "were preempted."
+        )
+        per_team = frame(work["by_team"])
+        if per_team.empty:
+            st.info(
+                "No job records from a scheduler in this window, so no queue wait is known (never taken as zero). "
+                "Load a site's history with `gpuledger import sacct FILE`."
+            )
+        else:
+            per_team["team"] = per_team["team"].map(owner_label)
+            shown = {
+                "team": "team", "gpu_model": "GPU model", "jobs_started": "jobs started",
+                "wait_p50_minutes": "wait p50 (min)", "wait_p95_minutes": "wait p95 (min)",
+                "wait_max_minutes": "longest wait (min)", "jobs_finished": "jobs finished",
+                "run_gpu_hours": "GPU-hours run", "lost_gpu_hours": "GPU-hours lost",
+                "waiting_gpu_hours": "GPU-hours waiting", "restarts": "restarts", "pending_jobs": "waiting now",
+                "pending_gpus": "GPUs waiting now", "longest_pending_minutes": "waiting longest (min)",
+            }
+            show_named(per_team, shown, 1,
+                       **{"GPU model": st.column_config.TextColumn("GPU model", help="any: the jobs named none")})
+            ended = frame(work["outcomes"])
+            if not ended.empty:
+                st.subheader("Finished jobs by outcome")
+                ended["team"] = ended["team"].map(owner_label)
+                show_named(ended, {"team": "team", "gpu_model": "GPU model", "outcome": "outcome", "jobs": "jobs",
+                                   "gpu_hours": "GPU-hours", "lost": "lost"}, 1,
+                           lost=st.column_config.CheckboxColumn("lost", help="the work is lost"))
+        waiting = frame(work["waiting_now"], ("submit_ts",))
+        st.subheader("Waiting now")
+        if waiting.empty:
+            st.caption("No job waits now.")
+        else:
+            waiting["team"] = waiting["team"].map(owner_label)
+            cols = {"job_id": "job", "team": "team", "gpu_model": "GPU model", "gpus": "GPUs",
+                    "wait_minutes": "waited (min)", "pending_reason": "why (the scheduler's reason)",
+                    "submit_ts": "submitted", "source": "scheduler"}
+            show_named(waiting, cols, 0, submitted=when("submitted"))
 
 with tab_cost:
     if tab_cost.open:
@@ -704,16 +762,10 @@ with tab_health:
                 "last_event": "Last event",
             }
             st.markdown("**GPUs**, most recent first")
-            st.dataframe(
-                readable(by_gpu[list(shown)].rename(columns=shown)),
-                hide_index=True,
-                placeholder=BLANK,
-                width="stretch",
-                column_config={
-                    "Last XID": st.column_config.NumberColumn("Last XID", format="%d", help=f"{BLANK}: no XID error"),
-                    "Last event": when("Last event"),
-                },
-            )
+            show_named(by_gpu, shown, **{
+                "Last XID": st.column_config.NumberColumn("Last XID", format="%d", help=f"{BLANK}: no XID error"),
+                "Last event": when("Last event"),
+            })
             if not by_job.empty:
                 st.markdown("**Jobs that held a GPU when an event hit it**")
                 jobs = by_job.assign(
@@ -732,16 +784,10 @@ with tab_health:
                     "gpus_affected": "GPUs",
                     "last_event": "Last event",
                 }
-                st.dataframe(
-                    readable(jobs[list(cols)].rename(columns=cols)),
-                    hide_index=True,
-                    placeholder=BLANK,
-                    width="stretch",
-                    column_config={
-                        "Last event": when("Last event"),
-                        "Job": st.column_config.TextColumn("Job", help=f"{BLANK}: no job"),
-                    },
-                )
+                show_named(jobs, cols, **{
+                    "Last event": when("Last event"),
+                    "Job": st.column_config.TextColumn("Job", help=f"{BLANK}: no job"),
+                })
             events = frame(gpu_health["events"], ("ts",))
             with st.expander(f"The {len(events)} newest events"):
                 show_table(
@@ -786,20 +832,14 @@ with tab_nodes:
                 "fragmented_share": "Fragmented share of idle",
                 "stranded_usd_per_day": "Stranded $/day",
             }
-            st.dataframe(
-                readable(per_node[list(shown)].rename(columns=shown)),
-                hide_index=True,
-                placeholder=BLANK,
-                width="stretch",
-                column_config={
-                    "Idle GPUs": st.column_config.NumberColumn(format="%.2f"),
-                    "Fragmented GPUs": st.column_config.NumberColumn(format="%.2f"),
-                    "Fragmented share of idle": st.column_config.ProgressColumn(
-                        min_value=0.0, max_value=1.0, format="percent"
-                    ),
-                    "Stranded $/day": st.column_config.NumberColumn(format="$%.2f"),
-                },
-            )
+            show_named(per_node, shown, **{
+                "Idle GPUs": st.column_config.NumberColumn(format="%.2f"),
+                "Fragmented GPUs": st.column_config.NumberColumn(format="%.2f"),
+                "Fragmented share of idle": st.column_config.ProgressColumn(
+                    min_value=0.0, max_value=1.0, format="percent"
+                ),
+                "Stranded $/day": st.column_config.NumberColumn(format="$%.2f"),
+            })
             history = frame(fragments["history"], ("ts",))
             if not history.empty:
                 st.line_chart(

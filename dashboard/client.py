@@ -107,4 +107,5 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "daily": ("/v1/costs/daily", {"days": days, "end": end}),
         "teams": ("/v1/teams", {}),
         "gpus": ("/v1/gpus", {"days": days, "bucket_minutes": max(bucket, 60), "end": end}),
+        "workloads": ("/v1/workloads", {"days": days, "end": end}),
     }

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 from gpuledger.analytics.config import Config, load_config
 from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
-from gpuledger.analytics.windows import as_utc
+from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
@@ -246,19 +246,33 @@ def build_parser() -> argparse.ArgumentParser:
                               "[waste] idle_util_pct, or to check them)")
 
     imp = sub.add_parser(
-        "import", help="load a public cluster trace into the store as jobs and samples",
+        "import", help="load a public cluster trace, or a site's Slurm jobs (sacct, squeue), into the store",
         description="Loads a trace's history (../shared/traces) so every analytic, the dashboard and the weekly "
                     "report run on it: openb (Alibaba GPU-sharing, QoS classes as teams, fractional GPUs billed in "
                     "milli-GPU, pods placed with FGD as scheduled), philly (Microsoft, VCs as teams), helios "
                     "(SenseTime Earth, VCs as teams, hourly allocation and quotas), genai (Alibaba inference pods, "
                     "real per-minute GPU utilisation). Times are moved so the trace ends now. Each import says what "
-                    "the history is evidence of.")
+                    "the history is evidence of. `import sacct FILE|-` loads the GPU jobs of `sacct -P` output "
+                    "(e.g. `sacct -aP -S now-14days -o JobID,State,Submit,Eligible,Start,End,Account,User,"
+                    "Partition,QOS,NodeList,AllocTRES,ReqTRES,Reason,ExitCode,JobName`, plus Restarts where sacct "
+                    "has it) as they are: "
+                    "states, queue waits, GPUs and outcomes, with their events; a job read again replaces itself. "
+                    "`import squeue FILE|-` loads what waits now, with Slurm's reason, from `squeue -a -o "
+                    "\"%i|%T|%V|%a|%u|%P|%q|%b|%r|%j|%D|%S\"` (sacct shows a job held for a later begin time only "
+                    "once eligible).")
     _add_common(imp)
-    imp.add_argument("trace", choices=TRACE_NAMES, help="which trace")
-    imp.add_argument("path", type=Path, nargs="?",
-                     help="the trace's folder (default: ../shared/traces/<trace> beside the checkout)")
+    imp.add_argument("trace", choices=TRACE_NAMES + ("sacct", "squeue"), help="which trace, or sacct / squeue")
+    imp.add_argument("path", nargs="?",
+                     help="the trace's folder (default: ../shared/traces/<trace> beside the checkout); for sacct or "
+                          "squeue the file of its output, or - for standard input")
     imp.add_argument("--days", type=_positive,
                      help="only the trace's last N days (default: openb 7, the others all of it)")
+    imp.add_argument("--fields", help="sacct only: the -o field list of output taken with --noheader (comma "
+                                      "separated, in its order); a header line or a pasted sacct command wins")
+    imp.add_argument("--timezone", default="UTC",
+                     help="sacct and squeue: the time zone they printed their times in, their host's (default UTC)")
+    imp.add_argument("--team-field", default="Account", choices=["Account", "Partition", "QOS"],
+                     help="sacct and squeue: the field that names the team (default Account, as sshare groups usage)")
 
     replay = sub.add_parser(
         "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",
@@ -539,14 +553,56 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_import(args: argparse.Namespace, config: Config) -> int:
+    if args.trace in ("sacct", "squeue"):
+        return _import_slurm(args, config)
     from gpuledger.deploy.trace_import import default_path, import_trace
-    path = args.path or default_path(args.trace)
+    path = Path(args.path) if args.path else default_path(args.trace)
     if not path.exists():  # before the database is created: a wrong path leaves no empty file
         raise InputError(f"{path} not found: give the {args.trace} trace's folder")
     with _open_store(args, config) as store:
         counts = import_trace(store, args.trace, path, args.days, echo=lambda line: print(line, flush=True))
     print(f"imported {args.trace}: {counts['samples']:,} samples, {counts['jobs']:,} jobs, "
           f"{counts['fragmentation_readings']:,} fragmentation readings into {args.db}")
+    return 0
+
+
+def _import_slurm(args: argparse.Namespace, config: Config) -> int:
+    """`import sacct|squeue FILE|-`: the GPU jobs of Slurm's job history or queue, with what was skipped and why."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
+    from gpuledger.collector.jobs.sacct import SOURCE, parse_sacct
+    from gpuledger.collector.jobs.squeue import parse_squeue
+    if not args.path:
+        raise InputError(f"give the file of {args.trace}'s output, or - to read it from standard input")
+    try:
+        zone = ZoneInfo(args.timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InputError(f"--timezone {args.timezone!r} is not a time zone (e.g. UTC, Europe/Oslo)") from exc
+    if args.path == "-":
+        text = sys.stdin.read()
+    else:
+        path = Path(args.path)
+        if not path.is_file():
+            raise InputError(f"{path} not found: give the file of {args.trace}'s output, or - for standard input")
+        text = path.read_text(errors="replace")
+    if args.trace == "sacct":
+        batch = parse_sacct(text, args.fields.split(",") if args.fields else None, zone, args.team_field)
+    else:
+        batch = parse_squeue(text, zone, args.team_field)
+    with _open_store(args, config) as store:
+        stored = store.record_jobs(batch.jobs, batch.events)
+        left = (store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)
+                if args.trace == "squeue" else 0)
+    skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "none"
+    print(f"imported {args.trace}: {stored:,} GPU jobs, {len(batch.events):,} events into {args.db} "
+          f"(skipped: {skipped})")
+    if left:
+        print(f"{left:,} job(s) stored as waiting or running are no longer in the queue: marked {LEFT_QUEUE} (import "
+              "sacct for how they ended)")
+    if batch.unknown_states:
+        print("states gpuledger does not know, kept as written: "
+              + ", ".join(f"{state} ({n})" for state, n in sorted(batch.unknown_states.items())))
     return 0
 
 

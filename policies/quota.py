@@ -40,6 +40,7 @@ import pandas as pd
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import NO_UTILISATION, capacity_by_model, covered_hours, hourly_demand, pending_jobs
+from gpuledger.analytics.workloads import waiting_demand
 from gpuledger.policies.fairshare import fairshare_at
 from gpuledger.policies.recommendation import APPLIED, stored
 
@@ -135,6 +136,23 @@ def _queued(pending: pd.DataFrame, team: str, model: str, home_model: str | None
     return float(mine["gpus"].sum()), len(mine), float(mine["waited_minutes"].max()) if len(mine) else 0.0
 
 
+def _waited(waiting: pd.DataFrame, team: str, model: str, home_model: str | None,
+            window_hours: float) -> dict[str, Any]:
+    """The team's queue waits for `model` over the policy window, from the schedulers' job records: GPUs waiting
+    on average (waiting GPU-hours over the window's hours), jobs that waited, their p95 and longest wait; a job
+    that names no model waits for the team's home model."""
+    mine = waiting[(waiting["team"] == team)
+                   & ((waiting["gpu_model"] == model) | ((waiting["gpu_model"] == "any") & (home_model == model)))]
+    hours = float(mine["waiting_gpu_hours"].sum())
+    waits: dict[str, Any] = {"waiting_gpu_hours": hours, "jobs_waited": int(mine["jobs_waited"].sum()),
+                             "mean_waiting_gpus": hours / window_hours if window_hours else 0.0}
+    p95 = mine["p95_wait_minutes"].dropna()
+    if len(p95):  # no wait figure where no job with a submission time waited
+        waits.update({"p95_wait_minutes": float(p95.max()),
+                      "waits_from": sorted({s for sources in mine["sources"] for s in sources if s})})
+    return waits
+
+
 def _share_out(targets: dict[str, float], fair: dict[str, float], capacity: float,
                over_served: dict[str, bool]) -> dict[str, float]:
     """Step 3: demand up to the fair part for all, then the rest to those wanting more and not over-served."""
@@ -171,6 +189,7 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
     demand = hourly_demand(store, start, at, config.waste.idle_util_pct)
     demand = demand[demand["team"].isin(shares)]
     pending = pending_jobs(store, at, policy.pending_min_wait_minutes)
+    waiting = waiting_demand(store, start, at, at)
     fair_state = fairshare_at(store, config, at)
     current = current_quotas(store)
     held = {key: guarantee for key, (guarantee, _, _) in current.items()}  # the guarantee in force
@@ -186,7 +205,9 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
     for model in models:
         involved = sorted({t for (t, m) in current if m == model and t in shares}
                           | set(demand.loc[demand["gpu_model"] == model, "team"])
-                          | {t for t in shares if _queued(pending, t, model, busiest.get(t))[1]})
+                          | {t for t in shares if _queued(pending, t, model, busiest.get(t))[1]}
+                          | {t for t in shares
+                             if _waited(waiting, t, model, busiest.get(t), window_hours)["waiting_gpu_hours"] > 0})
         if not involved:
             continue
         gpus = float(capacity.get(model, 0.0))
@@ -225,12 +246,16 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
         for team in involved:
             seen = seen_by_team[team]
             queued, jobs, waited = _queued(pending, team, model, busiest.get(team))
+            waits = _waited(waiting, team, model, busiest.get(team), window_hours)
+            # what waits is demand the telemetry cannot show: queued now, or waiting on average over the window
+            queue_demand = max(queued, waits["mean_waiting_gpus"])
             state = fair_state.loc[team] if team in fair_state.index else None
             fair[team] = gpus * shares[team] / total_share
             over[team] = bool(state["over_served"]) if state is not None else False
-            targets[team] = (seen["p95_busy_gpus"] + queued) * (1.0 + policy.headroom)
+            targets[team] = (seen["p95_busy_gpus"] + queue_demand) * (1.0 + policy.headroom)
             facts[team] = {**window, **seen, "queued_gpus": queued, "queued_jobs": jobs, "longest_wait_minutes": waited,
-                           "demand_gpus": seen["p95_busy_gpus"] + queued, "headroom": policy.headroom,
+                           **waits, "queue_demand_gpus": queue_demand,
+                           "demand_gpus": seen["p95_busy_gpus"] + queue_demand, "headroom": policy.headroom,
                            "target_gpus": targets[team], "share": shares[team], "norm_share": shares[team] / total_share,
                            "fair_share_gpus": fair[team], "fairshare_algorithm": config.fairshare.algorithm,
                            "fairshare_factor": float(state["fairshare"]) if state is not None else None,
@@ -242,6 +267,11 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
             now = held.get((team, model))
             if wanted < targets[team] - 1e-9:
                 bounds.append("over-served: held to its fair part" if over[team] else "share of what was left")
+            if (now is not None and wanted < now and facts[team]["queue_demand_gpus"] > 0
+                    and now <= fair[team] + 1e-9):
+                wanted = now  # its jobs wait while it holds no more than its fair part: never cut
+                bounds.append(f"not cut: its jobs waited ({facts[team]['queue_demand_gpus']:.1f} GPUs on average) "
+                              f"while its guarantee is within its fair part")
             if now is not None and wanted > now and facts[team]["mean_idle_gpus"] >= 0.05:
                 cut = min(wanted - now, facts[team]["mean_idle_gpus"])
                 wanted -= cut
@@ -284,7 +314,10 @@ def _advice(team: str, model: str, guarantee: int, limit: float, current: tuple 
     effect = ("of guarantee added" if delta > 0 else
               "of guarantee released to the pool; the GPUs stay borrowable, so no cost is saved")
     reason = (f"{verb} {team}'s {model} guarantee {target} {guarantee} "
-              f"(limit {limit:g}): p95 busy {facts['p95_busy_gpus']:.1f} GPUs, {facts['queued_gpus']:g} queued, "
+              f"(limit {limit:g}): p95 busy {facts['p95_busy_gpus']:.1f} GPUs, {facts['queued_gpus']:g} queued"
+              + (f", {facts['mean_waiting_gpus']:.1f} waiting on average (p95 wait "
+                 f"{facts['p95_wait_minutes']:.0f} min, {facts['jobs_waited']} jobs)"
+                 if facts["mean_waiting_gpus"] > 0 and "p95_wait_minutes" in facts else "") + ", "
               f"fair part {facts['fair_share_gpus']:.1f} of {limit:g}, "
               f"{facts['idle_allocated_gpu_hours']:.0f} GPU-h held idle")
     if delta:

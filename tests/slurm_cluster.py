@@ -154,7 +154,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 os.kill(pid, signal.SIGTERM)
             except (OSError, ValueError, IndexError):
                 continue
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 5  # throwaway daemons in a temporary folder: no clean shutdown to wait for
             while time.monotonic() < deadline:
                 try:
                     os.kill(pid, 0)

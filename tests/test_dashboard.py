@@ -35,7 +35,8 @@ def app_against(monkeypatch, url: str) -> AppTest:
     return at
 
 
-PAGES = ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"]
+PAGES = ["Overview", "Teams", "Jobs", "Workloads", "Cost & waste", "Fairshare", "Recommendations", "GPU health",
+         "Nodes"]
 
 
 def show(at: AppTest, page: str) -> AppTest:
@@ -99,7 +100,8 @@ def page_figures(at: AppTest) -> list:
     return figures
 
 
-@pytest.mark.parametrize("page", ["Overview", "Teams", "Jobs", "Cost & waste", "Fairshare", "GPU health", "Nodes"])
+@pytest.mark.parametrize("page", ["Overview", "Teams", "Jobs", "Workloads", "Cost & waste", "Fairshare", "GPU health",
+                                  "Nodes"])
 def test_the_window_slider_changes_every_view(monkeypatch, api_url, page):
     """Every page follows the sidebar's window (Recommendations come from the policy window on purpose)."""
     at = show(app_against(monkeypatch, api_url), page)

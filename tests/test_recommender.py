@@ -204,3 +204,30 @@ def test_rounding_never_lifts_an_over_served_team_past_its_fair_part(store):
     a = quotas(store)[("a", "H100")]
     assert a.evidence["over_served"] and a.evidence["fair_share_gpus"] == pytest.approx(0.8)
     assert (a.status, a.guarantee) == ("hold", 0)
+
+
+def test_a_team_starved_in_the_queue_is_not_cut_for_its_low_use(store):
+    """starved holds one busy GPU because its jobs wait: a 4-GPU job waited 170 minutes and was given up, a 2-GPU
+    job waited 140 before it started. Its use is low, but the waits are demand: its guarantee (its fair part) is
+    kept, with the waits as evidence. Without the job records it would have been cut towards its one GPU."""
+    store.upsert_teams(pd.DataFrame({"team": ["a", "starved"], "share": [1.0, 1.0], "quota_gpus": [4, 4]}))
+    rows = [gpu_rows("n", g, "H100", 180, util=90.0, job=f"a/{g}", team="a") for g in range(6)]
+    rows += [gpu_rows("n", 6, "H100", 180, util=90.0, job="starved/small", team="starved"),
+             gpu_rows("n", 7, "H100", 180)]
+    store.append_samples(table(*rows))
+    store.set_team_quotas(pd.DataFrame({"team": ["a", "starved"], "gpu_model": ["H100", "H100"],
+                                        "guarantee_gpus": [4.0, 4.0], "limit_gpus": [8.0, 8.0]}))
+    blind = quotas(store)[("starved", "H100")]
+    assert blind.guarantee < 4  # low use alone: cut
+    store.upsert_jobs(pd.DataFrame([
+        {"job_id": "slurm:1", "team": "starved", "gpu_model": "H100", "gpus": 4, "state": "cancelled",
+         "submit_ts": T0, "end_ts": T0 + timedelta(minutes=170), "source": "slurm"},
+        {"job_id": "slurm:2", "team": "starved", "gpu_model": "H100", "gpus": 2, "state": "running",
+         "submit_ts": T0 + timedelta(minutes=30), "start_ts": T0 + timedelta(minutes=170), "source": "slurm"}]))
+    seen = quotas(store)[("starved", "H100")]
+    assert seen.guarantee >= 4, seen.reason
+    assert seen.evidence["waiting_gpu_hours"] == pytest.approx((4 * 170 + 2 * 140) / 60)
+    assert seen.evidence["mean_waiting_gpus"] == pytest.approx((4 * 170 + 2 * 140) / 60 / 3)
+    assert seen.evidence["jobs_waited"] == 2 and seen.evidence["waits_from"] == ["slurm"]
+    assert "waiting on average" in seen.reason
+    assert quotas(store)[("a", "H100")].guarantee <= 4  # the over-served team is not raised past its fair part

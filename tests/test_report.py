@@ -73,7 +73,7 @@ def test_report_has_a_chart_week_over_week_and_idle_rows_per_job(sim_store, tmp_
     assert {"cost_prev_week_usd", "cost_change"} <= set(summary[0])
     efficiency = [float(r["efficiency"]) for r in summary if r["team"] == "nlp"][0]
     assert f"{efficiency:.0%}" in page  # a percentage, not a one-decimal fraction
-    idle_section = page.split("Largest idle allocations")[1].split("Recommendations")[0]
+    idle_section = page.split("Largest idle allocations")[1].split("Queue and outcomes")[0]
     rows = [row for row in idle_section.split("<tr>")[2:]]
     jobs = [row.split("</td>")[1] for row in rows]
     assert jobs and len(jobs) == len(set(jobs))  # one row per job, its GPUs counted, not a row per GPU

@@ -1,18 +1,25 @@
 """Against a real Slurm (Debian's slurmctld, slurmd, slurmdbd, munge and MariaDB): the emitted sacctmgr script
-applies and reads back, and gpuledger's Fair Tree gives the factors `sshare -l` gives on the same usage."""
+applies and reads back, gpuledger's Fair Tree gives the factors `sshare -l` gives on the same usage, and the jobs
+`sacct -P` reports (completed, failed, timed out, cancelled, pending with a reason) are stored as it reports them."""
 from __future__ import annotations
 
 import math
 import os
-from datetime import datetime, timezone
+import subprocess
+from datetime import datetime, timedelta, timezone
 
+import pandas as pd
 import pytest
 
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.workloads import outcomes, waiting_now, workload_summary
+from gpuledger.collector.jobs.sacct import parse_sacct
+from gpuledger.collector.jobs.squeue import parse_squeue
 from gpuledger.policies.emitters import emitter_for
 from gpuledger.policies.emitters.slurm import CURRENT_FORMAT, parse_current
 from gpuledger.policies.fairshare.slurm_fair_tree import tree_from_associations, tree_rows
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
-from tests.procs import wait_until
+from tests.procs import GPULEDGER, wait_until
 from tests.slurm_cluster import SlurmCluster, missing_programs
 
 PLAN = QuotaPlan(teams=[TeamPlan("vision", 30, "ml", {"H100": 1}, {"H100": 2, "L4": 1}),
@@ -36,6 +43,10 @@ def slurm(tmp_path_factory):
         script.write_text(emitter_for("slurm").emit(PLAN).text)
         cluster.run("sh", str(script))
         cluster.run("sacctmgr", "-i", "add", "user", "root", "account=vision,nlp,research")
+        # a job that will time out (Slurm's smallest limit is a minute): submitted first, so the minute passes
+        # while the other tests run (test_sacct_history_gives_states_waits_gpus_and_reasons reads it at the end)
+        cluster.timeout_job = cluster.run("sbatch", "-A", "research", "--gres=gpu:l4:1", "-c", "1", "--time=1",
+                                          "-o", "/dev/null", "--parsable", "--wrap", "sleep 600").stdout.strip()
         yield cluster
     finally:
         cluster.stop()
@@ -97,7 +108,7 @@ def test_fair_tree_matches_sshare_on_the_same_usage(slurm):
 
     def settled():  # the priority thread recomputes shares every PriorityCalcPeriod (a minute)
         rows = _sshare(slurm)
-        done = not slurm.run("squeue", "-h").stdout.strip()
+        done = not slurm.run("squeue", "-h", "-A", "vision,nlp").stdout.strip()
         used = [r for r in rows if r["User"] and r["Account"].strip() in ("vision", "nlp")]
         charged = done and used and all(float(r["EffectvUsage"] or 0) > 0 for r in used)
         steady = charged and last and last[-1] == rows  # every job's usage charged: two readings agree
@@ -121,3 +132,83 @@ def test_fair_tree_matches_sshare_on_the_same_usage(slurm):
             assert mine["level_fs"] == pytest.approx(float(theirs["LevelFS"]), rel=1e-4), where
     levels = {r["account"]: r["level_fs"] for r in ours.to_dict(orient="records") if not isinstance(r["user"], str)}
     assert levels["nlp"] > 1 > levels["vision"]  # vision used more than its 30:10 share of ml
+
+
+SACCT_FIELDS = "JobID,State,Submit,Eligible,Start,End,Account,User,Partition,QOS,NodeList,AllocTRES,ReqTRES," \
+               "Reason,ExitCode,JobName"
+SQUEUE_FORMAT = "%i|%T|%V|%a|%u|%P|%q|%b|%r|%j|%D|%S"
+
+
+def _sacct(cluster: SlurmCluster) -> str:
+    return subprocess.run(["sacct", "-aP", "-S", "now-1hour", "-o", SACCT_FIELDS], capture_output=True, text=True,
+                          env=dict(cluster.env, TZ="UTC"), timeout=60, check=True).stdout
+
+
+def test_sacct_history_gives_states_waits_gpus_and_reasons(slurm, tmp_path):
+    def submit(account: str, gres: str, *args: str) -> str:
+        return slurm.run("sbatch", "-A", account, f"--gres=gpu:{gres}", "-c", "1", "-o", "/dev/null", "--parsable",
+                         *args).stdout.strip()
+
+    done = submit("vision", "h100:1", "--wrap", "true")
+    failed = submit("vision", "h100:1", "--wrap", "exit 3")
+    cancelled = submit("vision", "h100:1", "--wrap", "sleep 300")
+    held = submit("nlp", "h100:1", "--begin=now+1hour", "--wrap", "true")  # waits for its begin time
+    wait_until(lambda: slurm.run("squeue", "-h", "-j", cancelled, "-o", "%T", check=False).stdout.strip()
+               == "RUNNING", 60, "the job to be cancelled to run")
+    slurm.run("scancel", cancelled)
+    def ended() -> bool:
+        states = parse_sacct(_sacct(slurm)).jobs.set_index("job_id")["state"]
+        return all(states.get(f"slurm:{job}") not in (None, "pending", "running")
+                   for job in (done, failed, cancelled, slurm.timeout_job))
+
+    wait_until(ended, 180, "the jobs to end (the timeout job's minute)", step_s=2)
+    # sacct lists a job held for a later begin time only once it is eligible: the queue comes from squeue
+    queue = subprocess.run(["squeue", "-a", "-o", SQUEUE_FORMAT], capture_output=True, text=True,
+                           env=dict(slurm.env, TZ="UTC"), timeout=60, check=True).stdout
+    pending = parse_squeue(queue).jobs.set_index("job_id").loc[f"slurm:{held}"]
+    assert pending["state"] == "pending" and pending["pending_reason"] == "BeginTime"
+    assert pending["gpus"] == 1 and pending["gpu_model"] == "H100" and pd.isna(pending["start_ts"])
+    db = tmp_path / "slurm.duckdb"
+    out = subprocess.run([GPULEDGER, "import", "squeue", "-", "--db", str(db)], input=queue, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    with Store(db) as store:
+        assert waiting_now(store, datetime.now(timezone.utc))["pending_reason"].tolist() == ["BeginTime"]
+    slurm.run("scancel", held)
+    queue = subprocess.run(["squeue", "-a", "-o", SQUEUE_FORMAT], capture_output=True, text=True,
+                           env=dict(slurm.env, TZ="UTC"), timeout=60, check=True).stdout
+    out = subprocess.run([GPULEDGER, "import", "squeue", "-", "--db", str(db)], input=queue, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "no longer in the queue: marked left_queue" in out.stdout, out.stdout
+    batch = parse_sacct(_sacct(slurm))
+    jobs = batch.jobs.set_index("job_id")
+    got = {job: jobs.loc[f"slurm:{job}"] for job in (done, failed, cancelled, slurm.timeout_job)}
+    assert got[done]["state"] == "completed" and got[done]["exit_code"] == "0:0"
+    assert got[failed]["state"] == "failed" and got[failed]["exit_code"] == "3:0"
+    assert got[slurm.timeout_job]["state"] == "timeout"
+    assert got[cancelled]["state"] == "cancelled" and got[cancelled]["start_ts"] <= got[cancelled]["end_ts"]
+    for job in (done, failed):  # AllocTRES gres/gpu=1 beside gres/gpu:h100=1: one GPU, an H100
+        assert got[job]["gpus"] == 1 and got[job]["gpu_model"] == "H100" and got[job]["team"] == "vision"
+    assert got[slurm.timeout_job]["gpu_model"] == "L4" and got[slurm.timeout_job]["team"] == "research"
+    ran = got[slurm.timeout_job]
+    assert 55 <= (ran["end_ts"] - ran["start_ts"]).total_seconds() <= 180  # its one-minute limit, as sacct says
+    assert all(got[j]["submit_ts"] <= got[j]["start_ts"] for j in (done, failed))
+    assert batch.skipped["step"] > 0 and not batch.unknown_states
+    # stored and read back: waits as sacct gives them (start - submit), outcomes, the lost GPU-hours
+    out = subprocess.run([GPULEDGER, "import", "sacct", "-", "--db", str(db)], input=_sacct(slurm),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "GPU jobs" in out.stdout, out.stderr
+    with Store(db) as store:
+        assert waiting_now(store, datetime.now(timezone.utc)).empty  # the held job is cancelled now
+        now = datetime.now(timezone.utc)
+        summary = workload_summary(store, now - timedelta(hours=2), now, now).set_index(["team", "gpu_model"])
+        ends = outcomes(store, now - timedelta(hours=2), now, now)
+    vision = summary.loc[("vision", "H100")]
+    mine = jobs[(jobs["team"] == "vision") & jobs["start_ts"].notna()]  # the fair-tree test's jobs too
+    waits = (mine["start_ts"] - mine["submit_ts"]).dt.total_seconds() / 60
+    assert vision["jobs_started"] == len(mine) >= 3
+    assert vision["wait_max_minutes"] == pytest.approx(waits.max(), abs=1e-6)
+    lost = ends[ends["lost"]]
+    assert set(lost["outcome"]) == {"failed", "timeout"}
+    assert summary.loc[("research", "L4"), "lost_gpu_hours"] == pytest.approx(
+        (ran["end_ts"] - ran["start_ts"]).total_seconds() / 3600, rel=1e-6)

@@ -46,6 +46,7 @@ from gpuledger.analytics.store.schema import (
     QUERY_LAYER,
     SCHEMA_VERSION,
     column_migrations,
+    job_column_migrations,
     table_migrations,
     without_keys,
 )
@@ -189,7 +190,11 @@ class Store:
                 columns = {row[0] for row in self._con.execute(
                     f"SELECT column_name FROM information_schema.columns WHERE table_name = 'samples' AND {here}"
                 ).fetchall()}
-                for statement in column_migrations(columns) + QUERY_LAYER + rollups.MACROS:
+                job_columns = {row[0] for row in self._con.execute(
+                    f"SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' AND {here}"
+                ).fetchall()}
+                for statement in (column_migrations(columns) + job_column_migrations(job_columns) + QUERY_LAYER
+                                  + rollups.MACROS):
                     self._con.execute(statement)
                 self._bound_old_rollups(fresh="usage_minute" not in tables)
                 self._set_meta(self._con, "schema_version", SCHEMA_VERSION)
@@ -570,6 +575,37 @@ class Store:
 
     def upsert_jobs(self, jobs: pd.DataFrame) -> int:
         return self._insert("jobs", jobs, replace=True)
+
+    def record_jobs(self, jobs: pd.DataFrame, events: pd.DataFrame) -> int:
+        """Jobs a lifecycle source read (collector/jobs), replacing the stored rows of the same ids, and their
+        events, replacing what that source said of those jobs before: one transaction, so a job's row and its
+        history always agree. Returns the jobs stored."""
+        if not len(jobs):
+            return 0
+        with self.transaction() as cur:
+            cur.register("incoming_jobs", jobs)
+            self._replace_rows(cur, "jobs", "incoming_jobs")
+            cur.execute("DELETE FROM job_events WHERE job_id IN (SELECT job_id FROM incoming_jobs) "
+                        "AND source IN (SELECT DISTINCT source FROM incoming_jobs)")
+            cur.unregister("incoming_jobs")
+            if len(events):
+                cur.register("incoming_events", events)
+                cur.execute("INSERT INTO job_events BY NAME SELECT * FROM incoming_events")
+                cur.unregister("incoming_events")
+        return len(jobs)
+
+    def close_left_queue(self, source: str, seen: Sequence[str], at: datetime, state: str) -> int:
+        """Jobs of `source` stored as pending or running that a queue snapshot taken at `at` no longer lists:
+        marked `state` (collector/jobs/lifecycle.py LEFT_QUEUE) and ended at `at`, so they stop counting as
+        queued demand; returns how many. Their outcome comes with the next history read (sacct)."""
+        where = ("WHERE source = $source AND state IN ('pending', 'running') "
+                 "AND job_id NOT IN (SELECT unnest($seen::VARCHAR[]))")
+        with self.transaction() as cur:
+            gone = cur.execute(f"SELECT count(*) FROM jobs {where}", {"source": source, "seen": list(seen)}
+                               ).fetchone()[0]
+            cur.execute(f"UPDATE jobs SET state = $state, end_ts = $at {where}",
+                        {"state": state, "at": at, "source": source, "seen": list(seen)})
+        return int(gone)
 
     def upsert_teams(self, teams: pd.DataFrame) -> int:
         """Teams with share, quota_gpus and (optionally) parent; a team already stored is replaced."""

@@ -45,13 +45,23 @@ INGEST_RUNS = """CREATE TABLE IF NOT EXISTS ingest_runs (
     node VARCHAR NOT NULL, stream VARCHAR NOT NULL, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
     rows BIGINT NOT NULL, rejected BIGINT NOT NULL, received_ts TIMESTAMPTZ NOT NULL)"""
 
+# jobs columns added after the first schema: the lifecycle a scheduler reports (collector/jobs/lifecycle.py)
+JOB_LIFECYCLE_COLUMNS = {"eligible_ts": "TIMESTAMPTZ", "partition": "VARCHAR", "qos": "VARCHAR",
+                         "account": "VARCHAR", "exit_code": "VARCHAR", "restarts": "INTEGER",
+                         "pending_reason": "VARCHAR", "name": "VARCHAR", "source": "VARCHAR"}
+
+
 DDL = [
     f"CREATE TABLE IF NOT EXISTS samples (\n    {_columns(SAMPLE_SCHEMA)}\n)",
     f"CREATE TABLE IF NOT EXISTS processes (\n    {_columns(PROCESS_SCHEMA)}\n)",
     """CREATE TABLE IF NOT EXISTS jobs (
     job_id VARCHAR PRIMARY KEY, team VARCHAR, "user" VARCHAR, namespace VARCHAR, pod VARCHAR,
     node VARCHAR, gpu_model VARCHAR, gpus INTEGER, submit_ts TIMESTAMPTZ, start_ts TIMESTAMPTZ,
-    end_ts TIMESTAMPTZ, state VARCHAR)""",
+    end_ts TIMESTAMPTZ, state VARCHAR, """ + ", ".join(f'"{n}" {k}' for n, k in JOB_LIFECYCLE_COLUMNS.items()) + ")",
+    # what happened to each job, as its scheduler says (collector/jobs/lifecycle.py EVENTS); replaced per job and
+    # source whenever the job is read again, so it always agrees with the job's row
+    """CREATE TABLE IF NOT EXISTS job_events (
+    job_id VARCHAR NOT NULL, ts TIMESTAMPTZ NOT NULL, event VARCHAR NOT NULL, detail VARCHAR, source VARCHAR)""",
     "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
     "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -92,6 +102,12 @@ def column_migrations(existing: set[str]) -> list[str]:
             for f in SAMPLE_SCHEMA if f.name not in existing]
 
 
+def job_column_migrations(existing: set[str]) -> list[str]:
+    """ALTERs that give a jobs table (new, or from an older store) the lifecycle columns."""
+    return [f'ALTER TABLE jobs ADD COLUMN "{name}" {kind}' for name, kind in JOB_LIFECYCLE_COLUMNS.items()
+            if name not in existing]
+
+
 def table_migrations(existing: set[str]) -> list[str]:
     """Statements that carry a store written by an older gpuledger forward (run before the DDL's tables exist)."""
     statements = []
@@ -111,7 +127,7 @@ def table_migrations(existing: set[str]) -> list[str]:
 # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history;
 # 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature;
 # 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

@@ -22,6 +22,7 @@ from gpuledger.analytics.health import health_totals
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import node_gauges, team_gauges
 from gpuledger.analytics.windows import utc_now
+from gpuledger.analytics.workloads import workload_summary
 from gpuledger.policies.fairshare import fairshare_at
 
 WINDOW = timedelta(hours=1)
@@ -36,6 +37,17 @@ NODE_GAUGES = (
     ("gpus", "gpuledger_node_gpus", "GPUs present (MIG instances as fractions), average over the last hour"),
     ("allocated_gpus", "gpuledger_node_allocated_gpus", "GPUs held by jobs, average over the last hour"),
     ("busy_gpus", "gpuledger_node_busy_gpus", "GPUs held and busy, average over the last hour"),
+)
+# per team and GPU model, from the schedulers' job records (analytics/workloads.py): the queue now and the last hour
+QUEUE_GAUGES = (
+    ("pending_jobs", "gpuledger_team_pending_jobs", "Jobs waiting in the scheduler's queue now"),
+    ("pending_gpus", "gpuledger_team_pending_gpus", "GPUs the waiting jobs ask for"),
+    ("longest_pending_minutes", "gpuledger_team_longest_wait_minutes", "Longest wait so far of a waiting job, "
+                                                                       "minutes"),
+    ("wait_p95_minutes", "gpuledger_team_queue_wait_p95_minutes", "95th percentile queue wait of the jobs that "
+                                                                  "started in the last hour, minutes"),
+    ("lost_gpu_hours", "gpuledger_team_lost_gpu_hours", "GPU-hours of jobs that failed or were preempted, timed out, "
+                                                        "ran out of memory or lost their node, last hour"),
 )
 FAIRSHARE = "gpuledger_team_fairshare"
 HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total
@@ -64,6 +76,8 @@ class StoreGauges(Collector):
         idle = self.config.waste.idle_util_pct
         families = _gauges(team_gauges(self.store, end - WINDOW, end, idle), "team", TEAM_GAUGES)
         families += _gauges(node_gauges(self.store, end - WINDOW, end, idle), "node", NODE_GAUGES)
+        families += _gauges(workload_summary(self.store, end - WINDOW, end, end), ("team", "gpu_model"),
+                            QUEUE_GAUGES)
         fair = GaugeMetricFamily(FAIRSHARE, f"Fairshare factor ({self.config.fairshare.algorithm}), 0..1, higher = "
                                             "more deserving", labels=["team"])
         for team, row in fairshare_at(self.store, self.config, end).iterrows():
@@ -95,13 +109,15 @@ def _fragmentation(store: Store, end: datetime) -> list[GaugeMetricFamily]:
     return [per_node, cluster]
 
 
-def _gauges(frame: pd.DataFrame, label: str, specs: tuple[tuple[str, str, str], ...]) -> list[GaugeMetricFamily]:
-    """One gauge family per (column, name, help), a series per row labelled by the frame's `label` column."""
+def _gauges(frame: pd.DataFrame, label: str | tuple[str, ...],
+            specs: tuple[tuple[str, str, str], ...]) -> list[GaugeMetricFamily]:
+    """One gauge family per (column, name, help), a series per row labelled by the frame's `label` column(s)."""
+    labels = [label] if isinstance(label, str) else list(label)
     families = []
     for column, name, doc in specs:
-        family = GaugeMetricFamily(name, doc, labels=[label])
-        for key, value in zip(frame[label], frame[column]):
-            if pd.notna(value):  # no utilisation reading: no series (unknown is not zero, and NaN is not a reading)
-                family.add_metric([str(key)], float(value))
+        family = GaugeMetricFamily(name, doc, labels=labels)
+        for keys, value in zip(frame[labels].itertuples(index=False), frame[column]):
+            if pd.notna(value):  # no reading: no series (unknown is not zero, and NaN is not a reading)
+                family.add_metric([str(k) for k in keys], float(value))
         families.append(family)
     return families

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import FORMATS
 from gpuledger.policies.exporting import STATUSES as EXPORT_STATUSES
@@ -554,3 +555,52 @@ class WhoAmI(BaseModel):
     team: str | None = Field(description="the one team a team token sees")
     open_reads: bool = Field(description="whether this server answers reads without a token")
     may_decide: bool = Field(description="whether this token may decide recommendations and manage tokens")
+
+
+class WorkloadRow(BaseModel):
+    team: str = Field(description="the team (the scheduler's account; 'unattributed' where none)")
+    gpu_model: str = Field(description="GPU model the jobs asked for; 'any' where they named none")
+    jobs_started: int = Field(description="jobs that started in the window (count)")
+    wait_p50_minutes: float | None = Field(description="median queue wait of those jobs, submission to start, "
+                                                       "minutes; null: none started")
+    wait_p95_minutes: float | None = Field(description="95th percentile of that wait, minutes; null: none started")
+    wait_max_minutes: float | None = Field(description="longest of that wait, minutes; null: none started")
+    no_submit_time: int = Field(description="started jobs without a submission time (no wait is known for them)")
+    jobs_finished: int = Field(description="jobs that finished in the window, any outcome (count)")
+    run_gpu_hours: float = Field(description="GPUs times run time in the window, as the scheduler reports it")
+    lost_gpu_hours: float = Field(description="of those, GPU-hours of jobs that failed, timed out, ran out of "
+                                              "memory, lost their node or were preempted")
+    waiting_gpu_hours: float = Field(description="GPUs times minutes spent waiting in the window, in GPU-hours")
+    restarts: float = Field(description="requeues the scheduler counted for jobs running in the window")
+    pending_jobs: int = Field(description="jobs waiting at `at` (count)")
+    pending_gpus: float = Field(description="GPUs those jobs ask for")
+    longest_pending_minutes: float | None = Field(description="longest wait so far of those, minutes; null: none")
+
+
+class OutcomeRow(BaseModel):
+    team: str = Field(description="the team")
+    gpu_model: str = Field(description="GPU model asked for; 'any' where none was named")
+    outcome: str | None = Field(description=f"how the jobs ended: {', '.join(OUTCOMES)} (or the scheduler's own "
+                                            "word, lower-cased, where gpuledger does not know it)")
+    jobs: int = Field(description="jobs that ended so in the window (count)")
+    gpu_hours: float = Field(description="GPU-hours they ran in the window")
+    lost: bool = Field(description=f"the work is lost (outcome {', '.join(LOST)})")
+
+
+class WaitingJob(BaseModel):
+    job_id: str = Field(description="the job (slurm:<id> for Slurm)")
+    team: str = Field(description="the team")
+    gpu_model: str = Field(description="GPU model asked for; 'any' where none was named")
+    gpus: int = Field(description="GPUs asked for")
+    submit_ts: datetime | None = Field(description="when it was submitted (UTC); null: not known")
+    wait_minutes: float | None = Field(description="how long it has waited, minutes; null: no submission time")
+    pending_reason: str | None = Field(description="why it waits, as the scheduler says (Slurm's Reason)")
+    source: str | None = Field(description="the scheduler the record comes from")
+
+
+class Workloads(BaseModel):
+    window: Window = Field(description="the window read, [start, end)")
+    at: datetime = Field(description="the instant 'now' stands for: open jobs are measured up to it")
+    by_team: list[WorkloadRow] = Field(description="per team and GPU model")
+    outcomes: list[OutcomeRow] = Field(description="finished jobs per team, model and outcome")
+    waiting_now: list[WaitingJob] = Field(description="jobs waiting at `at`, longest first")

@@ -1,0 +1,100 @@
+"""Workloads: what the schedulers say happened to jobs (collector/jobs), not what the GPUs show: queue waits, run
+times, outcomes and the GPU-hours each outcome took, restarts, and what is waiting now and why.
+
+A job's wait is from its submission to its start (to its end if it never started, to `at` while it still waits). A job's GPU-hours here are its
+GPUs times its run time as the scheduler reports it (start to end, or to `at` while running), clipped to the window:
+evidence from the scheduler, next to the telemetry's own GPU-hours elsewhere. Jobs the scheduler gave no
+submission time have no wait: they are counted apart (`no_submit_time`), never as a wait of zero.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+
+from gpuledger.analytics.store import Store
+from gpuledger.collector.jobs.lifecycle import LOST, OPEN_STATES
+from gpuledger.collector.samples import UNATTRIBUTED
+
+# a job's own row, with its wait and its run clipped to [$start, $end) (`$at`: now, for what is still open)
+_JOB_SPANS = """
+    SELECT job_id, owner(team, $unattributed) AS team, coalesce(gpu_model, 'any') AS gpu_model, gpus, state,
+           submit_ts, start_ts, end_ts, restarts, pending_reason, source,
+           date_diff('millisecond', submit_ts, coalesce(start_ts, end_ts, $at)) / 60000.0 AS wait_minutes,
+           CASE WHEN submit_ts IS NOT NULL THEN
+               greatest(0, date_diff('millisecond', greatest(submit_ts, $start),
+                                     least(coalesce(start_ts, end_ts, $at), $end))) / 3600000.0 * gpus
+           ELSE 0 END AS waiting_gpu_hours,
+           CASE WHEN start_ts IS NOT NULL THEN
+               greatest(0, date_diff('millisecond', greatest(start_ts, $start),
+                                     least(coalesce(end_ts, $at), $end))) / 3600000.0 * gpus
+           ELSE 0 END AS run_gpu_hours
+    FROM jobs WHERE gpus > 0"""
+
+
+def waiting_demand(store: Store, start: datetime, end: datetime, at: datetime) -> pd.DataFrame:
+    """Per team and GPU model asked for ('any' where the job named none): GPU-hours spent waiting in the queue
+    inside [start, end), the jobs that waited there, and their longest and 95th-percentile waits (minutes). What
+    the quota advice counts as demand the telemetry cannot show: a starved team's use is low because it waits."""
+    sql = f"""
+        SELECT team, gpu_model, sum(waiting_gpu_hours) AS waiting_gpu_hours, count(*) AS jobs_waited,
+               max(wait_minutes) AS longest_wait_minutes,
+               quantile_cont(wait_minutes, 0.95) AS p95_wait_minutes, list(DISTINCT source) AS sources
+        FROM ({_JOB_SPANS}) WHERE waiting_gpu_hours > 0 GROUP BY ALL ORDER BY team, gpu_model"""
+    return store.query(sql, {"start": start, "end": end, "at": at, "unattributed": UNATTRIBUTED})
+
+
+def workload_summary(store: Store, start: datetime, end: datetime, at: datetime) -> pd.DataFrame:
+    """Per team and GPU model: jobs that started in the window and their waits (p50, p95, longest, minutes),
+    jobs that finished in it by outcome and the GPU-hours each outcome took, GPU-hours lost to failed, timed-out,
+    out-of-memory, node-failed and preempted jobs, restarts, and what waits at `at` (jobs, GPUs, longest wait)."""
+    sql = f"""
+        WITH spans AS ({_JOB_SPANS})
+        SELECT team, gpu_model,
+               count(*) FILTER (WHERE start_ts >= $start AND start_ts < $end) AS jobs_started,
+               quantile_cont(wait_minutes, 0.5) FILTER (WHERE start_ts >= $start AND start_ts < $end)
+                   AS wait_p50_minutes,
+               quantile_cont(wait_minutes, 0.95) FILTER (WHERE start_ts >= $start AND start_ts < $end)
+                   AS wait_p95_minutes,
+               max(wait_minutes) FILTER (WHERE start_ts >= $start AND start_ts < $end) AS wait_max_minutes,
+               count(*) FILTER (WHERE start_ts >= $start AND start_ts < $end AND submit_ts IS NULL)
+                   AS no_submit_time,
+               count(*) FILTER (WHERE end_ts >= $start AND end_ts < $end AND state NOT IN (SELECT unnest($open)))
+                   AS jobs_finished,
+               coalesce(sum(run_gpu_hours), 0) AS run_gpu_hours,
+               coalesce(sum(run_gpu_hours) FILTER (WHERE state IN (SELECT unnest($lost))), 0) AS lost_gpu_hours,
+               coalesce(sum(waiting_gpu_hours), 0) AS waiting_gpu_hours,
+               coalesce(sum(restarts) FILTER (WHERE start_ts < $end AND coalesce(end_ts, $at) >= $start), 0)
+                   AS restarts,
+               count(*) FILTER (WHERE state = 'pending' AND coalesce(submit_ts, $at) <= $at) AS pending_jobs,
+               coalesce(sum(gpus) FILTER (WHERE state = 'pending' AND coalesce(submit_ts, $at) <= $at), 0)
+                   AS pending_gpus,
+               max(wait_minutes) FILTER (WHERE state = 'pending') AS longest_pending_minutes
+        FROM spans
+        WHERE (submit_ts IS NOT NULL OR start_ts IS NOT NULL)  -- a job without any instant says nothing of time
+          AND (submit_ts IS NULL OR submit_ts < $end) AND (coalesce(end_ts, $at) >= $start)
+        GROUP BY ALL ORDER BY team, gpu_model"""
+    params = {"start": start, "end": end, "at": at, "unattributed": UNATTRIBUTED, "open": list(OPEN_STATES),
+              "lost": list(LOST)}
+    return store.query(sql, params)
+
+
+def outcomes(store: Store, start: datetime, end: datetime, at: datetime) -> pd.DataFrame:
+    """Per team, GPU model and outcome of the jobs that finished in the window: jobs and the GPU-hours they ran
+    (a line of the bill: what failed and preempted work took)."""
+    sql = f"""
+        SELECT team, gpu_model, state AS outcome, count(*) AS jobs, sum(run_gpu_hours) AS gpu_hours,
+               state IN (SELECT unnest($lost)) AS lost
+        FROM ({_JOB_SPANS})
+        WHERE end_ts >= $start AND end_ts < $end AND state NOT IN (SELECT unnest($open))
+        GROUP BY ALL ORDER BY team, gpu_model, gpu_hours DESC"""
+    return store.query(sql, {"start": start, "end": end, "at": at, "unattributed": UNATTRIBUTED,
+                             "open": list(OPEN_STATES), "lost": list(LOST)})
+
+
+def waiting_now(store: Store, at: datetime) -> pd.DataFrame:
+    """The jobs waiting at `at`, longest first, with what the scheduler says they wait for (`pending_reason`)."""
+    sql = f"""SELECT job_id, team, gpu_model, gpus, submit_ts, wait_minutes, pending_reason, source
+              FROM ({_JOB_SPANS}) WHERE state = 'pending' AND coalesce(submit_ts, $at) <= $at
+              ORDER BY wait_minutes DESC NULLS LAST"""
+    return store.query(sql, {"start": at, "end": at, "at": at, "unattributed": UNATTRIBUTED})

@@ -1,0 +1,3 @@
+"""Job lifecycle sources: what the scheduler says about each job (submitted, eligible, started, requeued, finished
+and how), as opposed to the GPU telemetry of collector/*_source.py. Each scheduler's format is one parser of its
+own (sacct.py, ...) behind the small interface in lifecycle.py."""

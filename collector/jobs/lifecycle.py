@@ -1,0 +1,65 @@
+"""The one shape every job lifecycle source produces: rows of the `jobs` table and of the `job_events` history,
+and a count of what it skipped and why (never a silent guess).
+
+States are the scheduler's, normalised to one lower-case vocabulary (STATES); a state a parser does not know is
+kept as it is, lower-cased, and counted, so a new scheduler version shows up instead of being mapped wrongly.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+# the states a job can be in, as gpuledger names them; the first two are open (the job is not finished)
+OPEN_STATES = ("pending", "running")
+# a finished job's outcome: what "GPU-hours lost to failed and preempted jobs" is counted over
+OUTCOMES = ("completed", "failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail",
+            "deadline")
+# `left_queue`: a job a queue snapshot (squeue) showed waiting or running and the next one no longer shows; how it
+# ended is the history's to say (sacct)
+LEFT_QUEUE = "left_queue"
+STATES = OPEN_STATES + OUTCOMES + ("requeued", "suspended", LEFT_QUEUE)
+LOST = ("failed", "timeout", "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline")  # work not kept
+# job_events.event: one row per thing that happened to a job, at the instant the scheduler gives
+EVENTS = ("submitted", "eligible", "started", "finished")
+
+JOB_COLUMNS = ("job_id", "team", "user", "namespace", "pod", "node", "gpu_model", "gpus", "submit_ts", "start_ts",
+               "end_ts", "state", "eligible_ts", "partition", "qos", "account", "exit_code", "restarts",
+               "pending_reason", "name", "source")
+EVENT_COLUMNS = ("job_id", "ts", "event", "detail", "source")
+
+
+@dataclass
+class JobBatch:
+    """What one read of a lifecycle source gives: jobs (JOB_COLUMNS), events (EVENT_COLUMNS) and the rows skipped,
+    by reason (e.g. `step` for sacct's step lines, `no_gpus` for CPU-only jobs, `malformed`)."""
+    jobs: pd.DataFrame
+    events: pd.DataFrame
+    skipped: Counter = field(default_factory=Counter)
+    unknown_states: Counter = field(default_factory=Counter)
+
+
+def jobs_frame(records: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(records, columns=list(JOB_COLUMNS))
+    for column in ("submit_ts", "start_ts", "end_ts", "eligible_ts"):
+        frame[column] = pd.to_datetime(frame[column], utc=True)
+    for column in ("gpus", "restarts"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def events_of(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The lifecycle events the jobs' own instants show: submitted, eligible, started and finished (with the
+    outcome as its detail); an instant the scheduler did not give is no event."""
+    rows = []
+    for job in jobs.itertuples(index=False):
+        instants = (job.submit_ts, job.eligible_ts, job.start_ts, job.end_ts if job.state not in OPEN_STATES else None)
+        details = (job.partition, None, job.node, job.state)
+        for event, ts, detail in zip(EVENTS, instants, details):
+            if ts is not None and not pd.isna(ts):
+                rows.append({"job_id": job.job_id, "ts": ts, "event": event, "detail": detail,
+                             "source": job.source})
+    frame = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+    return frame

@@ -1,0 +1,187 @@
+"""Slurm's `sacct --parsable2` (`-P`) output: one row per job allocation, step rows skipped.
+
+Read by field name, never by position: the header line names the fields (`sacct -P -o ...`), or, for a dump taken
+with `--noheader`, the caller names them in the order given to `-o` (`fields`). Only the fields a job needs are
+read, and any of them may be missing: JobID (required), State, Submit, Eligible, Start, End, Account, User,
+Partition, QOS, NodeList, AllocTRES (ReqTRES for a job that never started: pending, or cancelled while waiting), Restarts, Reason, ExitCode, JobName.
+
+Facts from Slurm's documentation and source this relies on:
+- A step's JobID is the job's with `.batch`, `.extern`, `.interactive` or `.<n>` after it; array tasks are
+  `123_4`, heterogeneous components `123+0`: those are jobs of their own.
+- State may carry words after it (`CANCELLED by 2101477`); the first word is the state.
+- Times are printed in the local time of the host sacct ran on, without a zone (`2024-11-13T11:08:00`), and
+  `Unknown` or `None` where there is none (a pending job's Start).
+- AllocTRES holds the generic count (`gres/gpu=2`) and, on sites that type their GPUs, typed counts beside it
+  (`gres/gpu:a100=2`, a MIG slice `gres/gpu:a100_3g.20gb=1`): the generic count is the job's GPUs, counted once;
+  only without it are the typed counts summed. The GPU model comes from the type when there is exactly one.
+- Slurm's account is the team, as sshare and sreport group usage by it.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from datetime import datetime, timezone, tzinfo
+from typing import Iterable, Sequence
+
+from gpuledger.collector.errors import InputError
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, models_with_profile, normalize_model
+from gpuledger.collector.jobs.lifecycle import STATES, JobBatch, events_of, jobs_frame
+
+SOURCE = "slurm"
+JOB_PREFIX = "slurm:"  # the job ids NVML attribution gives Slurm jobs (collector/proc_attribution.py)
+# sacct's state words -> gpuledger's (collector/jobs/lifecycle.py STATES)
+STATE_WORDS = {
+    "PENDING": "pending", "RUNNING": "running", "COMPLETED": "completed", "FAILED": "failed",
+    "CANCELLED": "cancelled", "TIMEOUT": "timeout", "OUT_OF_MEMORY": "out_of_memory", "NODE_FAIL": "node_fail",
+    "PREEMPTED": "preempted", "BOOT_FAIL": "boot_fail", "DEADLINE": "deadline", "REQUEUED": "requeued",
+    "REQUEUE_FED": "requeued", "REQUEUE_HOLD": "pending", "SUSPENDED": "suspended", "RESIZING": "running",
+    "COMPLETING": "running", "CONFIGURING": "running", "STAGE_OUT": "running", "SIGNALING": "running",
+}
+NO_TIME = {"", "Unknown", "None", "N/A"}
+_STEP = re.compile(r"^[^.]+\.(batch|extern|interactive|\d+)$", re.IGNORECASE)
+_GPU_TRES = re.compile(r"^gres/gpu(?::(?P<type>[^=]+))?$", re.IGNORECASE)
+_MIG_TYPE = re.compile(r"^(?P<card>[a-z0-9]+?)[_-](?P<profile>\d+g\.\d+gb)$", re.IGNORECASE)
+
+
+def time_of(text: str | None, zone: tzinfo) -> datetime | None:
+    """A Slurm time printed without a zone, read in `zone`, as UTC; None for Unknown, None, N/A or junk."""
+    if text is None or text.strip() in NO_TIME:
+        return None
+    try:
+        return datetime.fromisoformat(text.strip()).replace(tzinfo=zone).astimezone(timezone.utc)
+    except ValueError:
+        return None
+
+
+def gpus_of(tres: str | None) -> tuple[int | None, str | None]:
+    """(GPUs, model) from a TRES list; (None, None) where it names no GPU. A MIG type (`a100_3g.20gb`) gives the
+    card's model; a type the catalogue does not know is kept as written."""
+    if not tres:
+        return None, None
+    generic, typed = None, {}
+    for item in tres.split(","):
+        name, _, value = item.strip().partition("=")
+        match = _GPU_TRES.match(name.strip())
+        if not match:
+            continue
+        try:
+            count = int(float(value))
+        except ValueError:
+            continue
+        if match.group("type"):
+            typed[match.group("type")] = typed.get(match.group("type"), 0) + count
+        else:
+            generic = count
+    if generic is None and not typed:
+        return None, None
+    gpus = generic if generic is not None else sum(typed.values())
+    return gpus, (model_of_type(next(iter(typed))) if len(typed) == 1 else None)
+
+
+def model_of_type(gres_type: str) -> str:
+    """The GPU model a Slurm GPU type names: the catalogue's, the card of a MIG type, else the type as written."""
+    mig = _MIG_TYPE.match(gres_type)
+    if mig:  # a MIG slice: the card whose name starts the type and that has the profile
+        card = normalize_model(mig.group("card"))
+        if card in models_with_profile(mig.group("profile").lower()) or card != mig.group("card"):
+            return card
+    model = normalize_model(gres_type)
+    if model == UNKNOWN_MODEL or (re.search(r"\d+GB$", model) and not re.search(r"\d+g", gres_type, re.I)):
+        return gres_type  # unknown, or a card sold in several memory sizes (a100): not guessed
+    return model
+
+
+# a pasted `sacct ... -o A,B,C` (or --format / --fields) names a headerless dump's fields; `%20` widths dropped
+_COMMAND_FIELDS = re.compile(r"\bsacct\b.*?(?:\s-o\s*|--format[=\s]\s*|--fields[=\s]\s*)([A-Za-z][\w%,.]*)")
+
+
+def _lines(text: str) -> Iterable[tuple[str, bool]]:
+    """(line, is_comment) for every non-blank line."""
+    for line in text.splitlines():
+        if line.strip():
+            yield line.rstrip("\r\n"), line.lstrip().startswith("#")
+
+
+def fields_in_command(line: str) -> list[str] | None:
+    """The field list of a `sacct` command line pasted with its output, if the line holds one."""
+    match = _COMMAND_FIELDS.search(line)
+    return [re.sub(r"%\d+$", "", f) for f in match.group(1).split(",") if f] if match else None
+
+
+def parse_sacct(text: str, fields: Sequence[str] | None = None, zone: tzinfo = timezone.utc,
+                team_field: str = "Account") -> JobBatch:
+    """Jobs and their events from `sacct -P` output. `fields`: the `-o` field list of a dump without a header
+    (a header line, or a pasted `sacct ... -o FIELDS` command line, names them otherwise). `zone`: the time zone sacct printed its times in. `team_field`: which
+    field names the team (Account by default; Partition or QOS on sites that charge by them).
+
+    Lines that are not rows (a pasted shell prompt, prose) are skipped and counted as `not_a_row`; rows with the
+    wrong number of fields as `malformed`; step rows as `step`; jobs with no GPU as `no_gpus`."""
+    skipped: Counter = Counter()
+    unknown: Counter = Counter()
+    names: list[str] | None = [f.strip() for f in fields] if fields else None
+    records = []
+    for line, comment in _lines(text):
+        if comment or "|" not in line:
+            named = fields_in_command(line)
+            if named and not fields:
+                names = named
+            elif not comment:
+                skipped["not_a_row"] += 1
+            continue
+        values = line.split("|")
+        if values[0].strip().lower() in ("jobid", "jobidraw"):  # the header
+            names = [v.strip() for v in values]
+            continue
+        if names is None:
+            raise InputError("the sacct output has no header line: give its fields in the order of sacct's -o "
+                             "(e.g. --fields JobID,State,Submit,Start,End,Account,User,AllocTRES)")
+        if len(values) == len(names) + 1 and values[-1] == "":  # --parsable (not 2) ends each row with '|'
+            values = values[:-1]
+        if len(values) != len(names):
+            skipped["malformed"] += 1
+            continue
+        row = {name.lower(): value for name, value in zip(names, values)}
+        if "jobid" not in row:
+            raise InputError(f"the sacct fields {', '.join(names)} have no JobID")
+        job = row["jobid"].strip()
+        if not job or _STEP.match(job):
+            skipped["step"] += 1
+            continue
+        word = (row.get("state") or "").strip().split(" ")[0].upper()
+        state = STATE_WORDS.get(word)
+        if state is None:
+            state = word.lower() or None
+            if state:
+                unknown[word] += 1
+        gpus, model = gpus_of(row.get("alloctres"))
+        if gpus is None and time_of(row.get("start"), zone) is None:  # never started: what it asked for waited
+            gpus, model = gpus_of(row.get("reqtres"))
+        if not gpus:
+            skipped["no_gpus"] += 1
+            continue
+        team = (row.get(team_field.lower()) or "").strip() or None
+        restarts = (row.get("restarts") or "").strip()
+        nodes = (row.get("nodelist") or "").strip()
+        records.append({
+            "job_id": JOB_PREFIX + job, "team": team, "user": (row.get("user") or "").strip() or None,
+            "namespace": None, "pod": None,
+            "node": None if nodes in ("", "None assigned", "(null)") else nodes,
+            "gpu_model": model, "gpus": gpus,
+            "submit_ts": time_of(row.get("submit"), zone), "start_ts": time_of(row.get("start"), zone),
+            "end_ts": time_of(row.get("end"), zone), "state": state,
+            "eligible_ts": time_of(row.get("eligible"), zone),
+            "partition": (row.get("partition") or "").strip() or None, "qos": (row.get("qos") or "").strip() or None,
+            "account": (row.get("account") or "").strip() or None,
+            "exit_code": (row.get("exitcode") or "").strip() or None,
+            "restarts": int(restarts) if restarts.isdigit() else None,
+            "pending_reason": ((row.get("reason") or "").strip() or None) if state == "pending" else None,
+            "name": (row.get("jobname") or "").strip() or None, "source": SOURCE,
+        })
+    if names is None:
+        raise InputError("no sacct -P output found: expected rows of fields separated by '|', with a header line "
+                         "(JobID|...) or the fields given in the order of sacct's -o")
+    jobs = jobs_frame(records)
+    return JobBatch(jobs, events_of(jobs), skipped, unknown)
+
+
+assert set(STATE_WORDS.values()) <= set(STATES)
