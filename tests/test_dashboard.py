@@ -306,7 +306,7 @@ def test_an_admin_accepts_advice_in_headless_chromium(tmp_path):
             button = page.get_by_role("button", name="Accept")
             button.first.wait_for(state="visible", timeout=30_000)
             button.first.click()
-            page.get_by_text(re.compile(r"^accepted [0-9a-f]{12}$")).wait_for(state="visible", timeout=60_000)
+            page.get_by_text(re.compile(r"^accepted [0-9a-f]{12}$")).wait_for(state="visible", timeout=120_000)
         (after,) = stored(store, ids=[quota.id])
         assert after.status == "accepted" and after.decided_by == "dashboard"
 
