@@ -20,16 +20,21 @@ from gpuledger.collector.samples import UNATTRIBUTED
 _JOB_SPANS = """
     SELECT job_id, owner(team, $unattributed) AS team, coalesce(gpu_model, 'any') AS gpu_model, gpus, state,
            submit_ts, start_ts, end_ts, restarts, pending_reason, source,
-           date_diff('millisecond', submit_ts, coalesce(start_ts, end_ts, $at)) / 60000.0 AS wait_minutes,
-           CASE WHEN submit_ts IS NOT NULL THEN
-               greatest(0, date_diff('millisecond', greatest(submit_ts, $start),
-                                     least(coalesce(start_ts, end_ts, $at), $end))) / 3600000.0 * gpus
+           date_diff('millisecond', submit_ts, wait_until) / 60000.0 AS wait_minutes,
+           CASE WHEN submit_ts IS NOT NULL AND wait_until IS NOT NULL THEN
+               greatest(0, date_diff('millisecond', greatest(submit_ts, $start), least(wait_until, $end)))
+               / 3600000.0 * gpus
            ELSE 0 END AS waiting_gpu_hours,
-           CASE WHEN start_ts IS NOT NULL THEN
-               greatest(0, date_diff('millisecond', greatest(start_ts, $start),
-                                     least(coalesce(end_ts, $at), $end))) / 3600000.0 * gpus
-           ELSE 0 END AS run_gpu_hours
-    FROM jobs WHERE gpus > 0"""
+           CASE WHEN start_ts IS NULL THEN 0  -- never started: ran nothing
+                WHEN run_until IS NOT NULL THEN
+               greatest(0, date_diff('millisecond', greatest(start_ts, $start), least(run_until, $end)))
+               / 3600000.0 * gpus
+           END AS run_gpu_hours
+    -- a job still open runs (or waits) until $at; a finished one the scheduler gave no end has no known length
+    -- (null: DuckDB's least() and greatest() skip nulls, so the ends are checked before they are used)
+    FROM (SELECT *, coalesce(start_ts, end_ts, now_if_open) AS wait_until, coalesce(end_ts, now_if_open) AS run_until
+          FROM (SELECT *, CASE WHEN state IS NULL OR state IN ('pending', 'running') THEN $at END AS now_if_open
+                FROM jobs WHERE gpus > 0))"""
 
 
 def waiting_demand(store: Store, start: datetime, end: datetime, at: datetime) -> pd.DataFrame:

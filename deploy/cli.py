@@ -17,6 +17,7 @@ from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import GpuledgerError, InputError
+from gpuledger.collector.jobs import JOB_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
 from gpuledger.deploy.lifecycle import wait_for_stop
@@ -246,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "[waste] idle_util_pct, or to check them)")
 
     imp = sub.add_parser(
-        "import", help="load a public cluster trace, or a site's Slurm jobs (sacct, squeue), into the store",
+        "import", help="load a public cluster trace, or a site's jobs (sacct, squeue, kube-state-metrics), into the store",
         description="Loads a trace's history (../shared/traces) so every analytic, the dashboard and the weekly "
                     "report run on it: openb (Alibaba GPU-sharing, QoS classes as teams, fractional GPUs billed in "
                     "milli-GPU, pods placed with FGD as scheduled), philly (Microsoft, VCs as teams), helios "
@@ -259,12 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "states, queue waits, GPUs and outcomes, with their events; a job read again replaces itself. "
                     "`import squeue FILE|-` loads what waits now, with Slurm's reason, from `squeue -a -o "
                     "\"%i|%T|%V|%a|%u|%P|%q|%b|%r|%j|%D|%S\"` (sacct shows a job held for a later begin time only "
-                    "once eligible).")
+                    "once eligible). `import kube-state FILE|-` loads the GPU pods of a kube-state-metrics page "
+                    "(e.g. `curl -s http://kube-state-metrics:8080/metrics`) as jobs: created, scheduled, started, "
+                    "completed, phase and reason, restarts, owner.")
     _add_common(imp)
-    imp.add_argument("trace", choices=TRACE_NAMES + ("sacct", "squeue"), help="which trace, or sacct / squeue")
+    imp.add_argument("trace", choices=TRACE_NAMES + JOB_FORMATS, help="which trace, or a job format: "
+                     + ", ".join(JOB_FORMATS))
     imp.add_argument("path", nargs="?",
-                     help="the trace's folder (default: ../shared/traces/<trace> beside the checkout); for sacct or "
-                          "squeue the file of its output, or - for standard input")
+                     help="the trace's folder (default: ../shared/traces/<trace> beside the checkout); for a job "
+                          "format the file of its output, or - for standard input")
     imp.add_argument("--days", type=_positive,
                      help="only the trace's last N days (default: openb 7, the others all of it)")
     imp.add_argument("--fields", help="sacct only: the -o field list of output taken with --noheader (comma "
@@ -273,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sacct and squeue: the time zone they printed their times in, their host's (default UTC)")
     imp.add_argument("--team-field", default="Account", choices=["Account", "Partition", "QOS"],
                      help="sacct and squeue: the field that names the team (default Account, as sshare groups usage)")
+    imp.add_argument("--team-label", help="kube-state: the pod label naming the team (default: the namespace)")
 
     replay = sub.add_parser(
         "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",
@@ -553,8 +558,8 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_import(args: argparse.Namespace, config: Config) -> int:
-    if args.trace in ("sacct", "squeue"):
-        return _import_slurm(args, config)
+    if args.trace in JOB_FORMATS:
+        return _import_jobs(args, config)
     from gpuledger.deploy.trace_import import default_path, import_trace
     path = Path(args.path) if args.path else default_path(args.trace)
     if not path.exists():  # before the database is created: a wrong path leaves no empty file
@@ -566,10 +571,12 @@ def cmd_import(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _import_slurm(args: argparse.Namespace, config: Config) -> int:
-    """`import sacct|squeue FILE|-`: the GPU jobs of Slurm's job history or queue, with what was skipped and why."""
+def _import_jobs(args: argparse.Namespace, config: Config) -> int:
+    """`import sacct|squeue|kube-state FILE|-`: the GPU jobs of Slurm's job history or queue, or of a
+    kube-state-metrics page, with what was skipped and why."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+    from gpuledger.collector.jobs.kube_state import parse_kube_state
     from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
     from gpuledger.collector.jobs.sacct import SOURCE, parse_sacct
     from gpuledger.collector.jobs.squeue import parse_squeue
@@ -588,8 +595,10 @@ def _import_slurm(args: argparse.Namespace, config: Config) -> int:
         text = path.read_text(errors="replace")
     if args.trace == "sacct":
         batch = parse_sacct(text, args.fields.split(",") if args.fields else None, zone, args.team_field)
-    else:
+    elif args.trace == "squeue":
         batch = parse_squeue(text, zone, args.team_field)
+    else:
+        batch = parse_kube_state(text, args.team_label)
     with _open_store(args, config) as store:
         stored = store.record_jobs(batch.jobs, batch.events)
         left = (store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)

@@ -16,6 +16,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.workloads import outcomes, waiting_demand, waiting_now, workload_summary
 from gpuledger.collector.errors import InputError
+from gpuledger.collector.jobs.kube_state import parse_kube_state
 from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE, STATES
 from gpuledger.collector.jobs.sacct import gpus_of, parse_sacct
 from gpuledger.collector.jobs.squeue import parse_squeue
@@ -196,3 +197,94 @@ def test_squeue_gives_what_waits_now_and_why(tmp_path):
         at = datetime(2026, 12, 5, 9, tzinfo=timezone.utc)
         gone = store.close_left_queue("slurm", list(later.jobs["job_id"]), at, LEFT_QUEUE)
         assert gone == 1 and store.scalar("SELECT state FROM jobs WHERE job_id = 'slurm:4'") == LEFT_QUEUE
+
+
+KSM_CAPTURES = sorted((Path(__file__).parent.parent.parent / "shared" / "app-pages" / "kube-state-metrics")
+                      .glob("*.txt"))
+# kube-state-metrics v2 pod families for GPU pods, shaped as its pod-metrics docs give them (values change per pod)
+KSM_GPU = """# TYPE kube_pod_created gauge
+kube_pod_created{namespace="nlp",pod="train-0",uid="a"} 1.7648e+09
+kube_pod_created{namespace="nlp",pod="train-1",uid="b"} 1.7648e+09
+kube_pod_created{namespace="vision",pod="oom-0",uid="c"} 1.7648e+09
+kube_pod_created{namespace="vision",pod="evicted-0",uid="d"} 1.7648e+09
+kube_pod_created{namespace="vision",pod="web-0",uid="e"} 1.7648e+09
+# TYPE kube_pod_start_time gauge
+kube_pod_start_time{namespace="vision",pod="oom-0",uid="c"} 1.7648006e+09
+kube_pod_start_time{namespace="vision",pod="evicted-0",uid="d"} 1.76480012e+09
+# TYPE kube_pod_completion_time gauge
+kube_pod_completion_time{namespace="vision",pod="oom-0",uid="c"} 1.7648042e+09
+# TYPE kube_pod_status_phase gauge
+kube_pod_status_phase{namespace="nlp",pod="train-0",uid="a",phase="Pending"} 1
+kube_pod_status_phase{namespace="nlp",pod="train-0",uid="a",phase="Running"} 0
+kube_pod_status_phase{namespace="nlp",pod="train-1",uid="b",phase="Pending"} 1
+kube_pod_status_phase{namespace="vision",pod="oom-0",uid="c",phase="Failed"} 1
+kube_pod_status_phase{namespace="vision",pod="evicted-0",uid="d",phase="Failed"} 1
+kube_pod_status_phase{namespace="vision",pod="web-0",uid="e",phase="Running"} 1
+# TYPE kube_pod_status_reason gauge
+kube_pod_status_reason{namespace="vision",pod="evicted-0",uid="d",reason="Evicted"} 1
+kube_pod_status_reason{namespace="vision",pod="evicted-0",uid="d",reason="NodeLost"} 0
+# TYPE kube_pod_status_unschedulable gauge
+kube_pod_status_unschedulable{namespace="nlp",pod="train-0",uid="a"} 1
+kube_pod_status_unschedulable{namespace="nlp",pod="train-1",uid="b"} 1
+# TYPE kube_pod_container_status_restarts_total counter
+kube_pod_container_status_restarts_total{namespace="vision",pod="oom-0",uid="c",container="main"} 2
+kube_pod_container_status_restarts_total{namespace="vision",pod="oom-0",uid="c",container="sidecar"} 1
+# TYPE kube_pod_container_status_last_terminated_reason gauge
+kube_pod_container_status_last_terminated_reason{namespace="vision",pod="oom-0",uid="c",container="main",reason="OOMKilled"} 1
+# TYPE kube_pod_owner gauge
+kube_pod_owner{namespace="nlp",pod="train-0",uid="a",owner_kind="PyTorchJob",owner_name="bert",owner_is_controller="true"} 1
+kube_pod_owner{namespace="nlp",pod="train-1",uid="b",owner_kind="PyTorchJob",owner_name="bert",owner_is_controller="true"} 1
+kube_pod_owner{namespace="vision",pod="web-0",uid="e",owner_kind="<none>",owner_name="<none>",owner_is_controller="<none>"} 1
+# TYPE kube_pod_labels gauge
+kube_pod_labels{namespace="nlp",pod="train-0",uid="a",label_team="research"} 1
+# TYPE kube_pod_container_resource_requests gauge
+kube_pod_container_resource_requests{namespace="nlp",pod="train-0",uid="a",container="main",node="",resource="nvidia_com_gpu",unit="integer"} 8
+kube_pod_container_resource_requests{namespace="nlp",pod="train-0",uid="a",container="main",node="",resource="cpu",unit="core"} 32
+kube_pod_container_resource_requests{namespace="nlp",pod="train-1",uid="b",container="main",node="",resource="nvidia_com_gpu",unit="integer"} 8
+kube_pod_container_resource_requests{namespace="vision",pod="oom-0",uid="c",container="main",node="n1",resource="nvidia_com_gpu",unit="integer"} 1
+kube_pod_container_resource_requests{namespace="vision",pod="evicted-0",uid="d",container="main",node="n1",resource="nvidia_com_gpu",unit="integer"} 2
+kube_pod_container_resource_requests_nvidia_gpu_devices{namespace="vision",pod="web-0",container="main"} 1
+"""
+
+
+@pytest.mark.parametrize("capture", KSM_CAPTURES, ids=lambda p: p.name)
+def test_every_kube_state_capture_gives_its_pods_phases_and_owners(capture):
+    text = capture.read_text()
+    every = parse_kube_state(text, gpu_pods_only=False).jobs.set_index("job_id")
+    pods = {line.split('pod="')[1].split('"')[0] for line in text.splitlines()
+            if line.startswith("kube_pod_created{")}
+    assert set(every["pod"]) == pods
+    phases = {line.split('pod="')[1].split('"')[0]: line.split('phase="')[1].split('"')[0]
+              for line in text.splitlines() if line.startswith("kube_pod_status_phase{") and line.endswith(" 1")}
+    for pod, phase in phases.items():
+        state = every.set_index("pod").loc[pod, "state"]
+        assert state == {"Succeeded": "completed", "Running": "running", "Pending": "pending"}.get(phase, state)
+    assert every["state"].isna().sum() == len(pods) - len(phases)  # a phase the page does not give: unknown
+    gpu = parse_kube_state(text)
+    assert len(gpu.jobs) == sum(1 for line in text.splitlines() if 'resource="nvidia_com_gpu"' in line)
+
+
+def test_kube_state_gpu_pods_as_jobs(tmp_path):
+    batch = parse_kube_state(KSM_GPU, team_label="team")
+    jobs = batch.jobs.set_index("job_id")
+    assert set(jobs.index) == {"nlp/train-0", "nlp/train-1", "vision/oom-0", "vision/evicted-0", "vision/web-0"}
+    gang = jobs.loc["nlp/train-0"]
+    assert gang["state"] == "pending" and gang["pending_reason"] == "Unschedulable" and gang["gpus"] == 8
+    assert gang["name"] == "PyTorchJob/bert" and gang["team"] == "research"  # the label, not the namespace
+    assert jobs.loc["nlp/train-1", "team"] == "nlp"  # no such label: its namespace
+    oom = jobs.loc["vision/oom-0"]
+    assert oom["state"] == "out_of_memory" and oom["restarts"] == 3 and oom["exit_code"] == "OOMKilled"
+    assert (oom["end_ts"] - oom["start_ts"]).total_seconds() == pytest.approx(3600)
+    assert jobs.loc["vision/evicted-0", "state"] == "preempted"
+    assert jobs.loc["vision/web-0", "gpus"] == 1 and pd.isna(jobs.loc["vision/web-0", "name"])  # older family
+    with Store(tmp_path / "k.duckdb") as store:
+        store.record_jobs(batch.jobs, batch.events)
+        at = datetime.fromtimestamp(1.7648042e9, timezone.utc)
+        now = waiting_now(store, at)
+        assert now["gpus"].sum() == 16 and set(now["pending_reason"]) == {"Unschedulable"}
+        ended = outcomes(store, at - timedelta(hours=2), at + timedelta(seconds=1), at).set_index("outcome")
+        assert ended.loc["out_of_memory", "gpu_hours"] == pytest.approx(1.0) and bool(ended.loc["out_of_memory",
+                                                                                                "lost"])
+    out = subprocess.run([GPULEDGER, "import", "kube-state", "-", "--team-label", "team", "--db",
+                          str(tmp_path / "cli.duckdb")], input=KSM_GPU, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "imported kube-state: 5 GPU jobs" in out.stdout, out.stderr

@@ -1,3 +1,6 @@
 """Job lifecycle sources: what the scheduler says about each job (submitted, eligible, started, requeued, finished
 and how), as opposed to the GPU telemetry of collector/*_source.py. Each scheduler's format is one parser of its
 own (sacct.py, ...) behind the small interface in lifecycle.py."""
+
+# the job record formats `gpuledger import` reads, one parser module each (sacct.py, squeue.py, kube_state.py)
+JOB_FORMATS = ("sacct", "squeue", "kube-state")

@@ -583,7 +583,8 @@ class OutcomeRow(BaseModel):
     outcome: str | None = Field(description=f"how the jobs ended: {', '.join(OUTCOMES)} (or the scheduler's own "
                                             "word, lower-cased, where gpuledger does not know it)")
     jobs: int = Field(description="jobs that ended so in the window (count)")
-    gpu_hours: float = Field(description="GPU-hours they ran in the window")
+    gpu_hours: float | None = Field(description="GPU-hours they ran in the window; null: a job the scheduler gave "
+                                                "no end time")
     lost: bool = Field(description=f"the work is lost (outcome {', '.join(LOST)})")
 
 

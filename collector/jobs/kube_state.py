@@ -1,0 +1,103 @@
+"""Kubernetes pods as jobs, from a kube-state-metrics page (`/metrics` of kube-state-metrics, or the same families
+as Prometheus holds them): one job row per GPU pod, so its id (`<namespace>/<pod>`) is the one the GPU telemetry
+attributes samples to (collector/dcgm_source.py), with its owner (Job, PyTorchJob, RayJob, JobSet, ...) as `name`.
+
+Families read, each optional (facts from kube-state-metrics' docs/metrics/workload/pod-metrics.md):
+- `kube_pod_created`, `kube_pod_status_scheduled_time`, `kube_pod_start_time`, `kube_pod_completion_time`: unix
+  seconds (submitted, scheduled, started, finished).
+- `kube_pod_status_phase{phase}` = 1 for the pod's phase (Pending, Running, Succeeded, Failed, Unknown);
+  `kube_pod_status_reason{reason}` = 1 for Evicted, NodeLost, UnexpectedAdmissionError, ...
+- `kube_pod_status_unschedulable` = 1 while the scheduler cannot place it (the pending reason `Unschedulable`).
+- `kube_pod_container_status_restarts_total` (summed over containers) and
+  `kube_pod_container_status_last_terminated_reason{reason}` = 1 (OOMKilled, Error, DeadlineExceeded, ...).
+- `kube_pod_owner{owner_kind, owner_name}` (`<none>` for a bare pod), `kube_pod_labels{label_*}`.
+- GPUs asked: `kube_pod_container_resource_requests{resource="nvidia_com_gpu"}` summed over containers (v1.5 on;
+  also HAMi's vGPU count), or the older family `kube_pod_container_resource_requests_nvidia_gpu_devices`.
+A family missing from the page leaves its field unknown (null), never zero. A phase the page does not give leaves
+the state null and is counted.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuledger.collector.jobs.lifecycle import JobBatch, events_of, jobs_frame
+from gpuledger.collector.prom_text import parse
+
+SOURCE = "kubernetes"
+GPU_RESOURCES = ("nvidia_com_gpu",)
+LEGACY_GPU_REQUESTS = "kube_pod_container_resource_requests_nvidia_gpu_devices"
+PHASES = {"Pending": "pending", "Running": "running", "Succeeded": "completed", "Failed": "failed"}
+# a Failed pod's outcome from what ended it: the pod's own reason first, then its containers' last one
+POD_REASONS = {"Evicted": "preempted", "NodeLost": "node_fail", "Preempting": "preempted",
+               "DeadlineExceeded": "timeout"}
+CONTAINER_REASONS = {"OOMKilled": "out_of_memory", "DeadlineExceeded": "timeout", "Evicted": "preempted"}
+TIMES = {"kube_pod_created": "created", "kube_pod_status_scheduled_time": "scheduled",
+         "kube_pod_start_time": "started", "kube_pod_completion_time": "completed"}
+
+
+def _ts(seconds: float | None) -> datetime | None:
+    return datetime.fromtimestamp(seconds, timezone.utc) if seconds and seconds > 0 else None
+
+
+def parse_kube_state(text: str, team_label: str | None = None, gpu_pods_only: bool = True) -> JobBatch:
+    """The pods of a kube-state-metrics page as jobs. `team_label`: the pod label naming the team (its
+    `label_<key>` in kube_pod_labels), else the namespace is the team. `gpu_pods_only`: skip (and count) pods
+    that ask for no GPU."""
+    page = parse(text)
+    pods: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"gpus": None, "restarts": None})
+    for name, labels, value, _ in page.samples:
+        key = (labels.get("namespace", ""), labels.get("pod", ""))
+        if not key[1]:
+            continue
+        pod = pods[key]
+        if name in TIMES:
+            pod[TIMES[name]] = value
+        elif name == "kube_pod_status_phase" and value == 1:
+            pod["phase"] = labels.get("phase")
+        elif name == "kube_pod_status_reason" and value == 1:
+            pod["reason"] = labels.get("reason")
+        elif name == "kube_pod_status_unschedulable" and value == 1:
+            pod["unschedulable"] = True
+        elif name == "kube_pod_container_status_restarts_total":
+            pod["restarts"] = (pod["restarts"] or 0) + int(value)
+        elif name == "kube_pod_container_status_last_terminated_reason" and value == 1:
+            pod["terminated"] = labels.get("reason")
+        elif name == "kube_pod_owner" and labels.get("owner_kind") not in (None, "", "<none>"):
+            pod["owner"] = f"{labels['owner_kind']}/{labels.get('owner_name', '')}"
+        elif name == "kube_pod_labels" and team_label:
+            pod["team"] = labels.get(f"label_{team_label.replace('.', '_').replace('/', '_').replace('-', '_')}")
+        elif (name == "kube_pod_container_resource_requests" and labels.get("resource") in GPU_RESOURCES) \
+                or name == LEGACY_GPU_REQUESTS:
+            pod["gpus"] = (pod["gpus"] or 0) + value
+        elif name == "kube_pod_info":
+            pod["node"] = labels.get("node") or None
+    skipped: Counter = Counter({f"page_{kind}": n for kind, n in page.errors.items()})
+    unknown: Counter = Counter()
+    records = []
+    for (namespace, name), pod in pods.items():
+        if gpu_pods_only and not pod["gpus"]:
+            skipped["no_gpus"] += 1
+            continue
+        phase = pod.get("phase")
+        state = PHASES.get(phase) if phase else None
+        if phase and state is None:
+            unknown[phase] += 1
+        if state == "failed":
+            state = (POD_REASONS.get(pod.get("reason") or "") or CONTAINER_REASONS.get(pod.get("terminated") or "")
+                     or "failed")
+        records.append({
+            "job_id": f"{namespace}/{name}", "team": pod.get("team") or namespace or None, "user": None,
+            "namespace": namespace or None, "pod": name, "node": pod.get("node"), "gpu_model": None,
+            "gpus": int(pod["gpus"]) if pod["gpus"] else None,
+            "submit_ts": _ts(pod.get("created")), "start_ts": _ts(pod.get("started")),
+            "end_ts": _ts(pod.get("completed")) if state not in ("pending", "running") else None,
+            "state": state, "eligible_ts": _ts(pod.get("scheduled")), "partition": None, "qos": None,
+            "account": None, "exit_code": pod.get("terminated"), "restarts": pod["restarts"],
+            "pending_reason": ("Unschedulable" if pod.get("unschedulable") else pod.get("reason"))
+            if state == "pending" else None,
+            "name": pod.get("owner"), "source": SOURCE,
+        })
+    jobs = jobs_frame(records)
+    return JobBatch(jobs, events_of(jobs), skipped, unknown)
