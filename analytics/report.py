@@ -222,17 +222,22 @@ def _coverage_note(now: tuple[int, float], before: tuple[int, float], basis: str
     return text
 
 
-QUEUE_COLUMNS = ["team", "gpu_model", "jobs_started", "wait_p50_minutes", "wait_p95_minutes", "wait_max_minutes",
-                 "jobs_finished", "run_gpu_hours", "lost_gpu_hours", "waiting_gpu_hours", "pending_jobs"]
+QUEUE_COLUMNS = ["team", "gpu_model", "workload_class", "jobs_started", "wait_p50_minutes", "wait_p95_minutes",
+                 "wait_max_minutes", "jobs_finished", "run_gpu_hours", "lost_gpu_hours", "waiting_gpu_hours",
+                 "pending_jobs", "gang_jobs_waiting"]
 
 
-def _queue(work: pd.DataFrame) -> str:
-    """Queue waits and outcomes per team and model (analytics/workloads.py), or why there are none: no wait is
-    ever shown as zero where no scheduler's job records were loaded."""
+def _queue(work: pd.DataFrame, by_class: pd.DataFrame | None = None) -> str:
+    """Queue waits and outcomes per team and model (analytics/workloads.py), then per workload class, or why there
+    are none: no wait is ever shown as zero where no scheduler's job records were loaded."""
     if work.empty:
         return ("<p><em>No job records from a scheduler this week (load them with <code>gpuledger import "
-                "sacct</code>): queue waits and outcomes are not known.</em></p>")
-    return _table(work[[c for c in QUEUE_COLUMNS if c in work]])
+                "sacct</code>, or serve with <code>--jobs-from prometheus</code>): queue waits and outcomes are not "
+                "known.</em></p>")
+    html_out = _table(work[[c for c in QUEUE_COLUMNS if c in work]])
+    if by_class is not None and not by_class.empty:
+        html_out += "<h3>By workload class</h3>" + _table(by_class[[c for c in QUEUE_COLUMNS if c in by_class]])
+    return html_out
 
 
 def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
@@ -378,7 +383,7 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <h2>Largest idle allocations</h2>
 {_table(top_idle, money=("idle_cost_usd",))}
 <h2>Queue and outcomes</h2>
-{_queue(work)}
+{_queue(work, workload_summary(store, start, end, min(end, now), by=("workload_class",)))}
 <h2>Recommendations</h2>
 <p>{rec_note}</p>
 {rec_html}

@@ -21,6 +21,7 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.database import floor_minute
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
+from gpuledger.collector.jobs.lifecycle import HELD_REASONS
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
 # the rollups of [$start, $end) (analytics/store/rollups.py): every query below reads these, never raw samples
@@ -185,14 +186,17 @@ def interval_at(store: Store, ts: datetime) -> float | None:
 
 def pending_jobs(store: Store, at: datetime, min_wait_minutes: float = 0.0) -> pd.DataFrame:
     """Jobs waiting in the scheduler's queue at `at` that have waited at least `min_wait_minutes`:
-    team, GPU model asked for (null: any), GPUs and minutes waited."""
+    team, GPU model asked for (null: any), GPUs and minutes waited. Jobs the scheduler holds (HELD_REASONS) wait
+    for something other than GPUs and are left out."""
     sql = """SELECT job_id, owner(team, $unattributed) AS team, gpu_model, gpus,
                     date_diff('second', submit_ts, $at) / 60.0 AS waited_minutes
              FROM jobs
              WHERE state = 'pending' AND (submit_ts IS NULL OR submit_ts <= $at)
                AND coalesce(date_diff('second', submit_ts, $at) / 60.0, 0) >= $min_wait
+               AND (pending_reason IS NULL OR pending_reason NOT IN (SELECT unnest($held)))
              ORDER BY team, submit_ts"""
-    return store.query(sql, {"at": at, "min_wait": min_wait_minutes, "unattributed": UNATTRIBUTED})
+    return store.query(sql, {"at": at, "min_wait": min_wait_minutes, "unattributed": UNATTRIBUTED,
+                             "held": list(HELD_REASONS)})
 
 
 def hourly_user_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:

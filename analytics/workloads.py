@@ -13,13 +13,18 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
-from gpuledger.collector.jobs.lifecycle import LOST, OPEN_STATES
+from gpuledger.collector.jobs.lifecycle import HELD_REASONS, LOST, OPEN_STATES
 from gpuledger.collector.samples import UNATTRIBUTED
 
 # a job's own row, with its wait and its run clipped to [$start, $end) (`$at`: now, for what is still open)
 _JOB_SPANS = """
     SELECT job_id, owner(team, $unattributed) AS team, coalesce(gpu_model, 'any') AS gpu_model, gpus, state,
            submit_ts, start_ts, end_ts, restarts, pending_reason, source,
+           coalesce(workload_class, 'unclassified') AS workload_class,
+           -- the gang a job is part of: a Kubernetes pod's owner (the pods of one PyTorchJob start together), else
+           -- the job itself (a Slurm job's GPUs are allocated all at once)
+           CASE WHEN source = 'kubernetes' AND name IS NOT NULL THEN coalesce(namespace, '') || '/' || name
+                ELSE job_id END AS gang,
            date_diff('millisecond', submit_ts, wait_until) / 60000.0 AS wait_minutes,
            CASE WHEN submit_ts IS NOT NULL AND wait_until IS NOT NULL THEN
                greatest(0, date_diff('millisecond', greatest(submit_ts, $start), least(wait_until, $end)))
@@ -40,22 +45,43 @@ _JOB_SPANS = """
 def waiting_demand(store: Store, start: datetime, end: datetime, at: datetime) -> pd.DataFrame:
     """Per team and GPU model asked for ('any' where the job named none): GPU-hours spent waiting in the queue
     inside [start, end), the jobs that waited there, and their longest and 95th-percentile waits (minutes). What
-    the quota advice counts as demand the telemetry cannot show: a starved team's use is low because it waits."""
+    the quota advice counts as demand the telemetry cannot show: a starved team's use is low because it waits.
+    A job the scheduler holds (HELD_REASONS: a later begin time, a dependency, a hold) is not waiting for GPUs and
+    is left out."""
     sql = f"""
         SELECT team, gpu_model, sum(waiting_gpu_hours) AS waiting_gpu_hours, count(*) AS jobs_waited,
                max(wait_minutes) AS longest_wait_minutes,
                quantile_cont(wait_minutes, 0.95) AS p95_wait_minutes, list(DISTINCT source) AS sources
-        FROM ({_JOB_SPANS}) WHERE waiting_gpu_hours > 0 GROUP BY ALL ORDER BY team, gpu_model"""
-    return store.query(sql, {"start": start, "end": end, "at": at, "unattributed": UNATTRIBUTED})
+        FROM ({_JOB_SPANS}) WHERE waiting_gpu_hours > 0
+          AND (pending_reason IS NULL OR pending_reason NOT IN (SELECT unnest($held)))
+        GROUP BY ALL ORDER BY team, gpu_model"""
+    return store.query(sql, {"start": start, "end": end, "at": at, "unattributed": UNATTRIBUTED,
+                             "held": list(HELD_REASONS)})
 
 
-def workload_summary(store: Store, start: datetime, end: datetime, at: datetime) -> pd.DataFrame:
-    """Per team and GPU model: jobs that started in the window and their waits (p50, p95, longest, minutes),
-    jobs that finished in it by outcome and the GPU-hours each outcome took, GPU-hours lost to failed, timed-out,
-    out-of-memory, node-failed and preempted jobs, restarts, and what waits at `at` (jobs, GPUs, longest wait)."""
+# what workload figures can be grouped by; `workload_class` is collector/jobs/lifecycle.py WORKLOAD_CLASSES (or
+# `unclassified` for a job stored before classes existed)
+WORKLOAD_GROUPS = ("team", "gpu_model", "workload_class")
+
+
+def workload_summary(store: Store, start: datetime, end: datetime, at: datetime,
+                     by: tuple[str, ...] = ("team", "gpu_model")) -> pd.DataFrame:
+    """Per team and GPU model (or any of WORKLOAD_GROUPS): jobs that started in the window and their waits (p50,
+    p95, longest, minutes), jobs that finished in it by outcome and the GPU-hours each outcome took, GPU-hours lost
+    to failed, timed-out, out-of-memory, node-failed and preempted jobs, restarts, what waits at `at` (jobs, GPUs,
+    longest wait) and the gang jobs among them (several GPUs or pods that must start together) with their GPUs."""
+    if not by or any(b not in WORKLOAD_GROUPS for b in by):
+        raise ValueError(f"group workloads by {', '.join(WORKLOAD_GROUPS)}, not {by}")
+    keys = ", ".join(by)
     sql = f"""
-        WITH spans AS ({_JOB_SPANS})
-        SELECT team, gpu_model,
+        WITH spans AS ({_JOB_SPANS}),
+        gangs AS (
+            SELECT {keys}, count(*) AS gang_jobs_waiting, sum(gpus) AS gang_gpus_waiting FROM (
+                SELECT {keys}, gang, sum(gpus) AS gpus, count(*) AS pods FROM spans
+                WHERE state = 'pending' AND coalesce(submit_ts, $at) <= $at GROUP BY ALL)
+            WHERE gpus > 1 OR pods > 1 GROUP BY ALL),
+        summary AS (
+        SELECT {keys},
                count(*) FILTER (WHERE start_ts >= $start AND start_ts < $end) AS jobs_started,
                quantile_cont(wait_minutes, 0.5) FILTER (WHERE start_ts >= $start AND start_ts < $end)
                    AS wait_p50_minutes,
@@ -78,7 +104,10 @@ def workload_summary(store: Store, start: datetime, end: datetime, at: datetime)
         FROM spans
         WHERE (submit_ts IS NOT NULL OR start_ts IS NOT NULL)  -- a job without any instant says nothing of time
           AND (submit_ts IS NULL OR submit_ts < $end) AND (coalesce(end_ts, $at) >= $start)
-        GROUP BY ALL ORDER BY team, gpu_model"""
+        GROUP BY ALL)
+        SELECT summary.*, coalesce(gang_jobs_waiting, 0) AS gang_jobs_waiting,
+               coalesce(gang_gpus_waiting, 0) AS gang_gpus_waiting
+        FROM summary LEFT JOIN gangs USING ({keys}) ORDER BY {keys}"""
     params = {"start": start, "end": end, "at": at, "unattributed": UNATTRIBUTED, "open": list(OPEN_STATES),
               "lost": list(LOST)}
     return store.query(sql, params)
@@ -99,7 +128,7 @@ def outcomes(store: Store, start: datetime, end: datetime, at: datetime) -> pd.D
 
 def waiting_now(store: Store, at: datetime) -> pd.DataFrame:
     """The jobs waiting at `at`, longest first, with what the scheduler says they wait for (`pending_reason`)."""
-    sql = f"""SELECT job_id, team, gpu_model, gpus, submit_ts, wait_minutes, pending_reason, source
+    sql = f"""SELECT job_id, team, gpu_model, gpus, submit_ts, wait_minutes, pending_reason, source, workload_class
               FROM ({_JOB_SPANS}) WHERE state = 'pending' AND coalesce(submit_ts, $at) <= $at
               ORDER BY wait_minutes DESC NULLS LAST"""
     return store.query(sql, {"start": at, "end": at, "at": at, "unattributed": UNATTRIBUTED})

@@ -9,6 +9,11 @@ and each endpoint the dashboard calls is requested --calls times over HTTP (p50 
 recommender's evaluation and the weekly report run in process. The baseline, in the same run, is DuckDB's own
 `SELECT team, gpu_model, sum(interval_s * gpu_fraction) ... GROUP BY ALL` over every raw row.
 
+With --jobs N (default 25 per GPU), the scheduler's tables are sized like a busy cluster's week (issue 22): N job
+records over the window from a Slurm-like source (waits, runs, outcomes, gangs, what waits now, with their events)
+and a Kueue and a KAI read every 5 minutes for a queue per team and GPU model, so /v1/workloads, its queue page and
+the report's queue section are measured at that size too.
+
 Goals (issue 10): the weekly report plus recommendations at most 2x the baseline scan, and every dashboard
 endpoint under 1 s (p95) at 1,000 GPUs. The server's peak RSS is printed too.
 
@@ -26,15 +31,20 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import requests
 
 from gpuledger.analytics.config import Config, QuotaConfig
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import iso_week, utc_now
+from gpuledger.collector.jobs.kai import kai_rows
+from gpuledger.collector.jobs.kueue import kueue_rows
+from gpuledger.collector.jobs.lifecycle import events_of, jobs_frame
 from gpuledger.collector.simulator import cluster_of
 from gpuledger.deploy.server import ApiServer, weekly_report
 from gpuledger.policies.recommender import evaluate
@@ -49,6 +59,8 @@ DASHBOARD = (
     ("/v1/recommendations", {}),
     ("/v1/recommendations/history", {"limit": 200}),
     ("/v1/nodes", {}),
+    ("/v1/workloads", {"days": 7}),
+    ("/v1/workloads/queues", {"days": 7}),
 )
 
 
@@ -67,6 +79,60 @@ def build(target: str, gpus: int, days: float, interval_s: float,
     store.upsert_jobs(sim.jobs_frame(now))
     store.checkpoint_if_due(min_wal_bytes=0)
     return store, rows, time.perf_counter() - started
+
+
+def busy_week(store: Store, teams: list[str], models: list[str], jobs: int, days: float, now: datetime) -> int:
+    """`jobs` scheduler job records over the window, and Kueue and KAI reads every 5 minutes: what a busy
+    cluster's week leaves in jobs, job_events and queue_metrics. Returns the rows stored in all."""
+    rng = np.random.default_rng(22)
+    start = now - timedelta(days=days)
+    submit = np.sort(rng.uniform(0, days * 86400, jobs))
+    wait = rng.exponential(1200, jobs) * np.where(rng.random(jobs) < 0.1, 20, 1)
+    run = rng.lognormal(8.5, 1.2, jobs)
+    gpus = rng.choice([1, 2, 4, 8, 16], jobs, p=[0.5, 0.15, 0.15, 0.15, 0.05])
+    outcome = rng.choice(["completed", "failed", "timeout", "cancelled", "preempted", "out_of_memory"], jobs,
+                         p=[0.8, 0.08, 0.04, 0.04, 0.02, 0.02])
+    names = ["pretrain", "finetune", "vllm-serve", "jupyter", "bash", "eval-sweep"]
+    records = []
+    for i in range(jobs):
+        sub = start + timedelta(seconds=float(submit[i]))
+        began = sub + timedelta(seconds=float(wait[i]))
+        ended = began + timedelta(seconds=float(run[i]))
+        state = "pending" if began > now else "running" if ended > now else outcome[i]
+        records.append({"job_id": f"bench:{i}", "team": teams[i % len(teams)], "user": f"u{i % 97}",
+                        "gpu_model": models[i % len(models)], "gpus": int(gpus[i]), "submit_ts": sub,
+                        "eligible_ts": sub, "start_ts": began if state != "pending" else None,
+                        "end_ts": ended if state not in ("pending", "running") else None, "state": state,
+                        "partition": "gpu", "restarts": int(rng.random() < 0.03),
+                        "pending_reason": "Resources" if state == "pending" else None,
+                        "name": names[i % len(names)], "source": "bench"})
+    frame = jobs_frame(records)
+    store.record_jobs(frame, events_of(frame))
+    stored = len(frame) + store.scalar("SELECT count(*) FROM job_events")
+    read, reads = start, []
+    while read <= now:
+        samples = []
+        for t, team in enumerate(teams):
+            for model in models:
+                labels = {"cohort": "all", "cluster_queue": team, "flavor": model.lower(),
+                          "resource": "nvidia.com/gpu"}
+                samples += [("kueue_cluster_queue_nominal_quota", labels, 8.0, None),
+                            ("kueue_cluster_queue_borrowing_limit", labels, 8.0, None),
+                            ("kueue_cluster_queue_resource_usage", labels, float(t % 9), None)]
+            queue = {"cluster_queue": team}
+            samples += [("kueue_pending_workloads", {**queue, "status": "active"}, float(t % 4), None),
+                        ("kueue_admitted_active_workloads", queue, 3.0, None),
+                        ("kueue_admission_wait_time_seconds_count", queue, (read - start).total_seconds() / 60,
+                         None),
+                        ("kueue_admission_wait_time_seconds_sum", queue, (read - start).total_seconds() * 5, None)]
+            samples += [("kueue_admission_wait_time_seconds_bucket", {**queue, "le": le},
+                         (read - start).total_seconds() / 60 * share, None)
+                        for le, share in (("1", 0.1), ("10", 0.4), ("80", 0.7), ("640", 0.95), ("+Inf", 1.0))]
+            samples += [("kai_queue_deserved_gpus", {"queue_name": team}, 16.0, None),
+                        ("kai_queue_allocated_gpus", {"queue_name": team}, float(t % 7), None)]
+        reads += [kueue_rows(samples, read).rows, kai_rows(samples, read).rows]
+        read += timedelta(minutes=5)
+    return stored + store.record_queue_metrics(pd.concat(reads, ignore_index=True))
 
 
 def fold(store: Store) -> float:
@@ -152,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", help="keep the store in this file, or a DuckLake catalog (ducklake:postgres:...); "
                                      "an existing one is reused as it is (measure again without rebuilding)")
     parser.add_argument("--lake-data", help="DuckLake only: the folder for a new lake's Parquet files")
+    parser.add_argument("--jobs", type=int, help="scheduler job records over the window (default 25 per GPU); 0: "
+                                                 "only the simulator's jobs")
     parser.add_argument("--backlog", action="store_true",
                         help="measure the endpoints while the server folds an unfolded backlog (see above)")
     args = parser.parse_args(argv)
@@ -172,6 +240,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{' on DuckLake' if lake else ''}...", flush=True)
             store, rows, build_s = build(target, args.gpus, args.days, args.interval, args.lake_data)
             print(f"  {rows:,} samples in {build_s:.0f} s ({rows / build_s:,.0f} rows/s)")
+            jobs = 25 * args.gpus if args.jobs is None else args.jobs
+            if jobs:
+                teams = list(store.team_table()["team"])
+                models = sorted(store.query("SELECT DISTINCT gpu_model FROM samples WHERE gpu_model IS NOT NULL")
+                                ["gpu_model"])
+                began = time.perf_counter()
+                extra = busy_week(store, teams, models, jobs, args.days, utc_now())
+                print(f"  scheduler tables: {jobs:,} job records, their events and a Kueue/KAI read every 5 "
+                      f"minutes: {extra:,} rows in {time.perf_counter() - began:.0f} s")
             fold_s = 0.0 if args.backlog else fold(store)
         minute_rows = store.scalar("SELECT count(*) FROM usage_minute")
         hour_rows = store.scalar("SELECT count(*) FROM usage_hour")

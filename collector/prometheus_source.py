@@ -130,17 +130,28 @@ class PrometheusSource(Source):
 
     def _query(self, query: str, at: datetime, instant: bool = False) -> list[dict[str, Any]]:
         """One instant query; the result's series (a matrix for a range selector, a vector otherwise)."""
-        try:
-            response = self.session.get(f"{self.url}/api/v1/query", params={"query": query, "time": at.timestamp()},
-                                        timeout=self.timeout_s)
-            body = response.json()
-        except (requests.RequestException, ValueError) as exc:
-            SCRAPE_ERRORS.labels(source="prometheus", reason=type(exc).__name__).inc()
-            raise SourceError(f"cannot query Prometheus at {self.url}: {exc}") from exc
-        if response.status_code != 200 or body.get("status") != "success":
-            SCRAPE_ERRORS.labels(source="prometheus", reason=f"http_{response.status_code}").inc()
-            raise SourceError(f"Prometheus at {self.url} refused {query!r}: {body.get('error', response.text[:200])}")
-        return body["data"]["result"]
+        return query_prometheus(self.session, self.url, query, at, self.timeout_s)
+
+
+def query_prometheus(session: requests.Session, url: str, query: str, at: datetime,
+                     timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """One instant query of Prometheus' HTTP API at `at`: the result's series (a matrix for a range selector, a
+    vector otherwise). Unreachable, refused or malformed: SourceError, counted by reason."""
+    try:
+        response = session.get(f"{url}/api/v1/query", params={"query": query, "time": at.timestamp()},
+                               timeout=timeout_s)
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        SCRAPE_ERRORS.labels(source="prometheus", reason=type(exc).__name__).inc()
+        raise SourceError(f"cannot query Prometheus at {url}: {exc}") from exc
+    if response.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
+        SCRAPE_ERRORS.labels(source="prometheus", reason=f"http_{response.status_code}").inc()
+        error = body.get("error") if isinstance(body, dict) else None
+        raise SourceError(f"Prometheus at {url} refused {query!r}: {error or response.text[:200]}")
+    try:
+        return list(body["data"]["result"])
+    except (KeyError, TypeError) as exc:
+        raise SourceError(f"Prometheus at {url} answered {query!r} without a result") from exc
 
 
 def _seconds(span: timedelta) -> int:
@@ -148,4 +159,4 @@ def _seconds(span: timedelta) -> int:
     return max(1, int(-(-span.total_seconds() // 1)))
 
 
-__all__ = ["PrometheusSource", "DCGM_SELECTOR"]
+__all__ = ["PrometheusSource", "DCGM_SELECTOR", "query_prometheus"]

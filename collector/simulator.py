@@ -454,6 +454,7 @@ class ClusterSimulator:
                 "end_ts": _ts(job.end) if job.end <= now else None,
                 "state": _outcome(job.job_id) if job.end <= now else ("running" if started else "pending"),
                 "restarts": 1 if _draw(job.job_id, "restart") < 0.05 else 0, "source": "simulator",
+                "name": _job_name(job),
             })
         return pd.DataFrame(rows)
 
@@ -566,6 +567,17 @@ OUTCOME_SHARES = (("failed", 0.08), ("timeout", 0.03), ("preempted", 0.02), ("ou
 def _draw(job_id: str, what: str) -> float:
     """A number in [0, 1) fixed by the job and what is drawn, so every read of the history agrees."""
     return int(hashlib.sha256(f"{job_id}\0{what}".encode()).hexdigest()[:8], 16) / 2 ** 32
+
+
+def _job_name(job: SimJob) -> str:
+    """A name like the ones users give, by profile, so the demo's jobs fall into every workload class
+    (collector/jobs/lifecycle.py infer_class): multi-GPU work trains, light and idle single GPUs are notebooks
+    and shells, busy single GPUs serve or run batch evaluations (half each, fixed by job id)."""
+    if job.gpus > 1 or job.profile == "nvlink":
+        return "pretrain" if job.profile == "nvlink" else "finetune"
+    if job.profile in ("light", "idle"):
+        return "jupyter" if _draw(job.job_id, "name") < 0.5 else "bash"
+    return "vllm-serve" if _draw(job.job_id, "name") < 0.5 else "eval-sweep"
 
 
 def _outcome(job_id: str) -> str:

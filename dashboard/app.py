@@ -473,7 +473,8 @@ with tab_jobs:
 
 with tab_work:
     if tab_work.open:
-        work = get("workloads")["workloads"]
+        got_work = get("workloads", "queues")
+        work, queues = got_work["workloads"], got_work["queues"]
         st.subheader("Queue and outcomes")
         st.caption(
             "From the schedulers' job records (`gpuledger import sacct`, the demo's simulated scheduler): waits from "
@@ -496,9 +497,22 @@ with tab_work:
                 "run_gpu_hours": "GPU-hours run", "lost_gpu_hours": "GPU-hours lost",
                 "waiting_gpu_hours": "GPU-hours waiting", "restarts": "restarts", "pending_jobs": "waiting now",
                 "pending_gpus": "GPUs waiting now", "longest_pending_minutes": "waiting longest (min)",
+                "gang_jobs_waiting": "gang jobs waiting", "gang_gpus_waiting": "their GPUs",
             }
             show_named(per_team, shown, 1,
-                       **{"GPU model": st.column_config.TextColumn("GPU model", help="any: the jobs named none")})
+                       **{"GPU model": st.column_config.TextColumn("GPU model", help="any: the jobs named none"),
+                          "gang jobs waiting": st.column_config.NumberColumn(
+                              "gang jobs waiting", help="jobs of several GPUs, or several pods of one owner, that "
+                                                        "must start together")})
+            per_class = frame(work["by_class"])
+            if not per_class.empty:
+                st.subheader("By workload class")
+                st.caption("Training, inference, interactive or batch: from a pod label (`--class-label`) or a "
+                           "partition/QOS named so, else inferred from the job's owner and name (the README lists "
+                           "the rules).")
+                per_class["team"] = per_class["team"].map(owner_label)
+                show_named(per_class, {"team": "team", "workload_class": "class", **{
+                    k: v for k, v in shown.items() if k not in ("team", "gpu_model")}}, 1)
             ended = frame(work["outcomes"])
             if not ended.empty:
                 st.subheader("Finished jobs by outcome")
@@ -514,8 +528,27 @@ with tab_work:
             waiting["team"] = waiting["team"].map(owner_label)
             cols = {"job_id": "job", "team": "team", "gpu_model": "GPU model", "gpus": "GPUs",
                     "wait_minutes": "waited (min)", "pending_reason": "why (the scheduler's reason)",
-                    "submit_ts": "submitted", "source": "scheduler"}
+                    "workload_class": "class", "submit_ts": "submitted", "source": "scheduler"}
             show_named(waiting, cols, 0, submitted=when("submitted"))
+        st.subheader("Quotas in the scheduler and in gpuledger's plan")
+        in_force = frame(queues["queues"], ("read_at",))
+        if in_force.empty:
+            st.caption("No Kueue or KAI metrics read, so the quotas in force are not known here: run the server "
+                       "with `--jobs-from prometheus`, or `gpuledger import kueue|kai FILE`.")
+        else:
+            st.caption("The quota each Kueue ClusterQueue (per flavor) or KAI queue runs, as its metrics say, "
+                       "beside the guarantee in gpuledger's plan (accepted advice, else the config): `differs` is "
+                       "drift to review before an export is applied.")
+            show_named(in_force, {"scheduler": "scheduler", "queue": "queue", "flavor": "flavor", "team": "team",
+                                  "gpu_model": "GPU model", "quota_in_force_gpus": "quota in force",
+                                  "planned_gpus": "planned", "difference_gpus": "planned - in force",
+                                  "usage_gpus": "GPUs used", "pending_workloads": "waiting", "status": "status",
+                                  "read_at": "read at"}, 1, **{"read at": when("read at")})
+            waits = frame(queues["admission_waits"])
+            if not waits.empty:
+                st.caption("Kueue's admission waits in the window (from its histogram; null: not enough reads)")
+                show_named(waits, {"queue": "queue", "admitted": "admitted", "wait_mean_s": "mean wait (s)",
+                                   "wait_p50_s": "p50 (s)", "wait_p95_s": "p95 (s)"}, 1)
 
 with tab_cost:
     if tab_cost.open:

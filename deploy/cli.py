@@ -17,7 +17,7 @@ from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import GpuledgerError, InputError
-from gpuledger.collector.jobs import JOB_FORMATS
+from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
 from gpuledger.deploy.lifecycle import wait_for_stop
@@ -262,10 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "\"%i|%T|%V|%a|%u|%P|%q|%b|%r|%j|%D|%S\"` (sacct shows a job held for a later begin time only "
                     "once eligible). `import kube-state FILE|-` loads the GPU pods of a kube-state-metrics page "
                     "(e.g. `curl -s http://kube-state-metrics:8080/metrics`) as jobs: created, scheduled, started, "
-                    "completed, phase and reason, restarts, owner.")
+                    "completed, phase and reason, restarts, owner. `import kueue|kai FILE|-` stores the queue state "
+                    "a Kueue controller's or KAI's /metrics page shows (quota in force, usage, waiting workloads), "
+                    "compared with gpuledger's plan at /v1/workloads/queues.")
     _add_common(imp)
-    imp.add_argument("trace", choices=TRACE_NAMES + JOB_FORMATS, help="which trace, or a job format: "
-                     + ", ".join(JOB_FORMATS))
+    imp.add_argument("trace", choices=TRACE_NAMES + JOB_FORMATS + QUEUE_FORMATS,
+                     help="which trace, or a job format: " + ", ".join(JOB_FORMATS) + ", or a queue page: "
+                     + ", ".join(QUEUE_FORMATS))
     imp.add_argument("path", nargs="?",
                      help="the trace's folder (default: ../shared/traces/<trace> beside the checkout); for a job "
                           "format the file of its output, or - for standard input")
@@ -278,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--team-field", default="Account", choices=["Account", "Partition", "QOS"],
                      help="sacct and squeue: the field that names the team (default Account, as sshare groups usage)")
     imp.add_argument("--team-label", help="kube-state: the pod label naming the team (default: the namespace)")
+    imp.add_argument("--class-label", help="kube-state: the pod label naming the workload class (training, "
+                                           "inference, interactive, batch; default: inferred from the pod's owner)")
 
     replay = sub.add_parser(
         "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",
@@ -377,6 +382,14 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
         p.add_argument("--team-label", default="team",
                        help="with prometheus: the pod label naming a team, read from kube-state-metrics' "
                             "kube_pod_labels as label_<name> (default team)")
+        p.add_argument("--jobs-from", choices=JOB_SOURCES, default="none",
+                       help="where to read job lifecycle and scheduler queues continuously (default none; "
+                            "prometheus: kube-state-metrics pods, Kueue and KAI queue metrics from --prometheus-url, "
+                            "history from --since on the first read)")
+        p.add_argument("--jobs-interval", type=_positive, default=60.0,
+                       help="with --jobs-from: seconds between reads (default 60)")
+        p.add_argument("--class-label", help="with --jobs-from prometheus: the pod label naming the workload class "
+                                             "(default: inferred from the pod's owner and name)")
 
 
 def _make_source(args: argparse.Namespace, config: Config) -> Source | None:
@@ -560,6 +573,8 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
 def cmd_import(args: argparse.Namespace, config: Config) -> int:
     if args.trace in JOB_FORMATS:
         return _import_jobs(args, config)
+    if args.trace in QUEUE_FORMATS:
+        return _import_queues(args, config)
     from gpuledger.deploy.trace_import import default_path, import_trace
     path = Path(args.path) if args.path else default_path(args.trace)
     if not path.exists():  # before the database is created: a wrong path leaves no empty file
@@ -568,6 +583,36 @@ def cmd_import(args: argparse.Namespace, config: Config) -> int:
         counts = import_trace(store, args.trace, path, args.days, echo=lambda line: print(line, flush=True))
     print(f"imported {args.trace}: {counts['samples']:,} samples, {counts['jobs']:,} jobs, "
           f"{counts['fragmentation_readings']:,} fragmentation readings into {args.db}")
+    return 0
+
+
+def _read_input(args: argparse.Namespace) -> str:
+    """The text of the file an import names, or of standard input for `-`."""
+    if not args.path:
+        raise InputError(f"give the file of {args.trace}'s output, or - to read it from standard input")
+    if args.path == "-":
+        return sys.stdin.read()
+    path = Path(args.path)
+    if not path.is_file():
+        raise InputError(f"{path} not found: give the file of {args.trace}'s output, or - for standard input")
+    return path.read_text(errors="replace")
+
+
+def _import_queues(args: argparse.Namespace, config: Config) -> int:
+    """`import kueue|kai FILE|-`: the queue state a Kueue controller's or KAI's /metrics page shows, taken now."""
+    from gpuledger.collector.jobs.kai import parse_kai
+    from gpuledger.collector.jobs.kueue import parse_kueue
+    text = _read_input(args)
+    batch = (parse_kueue if args.trace == "kueue" else parse_kai)(text, utc_now())
+    if batch.rows.empty:
+        raise InputError(f"no {args.trace} queue figures in {args.path}: is it the /metrics page of "
+                         + ("Kueue's controller manager?" if args.trace == "kueue" else
+                            "KAI's queue controller or scheduler?"))
+    with _open_store(args, config) as store:
+        stored = store.record_queue_metrics(batch.rows)
+    skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "none"
+    print(f"imported {args.trace}: {stored:,} figures of {batch.rows['queue'].nunique():,} queue(s) into {args.db} "
+          f"(skipped: {skipped})")
     return 0
 
 
@@ -580,25 +625,17 @@ def _import_jobs(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
     from gpuledger.collector.jobs.sacct import SOURCE, parse_sacct
     from gpuledger.collector.jobs.squeue import parse_squeue
-    if not args.path:
-        raise InputError(f"give the file of {args.trace}'s output, or - to read it from standard input")
     try:
         zone = ZoneInfo(args.timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise InputError(f"--timezone {args.timezone!r} is not a time zone (e.g. UTC, Europe/Oslo)") from exc
-    if args.path == "-":
-        text = sys.stdin.read()
-    else:
-        path = Path(args.path)
-        if not path.is_file():
-            raise InputError(f"{path} not found: give the file of {args.trace}'s output, or - for standard input")
-        text = path.read_text(errors="replace")
+    text = _read_input(args)
     if args.trace == "sacct":
         batch = parse_sacct(text, args.fields.split(",") if args.fields else None, zone, args.team_field)
     elif args.trace == "squeue":
         batch = parse_squeue(text, zone, args.team_field)
     else:
-        batch = parse_kube_state(text, args.team_label)
+        batch = parse_kube_state(text, args.team_label, class_label=args.class_label)
     with _open_store(args, config) as store:
         stored = store.record_jobs(batch.jobs, batch.events)
         left = (store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)
@@ -708,7 +745,8 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     api = ApiServer(store, config, host=args.host, port=args.port, token=args.token, open_reads=args.open_reads,
                     trusted_proxies=args.trusted_proxy, limits=_connection_limits(args),
                     tls=tls)
-    serving = Serving(store, config, api, args.reports, source, args.interval)
+    jobs = _job_loop(args, store)
+    serving = Serving(store, config, api, args.reports, source, args.interval, jobs=jobs)
     url = serving.url
     what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
     pushes = "reads open to all" if args.open_reads else "reads need a token"
@@ -719,6 +757,16 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     wait_for_stop()
     serving.stop()
     return 0
+
+
+def _job_loop(args: argparse.Namespace, store: Store) -> Any:
+    """The loop reading job lifecycle and queues (`--jobs-from prometheus`), or None."""
+    if args.jobs_from == "none":
+        return None
+    from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
+    from gpuledger.deploy.job_loop import JobLoop
+    return JobLoop(PrometheusLifecycle(args.prometheus_url, args.team_label, since=args.since,
+                                       class_label=args.class_label), store, args.jobs_interval)
 
 
 def _connection_limits(args: argparse.Namespace) -> Any:

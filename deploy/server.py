@@ -27,6 +27,7 @@ from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.source import Source
 from gpuledger.deploy.api import create_app
 from gpuledger.deploy.collect_loop import CollectLoop
+from gpuledger.deploy.job_loop import JobLoop
 from gpuledger.deploy.connections import ConnectionLimits, guarded_protocol
 from gpuledger.deploy.report_delivery import deliver
 from gpuledger.policies.quota import evaluate_quotas
@@ -139,7 +140,7 @@ class Serving:
 
     def __init__(self, store: Store, config: Config, api: ApiServer, reports: str | Path,
                  source: Source | None = None, interval_s: float = 30.0,
-                 after_batch: Callable[[], None] | None = None) -> None:
+                 after_batch: Callable[[], None] | None = None, jobs: JobLoop | None = None) -> None:
         self.store = store
         self.api = api
         self.url = api.start()
@@ -148,8 +149,14 @@ class Serving:
         if self.loop:
             api.app.state.collection = self.loop  # /healthz reports degraded while it keeps failing
             self.loop.start()
+        self.jobs = jobs  # the schedulers' job lifecycle and queues (deploy/job_loop.py), when read
+        if self.jobs:
+            self.jobs.start()
 
     def stop(self) -> None:
+        if self.jobs:
+            self.jobs.stop()
+            self.jobs.join(timeout=10)
         if self.loop:
             self.loop.stop()
             self.loop.join(timeout=10)

@@ -52,6 +52,7 @@ from gpuledger.analytics.store.schema import (
 )
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
+from gpuledger.collector.jobs.lifecycle import infer_class
 from gpuledger.collector.samples import ADDED_COLUMNS, PROCESS_SCHEMA, SAMPLE_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -574,6 +575,14 @@ class Store:
         return self._insert("processes", conform(table, PROCESS_SCHEMA))
 
     def upsert_jobs(self, jobs: pd.DataFrame) -> int:
+        """Job records (the simulator's, a trace's); a record without a workload class gets the inferred one
+        (collector/jobs/lifecycle.py infer_class), so every job is in a class."""
+        if len(jobs) and "workload_class" not in jobs:
+            jobs = jobs.copy()
+            classes = [infer_class(*(None if pd.isna(v) else v for v in values)) for values in zip(
+                *(jobs[c] if c in jobs else [None] * len(jobs) for c in ("name", "partition", "qos")))]
+            jobs["workload_class"] = [c for c, _ in classes]
+            jobs["class_from"] = [f for _, f in classes]
         return self._insert("jobs", jobs, replace=True)
 
     def record_jobs(self, jobs: pd.DataFrame, events: pd.DataFrame) -> int:
@@ -606,6 +615,19 @@ class Store:
             cur.execute(f"UPDATE jobs SET state = $state, end_ts = $at {where}",
                         {"state": state, "at": at, "source": source, "seen": list(seen)})
         return int(gone)
+
+    def record_queue_metrics(self, rows: pd.DataFrame) -> int:
+        """What a scheduler said of its queues (collector/jobs/queues.py), replacing the rows of the same
+        scheduler at the same instants: reading a page twice stores it once. Returns the rows stored."""
+        if not len(rows):
+            return 0
+        with self.transaction() as cur:
+            cur.register("incoming_queue_rows", rows)
+            cur.execute("DELETE FROM queue_metrics WHERE (scheduler, ts) IN "
+                        "(SELECT DISTINCT scheduler, ts FROM incoming_queue_rows)")
+            cur.execute("INSERT INTO queue_metrics BY NAME SELECT * FROM incoming_queue_rows")
+            cur.unregister("incoming_queue_rows")
+        return len(rows)
 
     def upsert_teams(self, teams: pd.DataFrame) -> int:
         """Teams with share, quota_gpus and (optionally) parent; a team already stored is replaced."""

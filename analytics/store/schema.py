@@ -48,7 +48,8 @@ INGEST_RUNS = """CREATE TABLE IF NOT EXISTS ingest_runs (
 # jobs columns added after the first schema: the lifecycle a scheduler reports (collector/jobs/lifecycle.py)
 JOB_LIFECYCLE_COLUMNS = {"eligible_ts": "TIMESTAMPTZ", "partition": "VARCHAR", "qos": "VARCHAR",
                          "account": "VARCHAR", "exit_code": "VARCHAR", "restarts": "INTEGER",
-                         "pending_reason": "VARCHAR", "name": "VARCHAR", "source": "VARCHAR"}
+                         "pending_reason": "VARCHAR", "name": "VARCHAR", "source": "VARCHAR",
+                         "workload_class": "VARCHAR", "class_from": "VARCHAR"}
 
 
 DDL = [
@@ -62,6 +63,11 @@ DDL = [
     # source whenever the job is read again, so it always agrees with the job's row
     """CREATE TABLE IF NOT EXISTS job_events (
     job_id VARCHAR NOT NULL, ts TIMESTAMPTZ NOT NULL, event VARCHAR NOT NULL, detail VARCHAR, source VARCHAR)""",
+    # what the schedulers say of their queues, one figure per row (collector/jobs/queues.py QUEUE_FIGURES); a
+    # read's rows replace those of the same scheduler at the same instant; schema 11
+    """CREATE TABLE IF NOT EXISTS queue_metrics (
+    ts TIMESTAMPTZ NOT NULL, scheduler VARCHAR NOT NULL, queue VARCHAR NOT NULL, cohort VARCHAR, flavor VARCHAR,
+    figure VARCHAR NOT NULL, detail VARCHAR, value DOUBLE, source VARCHAR)""",
     "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
     "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -126,8 +132,9 @@ def table_migrations(existing: set[str]) -> list[str]:
 
 # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history;
 # 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature;
-# 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown
-SCHEMA_VERSION = "10"
+# 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown;
+# 10: job lifecycle columns and job_events; 11: the schedulers' queue metrics, a job's workload class
+SCHEMA_VERSION = "11"
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

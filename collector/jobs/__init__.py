@@ -4,3 +4,7 @@ own (sacct.py, ...) behind the small interface in lifecycle.py."""
 
 # the job record formats `gpuledger import` reads, one parser module each (sacct.py, squeue.py, kube_state.py)
 JOB_FORMATS = ("sacct", "squeue", "kube-state")
+# the scheduler queue pages it reads (kueue.py, kai.py): quotas in force, usage, waiting workloads
+QUEUE_FORMATS = ("kueue", "kai")
+# where `serve --jobs-from` reads job lifecycle and queues continuously (prometheus_jobs.py)
+JOB_SOURCES = ("none", "prometheus")

@@ -18,12 +18,15 @@ the state null and is counted.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable
 
-from gpuledger.collector.jobs.lifecycle import JobBatch, events_of, jobs_frame
+from gpuledger.collector.jobs.lifecycle import WORKLOAD_CLASSES, JobBatch, events_of, jobs_frame
 from gpuledger.collector.prom_text import parse
+
+Sample = tuple[str, dict[str, str], float, Any]  # (family, labels, value, timestamp), as prom_text gives them
 
 SOURCE = "kubernetes"
 GPU_RESOURCES = ("nvidia_com_gpu",)
@@ -41,13 +44,28 @@ def _ts(seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, timezone.utc) if seconds and seconds > 0 else None
 
 
-def parse_kube_state(text: str, team_label: str | None = None, gpu_pods_only: bool = True) -> JobBatch:
+def parse_kube_state(text: str, team_label: str | None = None, gpu_pods_only: bool = True,
+                     class_label: str | None = None) -> JobBatch:
     """The pods of a kube-state-metrics page as jobs. `team_label`: the pod label naming the team (its
     `label_<key>` in kube_pod_labels), else the namespace is the team. `gpu_pods_only`: skip (and count) pods
-    that ask for no GPU."""
+    that ask for no GPU. `class_label`: the pod label giving the workload class (else it is inferred)."""
     page = parse(text)
+    skipped: Counter = Counter({f"page_{kind}": n for kind, n in page.errors.items()})
+    return pods_as_jobs(page.samples, team_label, gpu_pods_only, skipped, class_label)
+
+
+def _label_key(label: str) -> str:
+    """kube_pod_labels' name for a pod label: `label_` and the key with every character not allowed in a
+    Prometheus label name made `_` (app.kubernetes.io/name -> label_app_kubernetes_io_name)."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_pods_only: bool = True,
+                 skipped: Counter | None = None, class_label: str | None = None) -> JobBatch:
+    """The pods of kube-state-metrics samples as jobs: a page's (parse_kube_state) or what Prometheus returns for
+    the same families (collector/jobs/prometheus_jobs.py), so both read a pod the same way."""
     pods: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"gpus": None, "restarts": None})
-    for name, labels, value, _ in page.samples:
+    for name, labels, value, _ in samples:
         key = (labels.get("namespace", ""), labels.get("pod", ""))
         if not key[1]:
             continue
@@ -66,14 +84,17 @@ def parse_kube_state(text: str, team_label: str | None = None, gpu_pods_only: bo
             pod["terminated"] = labels.get("reason")
         elif name == "kube_pod_owner" and labels.get("owner_kind") not in (None, "", "<none>"):
             pod["owner"] = f"{labels['owner_kind']}/{labels.get('owner_name', '')}"
-        elif name == "kube_pod_labels" and team_label:
-            pod["team"] = labels.get(f"label_{team_label.replace('.', '_').replace('/', '_').replace('-', '_')}")
+        elif name == "kube_pod_labels":
+            if team_label:
+                pod["team"] = labels.get(_label_key(team_label))
+            if class_label:
+                pod["class"] = labels.get(_label_key(class_label))
         elif (name == "kube_pod_container_resource_requests" and labels.get("resource") in GPU_RESOURCES) \
                 or name == LEGACY_GPU_REQUESTS:
             pod["gpus"] = (pod["gpus"] or 0) + value
         elif name == "kube_pod_info":
             pod["node"] = labels.get("node") or None
-    skipped: Counter = Counter({f"page_{kind}": n for kind, n in page.errors.items()})
+    skipped = Counter() if skipped is None else skipped
     unknown: Counter = Counter()
     records = []
     for (namespace, name), pod in pods.items():
@@ -98,6 +119,18 @@ def parse_kube_state(text: str, team_label: str | None = None, gpu_pods_only: bo
             "pending_reason": ("Unschedulable" if pod.get("unschedulable") else pod.get("reason"))
             if state == "pending" else None,
             "name": pod.get("owner"), "source": SOURCE,
+            **_class_of(pod.get("class"), skipped),
         })
     jobs = jobs_frame(records)
     return JobBatch(jobs, events_of(jobs), skipped, unknown)
+
+
+def _class_of(labelled: str | None, skipped: Counter) -> dict[str, str]:
+    """The class a pod's label gives, if it is one of WORKLOAD_CLASSES; another value is counted and the class
+    inferred instead (jobs_frame)."""
+    if not labelled:
+        return {}
+    if labelled.lower() in WORKLOAD_CLASSES:
+        return {"workload_class": labelled.lower(), "class_from": "label"}
+    skipped["unknown_class_label"] += 1
+    return {}

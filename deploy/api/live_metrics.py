@@ -48,6 +48,9 @@ QUEUE_GAUGES = (
                                                                   "started in the last hour, minutes"),
     ("lost_gpu_hours", "gpuledger_team_lost_gpu_hours", "GPU-hours of jobs that failed or were preempted, timed out, "
                                                         "ran out of memory or lost their node, last hour"),
+    ("gang_jobs_waiting", "gpuledger_team_gang_jobs_waiting", "Waiting jobs of several GPUs or pods that must start "
+                                                              "together"),
+    ("gang_gpus_waiting", "gpuledger_team_gang_gpus_waiting", "GPUs those gang jobs wait for, all at once"),
 )
 FAIRSHARE = "gpuledger_team_fairshare"
 HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total

@@ -10,7 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
+from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES, WORKLOAD_CLASSES
+from gpuledger.collector.jobs.queues import SCHEDULERS
+from gpuledger.policies.scheduler_state import COMPARISON_STATUSES
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import FORMATS
 from gpuledger.policies.exporting import STATUSES as EXPORT_STATUSES
@@ -575,6 +577,49 @@ class WorkloadRow(BaseModel):
     pending_jobs: int = Field(description="jobs waiting at `at` (count)")
     pending_gpus: float = Field(description="GPUs those jobs ask for")
     longest_pending_minutes: float | None = Field(description="longest wait so far of those, minutes; null: none")
+    gang_jobs_waiting: int = Field(description="of the waiting, gang jobs: several GPUs, or several pods of one "
+                                               "owner, that must start together (count)")
+    gang_gpus_waiting: float = Field(description="GPUs those gang jobs wait for, all at once")
+
+
+class ClassRow(WorkloadRow):
+    gpu_model: str | None = Field(None, description="not split by GPU model here")
+    workload_class: str = Field(description=f"the kind of work: {', '.join(WORKLOAD_CLASSES)} (from a label, or "
+                                            "inferred from names, owners, partitions: see the README); "
+                                            "'unclassified' for jobs stored before classes existed")
+
+
+class SchedulerQueue(BaseModel):
+    scheduler: str = Field(description=f"the scheduler that published it: {', '.join(SCHEDULERS)}")
+    queue: str = Field(description="its queue: a Kueue ClusterQueue, a KAI queue")
+    flavor: str | None = Field(description="Kueue's ResourceFlavor (a GPU model in gpuledger's plan); null for KAI")
+    team: str | None = Field(description="the team gpuledger's plan gives this queue; null: not in the plan")
+    gpu_model: str | None = Field(description="the GPU model of that plan entry; null: a team's whole queue")
+    quota_in_force_gpus: float | None = Field(description="the quota the scheduler runs (Kueue nominalQuota, KAI "
+                                                          "deserved); null: not published or unlimited")
+    planned_gpus: float | None = Field(description="the guarantee in gpuledger's plan (accepted advice, else the "
+                                                   "numbers in force in the config); null: not in the plan")
+    difference_gpus: float | None = Field(description="planned minus in force; null where either is unknown")
+    usage_gpus: float | None = Field(description="GPUs the queue's admitted workloads hold, as the scheduler says")
+    pending_workloads: float | None = Field(description="workloads waiting for admission (Kueue)")
+    status: str = Field(description=f"{', '.join(COMPARISON_STATUSES)}")
+    read_at: datetime | None = Field(description="when the scheduler's figures were read")
+
+
+class AdmissionWait(BaseModel):
+    queue: str = Field(description="the Kueue ClusterQueue")
+    admitted: float | None = Field(description="workloads admitted in the window (the histogram's count grew so)")
+    wait_mean_s: float | None = Field(description="their mean wait from creation (or requeue) to admission, s; "
+                                                  "null: none admitted")
+    wait_p50_s: float | None = Field(description="median of that wait, s, interpolated in Kueue's buckets")
+    wait_p95_s: float | None = Field(description="95th percentile of that wait, s")
+
+
+class SchedulerQueues(BaseModel):
+    window: Window = Field(description="the window the admission waits are read over")
+    at: datetime = Field(description="the instant the queues are read at (each scheduler's latest read before)")
+    queues: list[SchedulerQueue] = Field(description="each queue the scheduler runs or the plan would write")
+    admission_waits: list[AdmissionWait] = Field(description="Kueue's admission waits per ClusterQueue")
 
 
 class OutcomeRow(BaseModel):
@@ -595,13 +640,16 @@ class WaitingJob(BaseModel):
     gpus: int = Field(description="GPUs asked for")
     submit_ts: datetime | None = Field(description="when it was submitted (UTC); null: not known")
     wait_minutes: float | None = Field(description="how long it has waited, minutes; null: no submission time")
-    pending_reason: str | None = Field(description="why it waits, as the scheduler says (Slurm's Reason)")
+    pending_reason: str | None = Field(description="why it waits, as the scheduler says (Slurm's Reason, "
+                                                   "Kubernetes' Unschedulable)")
     source: str | None = Field(description="the scheduler the record comes from")
+    workload_class: str = Field(description=f"{', '.join(WORKLOAD_CLASSES)} or unclassified")
 
 
 class Workloads(BaseModel):
     window: Window = Field(description="the window read, [start, end)")
     at: datetime = Field(description="the instant 'now' stands for: open jobs are measured up to it")
     by_team: list[WorkloadRow] = Field(description="per team and GPU model")
+    by_class: list[ClassRow] = Field(description="per team and workload class")
     outcomes: list[OutcomeRow] = Field(description="finished jobs per team, model and outcome")
     waiting_now: list[WaitingJob] = Field(description="jobs waiting at `at`, longest first")

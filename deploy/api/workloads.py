@@ -5,12 +5,18 @@ from datetime import datetime
 
 from fastapi import APIRouter
 
+from fastapi import Query
+
+from gpuledger.analytics.queues import admission_waits
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.windows import utc_now
 from gpuledger.analytics.workloads import outcomes, waiting_now, workload_summary
 from gpuledger.deploy.api.access import ReadCaller
-from gpuledger.deploy.api.deps import CaughtUp, Days, End, StoreDep, window
-from gpuledger.deploy.api.models import Workloads
+from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
+from gpuledger.deploy.api.models import ExportStatus, SchedulerQueues, Workloads
+from gpuledger.policies.exporting import DEFAULT_STATUS, STATUSES
+from gpuledger.policies.quota_plan import build_plan
+from gpuledger.policies.scheduler_state import compare_with_scheduler
 
 router = APIRouter(tags=["workloads"], dependencies=[CaughtUp])  # deps.caught_up
 
@@ -25,5 +31,24 @@ def workloads(caller: ReadCaller, store: StoreDep, days: float = Days, end: date
     at = min(stop, utc_now())
     return {"window": span, "at": json_safe(at),
             "by_team": caller.visible(records(workload_summary(store, start, stop, at)), shared=False),
+            "by_class": caller.visible(records(workload_summary(store, start, stop, at,
+                                                                by=("team", "workload_class"))), shared=False),
             "outcomes": caller.visible(records(outcomes(store, start, stop, at)), shared=False),
             "waiting_now": caller.visible(records(waiting_now(store, at)), shared=False)}
+
+
+@router.get("/v1/workloads/queues", response_model=SchedulerQueues)
+def scheduler_queue_state(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: float = Days,
+                          end: datetime | None = End,
+                          status: ExportStatus = Query(DEFAULT_STATUS, description="the plan compared: accepted (advice "
+                                                       "an admin accepted) or open (proposed too)")) -> dict:
+    """The queues Kueue and KAI run, as their metrics say (read through `serve --jobs-from prometheus` or `gpuledger
+    import kueue|kai`): the quota in force beside gpuledger's plan, what each queue holds and has waiting, and
+    Kueue's admission waits over the window. Empty where no scheduler's metrics were read. A team token sees its
+    own team's queues and no admission waits (those are per queue, not per team)."""
+    start, stop, span = window(days, end)
+    at = min(stop, utc_now())
+    plan = build_plan(store, config, STATUSES[status], at=at)
+    return {"window": span, "at": json_safe(at),
+            "queues": caller.visible(records(compare_with_scheduler(store, plan, at)), shared=False),
+            "admission_waits": records(admission_waits(store, start, stop)) if caller.team is None else []}

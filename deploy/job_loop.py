@@ -1,0 +1,61 @@
+"""Read the schedulers' job lifecycle and queues on an interval (collector/jobs/prometheus_jobs.py) and store
+them: the pods as jobs with their events, the pods no longer listed as left the queue, the queue metrics. A failed
+read is logged and retried on the next interval, like the sample collect loop; it never stops the server."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from gpuledger.analytics.store import Store
+from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
+from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
+from gpuledger.collector.source import SourceError
+
+log = logging.getLogger(__name__)
+
+
+class JobLoop(threading.Thread):
+    def __init__(self, source: PrometheusLifecycle, store: Store, interval_s: float = 60.0) -> None:
+        super().__init__(name=f"jobs-{source.name}", daemon=True)
+        self.source = source
+        self.store = store
+        self.interval_s = interval_s
+        self.stop_event = threading.Event()
+        self.reads = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self.last_success: float | None = None
+
+    def read_once(self) -> dict[str, int]:
+        """One read, stored: what was stored (jobs, queue rows, jobs that left the queue)."""
+        read = self.source.read()
+        stored = {"jobs": self.store.record_jobs(read.jobs.jobs, read.jobs.events),
+                  "queue_rows": self.store.record_queue_metrics(read.queues),
+                  "left_queue": self.store.close_left_queue(self.source.source_name, read.listed_now, read.at,
+                                                            LEFT_QUEUE)}
+        skipped = read.jobs.skipped + read.skipped
+        if self.reads == 0 or any(stored.values()):
+            log.info("%s: stored %s%s", self.source.name, ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in
+                                                                      stored.items()),
+                     f"; skipped {dict(skipped)}" if skipped else "")
+        self.reads += 1
+        self.last_success, self.last_error = time.monotonic(), None
+        return stored
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.read_once()
+            except SourceError as exc:
+                self.failures += 1
+                self.last_error = str(exc)
+                log.warning("%s", exc)
+            except Exception as exc:  # keep reading; the traceback is in the log
+                self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("reading jobs from %s failed", self.source.name)
+            self.stop_event.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self.stop_event.set()

@@ -1,0 +1,297 @@
+"""Kubernetes job lifecycle and scheduler queues: Kueue and KAI metrics pages, the comparison of the quotas in
+force with gpuledger's plan, workload classes and gang jobs waiting, and the continuous Prometheus reader against
+the real Debian Prometheus scraping pages whose values change per scrape."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.queues import admission_waits, scheduler_queues
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.workloads import workload_summary
+from gpuledger.collector.jobs.kai import parse_kai
+from gpuledger.collector.jobs.kube_state import parse_kube_state
+from gpuledger.collector.jobs.kueue import parse_kueue
+from gpuledger.collector.jobs.lifecycle import WORKLOAD_CLASSES, infer_class
+from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
+from gpuledger.deploy.api import create_app
+from gpuledger.deploy.job_loop import JobLoop
+from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
+from gpuledger.policies.scheduler_state import COMPARISON_STATUSES, compare_with_scheduler
+from tests.prometheus_server import BINARY, PrometheusServer
+from tests.scheduler_pages import FINAL, KUEUE_BUCKETS, kai_page, ksm_page, kueue_page
+
+UTC = timezone.utc
+JOB_FIELDS = ["job_id", "team", "gpus", "state", "submit_ts", "eligible_ts", "start_ts", "end_ts", "restarts",
+              "exit_code", "pending_reason", "name", "workload_class", "class_from"]
+
+
+def test_kueue_page_gives_gpu_quotas_usage_waits_and_skips_other_resources():
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    batch = parse_kueue(kueue_page(4), at)
+    rows = batch.rows
+    assert batch.skipped["not_gpu"] == 6  # cpu lines of three resource families x two queues
+    quota = rows[rows["figure"] == "quota_gpus"].set_index("queue")
+    assert quota.loc["nlp", "value"] == 8 and quota.loc["nlp", "flavor"] == "h100"
+    assert quota.loc["vision", "cohort"] == "research"
+    assert set(rows.loc[rows["figure"] == "pending_workloads", "value"]) == {3.0, 1.0}  # 5 - 4 // 2, 4 % 3
+    count = rows[(rows["figure"] == "admitted_total") & (rows["queue"] == "nlp")]["value"].item()
+    assert count == 10  # 2 * 4 + 2 admissions
+    buckets = rows[(rows["figure"] == "admission_wait_bucket") & (rows["queue"] == "nlp")]
+    assert len(buckets) == len(KUEUE_BUCKETS) + 1 and "+Inf" in set(buckets["detail"])
+    assert (rows["ts"] == pd.Timestamp(at)).all()
+
+
+def test_kai_page_gives_deserved_allocated_and_fair_share_and_unlimited_is_not_minus_one():
+    rows = parse_kai(kai_page(2), datetime(2026, 12, 1, tzinfo=UTC)).rows
+    quota = rows[rows["figure"] == "quota_gpus"].set_index("queue")
+    assert quota.loc["nlp", "value"] == 8
+    assert pd.isna(quota.loc["default-queue", "value"]) and quota.loc["default-queue", "detail"] == "unlimited"
+    assert rows[(rows["figure"] == "usage_gpus") & (rows["queue"] == "nlp-h100")]["value"].item() == 6
+    # any metric namespace, and the older queue_info label when deserved is not published
+    old = parse_kai('runai_queue_info{queue_name="a",gpu_guaranteed_quota="3"} 1\n'
+                    'runai_queue_allocated_gpus{queue_name="a"} 2\n', datetime(2026, 12, 1, tzinfo=UTC)).rows
+    assert dict(zip(old["figure"], old["value"])) == {"usage_gpus": 2.0, "quota_gpus": 3.0}
+
+
+def test_admission_waits_over_a_window_come_from_the_histograms_growth(tmp_path):
+    store = Store(tmp_path / "q.duckdb")
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    for step in (2, 6):
+        store.record_queue_metrics(parse_kueue(kueue_page(step), t0 + timedelta(hours=step)).rows)
+    store.record_queue_metrics(parse_kueue(kueue_page(6), t0 + timedelta(hours=6)).rows)  # read twice: once
+    assert store.query("SELECT count(DISTINCT ts) AS n FROM queue_metrics")["n"].item() == 2
+    waits = admission_waits(store, t0 + timedelta(hours=3), t0 + timedelta(hours=7)).set_index("queue")
+    # steps 2 -> 6: 6 -> 14 admissions; waits cycle 1..5 x scale, the 8 new ones are k = 6..13
+    new = [40.0 * (1 + (k % 5)) for k in range(6, 14)]
+    assert waits.loc["nlp", "admitted"] == 8
+    assert waits.loc["nlp", "wait_mean_s"] == pytest.approx(sum(new) / 8)
+    assert 40 <= waits.loc["nlp", "wait_p50_s"] <= 200 and waits.loc["nlp", "wait_p95_s"] <= 320
+    # no read in the window: nothing; one read and none before: the growth is unknown (null), never zero
+    assert admission_waits(store, t0 + timedelta(hours=7), t0 + timedelta(hours=8)).empty
+    one = admission_waits(store, t0, t0 + timedelta(hours=3))
+    assert len(one) == 2 and one[["admitted", "wait_mean_s", "wait_p95_s"]].isna().all().all()
+    restarted = Store(tmp_path / "r.duckdb")
+    restarted.record_queue_metrics(parse_kueue(kueue_page(6), t0).rows)
+    restarted.record_queue_metrics(parse_kueue(kueue_page(1), t0 + timedelta(hours=1)).rows)  # counter reset
+    after = admission_waits(restarted, t0 + timedelta(minutes=30), t0 + timedelta(hours=2)).set_index("queue")
+    assert after.loc["nlp", "admitted"] == 4  # counts from zero after the reset, never negative
+
+
+def _plan() -> QuotaPlan:
+    nlp = TeamPlan("nlp", 1.0, None, guarantee={"H100": 8.0}, limit={"H100": 12.0})
+    vision = TeamPlan("vision", 1.0, None, guarantee={"H100": 6.0}, limit={"H100": 8.0})
+    speech = TeamPlan("speech", 1.0, None, guarantee={"L4": 2.0}, limit={"L4": 4.0})
+    return QuotaPlan([nlp, vision, speech], {"H100": 16.0, "L4": 8.0}, datetime(2026, 12, 1, tzinfo=UTC))
+
+
+def test_the_plan_beside_the_quotas_in_force_names_every_difference(tmp_path):
+    store = Store(tmp_path / "c.duckdb")
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    store.record_queue_metrics(parse_kueue(kueue_page(3), at).rows)
+    store.record_queue_metrics(parse_kai(kai_page(3), at).rows)
+    table = compare_with_scheduler(store, _plan(), at + timedelta(minutes=1))
+    assert set(table["status"]) <= set(COMPARISON_STATUSES)
+    kueue = table[table["scheduler"] == "kueue"].set_index(["queue", "flavor"])
+    assert kueue.loc[("nlp", "h100"), "status"] == "matches" and kueue.loc[("nlp", "h100"), "team"] == "nlp"
+    assert kueue.loc[("vision", "h100"), "status"] == "differs"
+    assert kueue.loc[("vision", "h100"), "difference_gpus"] == 2  # planned 6, in force 4
+    assert kueue.loc[("speech", "l4"), "status"] == "not_in_scheduler"
+    kai = table[table["scheduler"] == "kai"].set_index("queue")
+    assert kai.loc["nlp-h100", "status"] == "matches" and pd.isna(kai.loc["nlp", "gpu_model"])
+    assert kai.loc["default-queue", "status"] == "unlimited"
+    assert kai.loc["vision", "status"] == "not_in_scheduler"
+    # nothing read: no rows, never a quota of zero
+    assert compare_with_scheduler(Store(tmp_path / "e.duckdb"), _plan(), at).empty
+
+
+def test_workload_classes_from_labels_else_inferred():
+    batch = parse_kube_state(ksm_page(FINAL), "team", class_label="gpuledger.io/class")
+    classes = dict(zip(batch.jobs["job_id"], zip(batch.jobs["workload_class"], batch.jobs["class_from"])))
+    assert classes["vision/serve-7d9f-abcde"] == ("inference", "label")
+    assert classes["nlp/bert-worker-0"] == ("training", "inferred")  # a PyTorchJob's pod
+    assert classes["vision/oom-0"] == ("batch", "inferred")
+    assert set(batch.jobs["workload_class"]) <= set(WORKLOAD_CLASSES)
+    assert infer_class("bash") == ("interactive", "inferred")
+    assert infer_class("job.sh") == ("batch", "inferred")
+    assert infer_class("Deployment/llama-70b") == ("inference", "inferred")
+    assert infer_class("x", partition="interactive") == ("interactive", "label")
+
+
+def test_gang_jobs_waiting_are_counted_once_with_all_their_gpus(tmp_path):
+    store = Store(tmp_path / "g.duckdb")
+    batch = parse_kube_state(ksm_page(0), "team")
+    store.record_jobs(batch.jobs, batch.events)
+    at = datetime.fromtimestamp(1_790_000_000 + 600, UTC)
+    rows = workload_summary(store, at - timedelta(days=1), at, at).set_index("team")
+    # the 2-pod PyTorchJob (4 + 4 GPUs) is one gang; gone-0 asks 8 GPUs on its own: a gang of one job
+    assert rows.loc["nlp", "pending_jobs"] == 3 and rows.loc["nlp", "gang_jobs_waiting"] == 2
+    assert rows.loc["nlp", "gang_gpus_waiting"] == 16
+    assert rows.loc["vision", "gang_jobs_waiting"] == 0
+    by_class = workload_summary(store, at - timedelta(days=1), at, at, by=("workload_class",))
+    assert set(by_class["workload_class"]) == {"training", "batch", "inference"}
+    with pytest.raises(ValueError):
+        workload_summary(store, at, at, at, by=("node",))
+
+
+def test_the_api_serves_queues_and_classes(tmp_path):
+    store = Store(tmp_path / "a.duckdb")
+    now = datetime.now(UTC)
+    store.record_queue_metrics(parse_kueue(kueue_page(3), now - timedelta(minutes=5)).rows)
+    store.record_queue_metrics(parse_kai(kai_page(3), now - timedelta(minutes=5)).rows)
+    batch = parse_kube_state(ksm_page(2), "team")
+    store.record_jobs(batch.jobs, batch.events)
+    store.upsert_teams(pd.DataFrame({"team": ["nlp", "vision"], "share": [1.0, 1.0], "quota_gpus": [8, 4]}))
+    client = TestClient(create_app(store, Config(), open_reads=True))
+    answer = client.get("/v1/workloads/queues")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert {q["scheduler"] for q in body["queues"]} == {"kueue", "kai"}
+    assert {w["queue"] for w in body["admission_waits"]} == {"nlp", "vision"}
+    work = client.get("/v1/workloads", params={"days": 300})
+    assert work.status_code == 200, work.text
+    assert {row["workload_class"] for row in work.json()["by_class"]} >= {"training", "inference"}
+    assert {job["workload_class"] for job in work.json()["waiting_now"]} == {"training", "batch"}
+
+
+def test_import_kueue_and_kai_pages(tmp_path, capsys):
+    from gpuledger.deploy.cli import main
+    db = tmp_path / "i.duckdb"
+    (tmp_path / "kueue.txt").write_text(kueue_page(2))
+    (tmp_path / "kai.txt").write_text(kai_page(2))
+    assert main(["import", "kueue", str(tmp_path / "kueue.txt"), "--db", str(db)]) == 0
+    assert "2 queue(s)" in capsys.readouterr().out
+    assert main(["import", "kai", str(tmp_path / "kai.txt"), "--db", str(db)]) == 0
+    (tmp_path / "other.txt").write_text("node_load1 0.5\n")
+    assert main(["import", "kueue", str(tmp_path / "other.txt"), "--db", str(db)]) == 2
+    assert "no kueue queue figures" in capsys.readouterr().err
+    with Store(db) as store:
+        assert set(scheduler_queues(store, datetime.now(UTC))["scheduler"]) == {"kueue", "kai"}
+
+
+def _figures(rows: pd.DataFrame) -> list[tuple]:
+    """Queue rows as comparable tuples (a missing flavor or detail as '', a missing value as -1)."""
+    def text(value) -> str:
+        return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+    return sorted((r.queue, text(r.flavor), r.figure, text(r.detail), -1.0 if pd.isna(r.value) else float(r.value))
+                  for r in rows.itertuples())
+
+
+class ChangingSchedulerPages:
+    """Serves /ksm, /kueue and /kai, each a step further on every scrape (up to FINAL), remembering the last page
+    of each path."""
+
+    PAGES = {"/ksm": ksm_page, "/kueue": kueue_page, "/kai": kai_page}
+
+    def __init__(self) -> None:
+        self.steps = {path: 0 for path in self.PAGES}
+        self.last: dict[str, str] = {}
+        self.lock = threading.Lock()
+        pages = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                with pages.lock:
+                    make = pages.PAGES.get(self.path)
+                    if make is None:
+                        self.send_error(404)
+                        return
+                    body = make(pages.steps[self.path])
+                    pages.last[self.path] = body
+                    pages.steps[self.path] += 1
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.target = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def settled(self) -> bool:
+        with self.lock:
+            return all(step > FINAL + 2 for step in self.steps.values())
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.mark.skipif(not Path(BINARY).exists() and not os.environ.get("CI"),
+                    reason="needs Debian's prometheus (.ci/run installs it)")
+def test_prometheus_gives_the_jobs_and_queues_the_pages_give(tmp_path):
+    """Kube-state-metrics, Kueue and KAI pages change on every scrape of the real Prometheus; gpuledger reads
+    Prometheus while they change, as `serve --jobs-from prometheus` does, and ends with the jobs (states, waits,
+    restarts, outcomes, classes) and queue figures that reading the final pages directly gives; the pod deleted
+    while it waited is no longer waiting."""
+    pages = ChangingSchedulerPages()
+    prometheus = PrometheusServer({"ksm": (pages.target, "/ksm"), "kueue": (pages.target, "/kueue"),
+                                   "kai": (pages.target, "/kai")}).start()
+    store = Store(tmp_path / "p.duckdb")
+    try:
+        loop = JobLoop(PrometheusLifecycle(prometheus.url, "team", since=timedelta(minutes=10),
+                                           class_label="gpuledger.io/class"), store)
+        saw_pending_gang = False
+        deadline = time.monotonic() + 90
+        while not pages.settled():
+            assert time.monotonic() < deadline, f"Prometheus scraped too few pages: {pages.steps}"
+            loop.read_once()
+            states = store.query("SELECT job_id, state FROM jobs")
+            saw_pending_gang |= bool(((states["job_id"] == "nlp/bert-worker-0") & (states["state"] == "pending")).any())
+            time.sleep(0.7)
+        time.sleep(2.5)  # Prometheus holds the final pages' scrapes
+        stored = loop.read_once()
+        assert stored["jobs"] >= 5
+        assert saw_pending_gang  # read while the gang still waited
+        direct = parse_kube_state(pages.last["/ksm"], "team", class_label="gpuledger.io/class").jobs
+        got = store.query("SELECT * FROM jobs WHERE job_id <> 'nlp/gone-0' ORDER BY job_id")[JOB_FIELDS]
+        want = direct.sort_values("job_id")[JOB_FIELDS]
+        pd.testing.assert_frame_equal(got.reset_index(drop=True).astype(object).where(got.notna().values, None),
+                                      want.reset_index(drop=True).astype(object).where(want.notna().values, None),
+                                      check_dtype=False)
+        assert set(got["state"]) == {"completed", "out_of_memory", "running", "preempted"}
+        gone = store.query("SELECT state FROM jobs WHERE job_id = 'nlp/gone-0'")
+        assert gone["state"].item() == "left_queue"  # deleted while pending: not queued demand any more
+        # the queues: the last read holds exactly the final pages' figures
+        at = datetime.now(UTC)
+        for scheduler, parse, path in (("kueue", parse_kueue, "/kueue"), ("kai", parse_kai, "/kai")):
+            last = store.query("SELECT queue, coalesce(flavor, '') AS flavor, figure, coalesce(detail, '') AS detail, "
+                               "value FROM queue_metrics WHERE scheduler = $s AND ts = (SELECT max(ts) FROM "
+                               "queue_metrics WHERE scheduler = $s)", {"s": scheduler})
+            page = parse(pages.last[path], at).rows
+            assert _figures(last) == _figures(page), scheduler
+        assert store.query("SELECT count(DISTINCT ts) AS n FROM queue_metrics")["n"].item() >= 4  # a history
+    finally:
+        prometheus.stop()
+        pages.close()
+        store.close()
+
+
+def test_a_held_job_is_listed_as_waiting_but_is_no_demand_and_no_room_is_made_for_it(tmp_path):
+    from gpuledger.analytics.usage import pending_jobs
+    from gpuledger.analytics.workloads import waiting_demand, waiting_now
+    from gpuledger.collector.jobs.lifecycle import events_of, jobs_frame
+    store = Store(tmp_path / "h.duckdb")
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    jobs = jobs_frame([
+        {"job_id": f"slurm:{i}", "team": "nlp", "gpus": 4, "submit_ts": at - timedelta(hours=2), "state": "pending",
+         "pending_reason": reason, "source": "slurm", "name": "train"}
+        for i, reason in enumerate(["Resources", "BeginTime", "Dependency", None])])
+    store.record_jobs(jobs, events_of(jobs))
+    demand = waiting_demand(store, at - timedelta(days=1), at, at)
+    assert demand["jobs_waited"].sum() == 2 and demand["waiting_gpu_hours"].sum() == pytest.approx(16.0)
+    assert set(pending_jobs(store, at)["job_id"]) == {"slurm:0", "slurm:3"}
+    assert len(waiting_now(store, at)) == 4  # still shown, with the scheduler's reason
