@@ -22,6 +22,7 @@ from gpuledger.analytics.team_scope import redact_for_team
 from gpuledger.analytics.usage import NO_UTILISATION, cluster_utilization, covered_hours
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.analytics.windows import utc_now
+from gpuledger.analytics.workload_classes import class_usage
 from gpuledger.analytics.workloads import workload_summary
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 
@@ -240,6 +241,20 @@ def _queue(work: pd.DataFrame, by_class: pd.DataFrame | None = None) -> str:
     return html_out
 
 
+def _class_costs(usage: pd.DataFrame) -> str:
+    """Cost, efficiency and waste per workload class over the cluster (analytics/workload_classes.py)."""
+    if usage.empty:
+        return ""
+    per = usage.groupby("workload_class").agg(
+        jobs=("jobs", "sum"), gpu_hours=("gpu_hours", "sum"), cost_usd=("cost_usd", "sum"),
+        used_gpu_hours=("used_gpu_hours", lambda s: s.sum(min_count=1)),
+        idle_gpu_hours=("idle_gpu_hours", lambda s: s.sum(min_count=1)),
+        idle_cost_usd=("idle_cost_usd", lambda s: s.sum(min_count=1))).reset_index()
+    per = per.sort_values("cost_usd", ascending=False)
+    return ("<h3>Cost and waste by workload class</h3>"
+            + _table(per, money=("cost_usd", "idle_cost_usd")))
+
+
 def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
     """Idle stretches per job (not per GPU): GPUs, idle GPU-hours and cost, the longest stretch."""
     columns = ["team", "job_id", "node", "gpu_model", "gpus", "longest_idle_minutes", "idle_gpu_hours",
@@ -384,6 +399,7 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 {_table(top_idle, money=("idle_cost_usd",))}
 <h2>Queue and outcomes</h2>
 {_queue(work, workload_summary(store, start, end, min(end, now), by=("workload_class",)))}
+{_class_costs(class_usage(store, start, min(end, now)))}
 <h2>Recommendations</h2>
 <p>{rec_note}</p>
 {rec_html}

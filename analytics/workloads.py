@@ -13,7 +13,8 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
-from gpuledger.collector.jobs.lifecycle import HELD_REASONS, LOST, OPEN_STATES
+from gpuledger.analytics.usage import USAGE
+from gpuledger.collector.jobs.lifecycle import HELD_REASONS, LOST, OPEN_STATES, OUTCOMES
 from gpuledger.collector.samples import UNATTRIBUTED
 
 # a job's own row, with its wait and its run clipped to [$start, $end) (`$at`: now, for what is still open)
@@ -59,8 +60,8 @@ def waiting_demand(store: Store, start: datetime, end: datetime, at: datetime) -
                              "held": list(HELD_REASONS)})
 
 
-# what workload figures can be grouped by; `workload_class` is collector/jobs/lifecycle.py WORKLOAD_CLASSES (or
-# `unclassified` for a job stored before classes existed)
+# what workload figures can be grouped by; `workload_class` is collector/jobs/classes.py WORKLOAD_CLASSES or
+# `unclassified` (a job stored before classes existed counts as unclassified)
 WORKLOAD_GROUPS = ("team", "gpu_model", "workload_class")
 
 
@@ -132,3 +133,45 @@ def waiting_now(store: Store, at: datetime) -> pd.DataFrame:
               FROM ({_JOB_SPANS}) WHERE state = 'pending' AND coalesce(submit_ts, $at) <= $at
               ORDER BY wait_minutes DESC NULLS LAST"""
     return store.query(sql, {"start": at, "end": at, "at": at, "unattributed": UNATTRIBUTED})
+
+
+EXAMPLES = 20  # job ids listed per disagreement (all are counted)
+
+
+def scheduler_coverage(store: Store, start: datetime, end: datetime, at: datetime,
+                       grace_minutes: float = 10.0) -> dict:
+    """Where the schedulers' records and the GPU telemetry disagree in [start, end), counted and named, never
+    resolved by a guess: jobs the scheduler says run (for longer than `grace_minutes`) with no sample of theirs in
+    the last `grace_minutes` (a pod on a GPU the exporter does not show), jobs that ran and ended in the window
+    with no sample at all (a job in sacct the telemetry never saw), and telemetry of jobs no scheduler record
+    knows (where any record exists). Per source."""
+    seen = store.query_usage(
+        f"SELECT job_id, max(end_ts) AS last_seen, sum(gpu_s) / 3600.0 AS gpu_hours FROM {USAGE} "
+        "WHERE allocated AND job_id IS NOT NULL GROUP BY job_id", {"start": start, "end": end})
+    recs = store.query("""
+        SELECT job_id, coalesce(source, 'unknown') AS source, state, start_ts, end_ts FROM jobs
+        WHERE gpus > 0 AND start_ts IS NOT NULL AND start_ts < $end AND coalesce(end_ts, $at) >= $start""",
+                       {"start": start, "end": end, "at": at})
+    grace = pd.Timedelta(minutes=grace_minutes)
+    at_ts = pd.Timestamp(at)
+    last_seen = dict(zip(seen["job_id"], pd.to_datetime(seen["last_seen"], utc=True)))
+    recs["start_ts"] = pd.to_datetime(recs["start_ts"], utc=True)
+    recs["end_ts"] = pd.to_datetime(recs["end_ts"], utc=True)
+    running = recs[(recs["state"] == "running") & (recs["start_ts"] <= at_ts - grace)]
+    silent = running[[last_seen.get(j) is None or last_seen[j] < at_ts - grace for j in running["job_id"]]]
+    ended = recs[recs["state"].isin(OUTCOMES) & (recs["end_ts"] >= pd.Timestamp(start))
+                 & (recs["end_ts"] - recs["start_ts"] >= grace)]
+    unseen = ended[~ended["job_id"].isin(last_seen)]
+    unknown = seen[~seen["job_id"].isin(set(store.query("SELECT job_id FROM jobs")["job_id"]))]
+
+    def listed(frame: pd.DataFrame) -> dict:
+        return {"count": int(len(frame)), "by_source": {str(k): int(v) for k, v in
+                                                        frame["source"].value_counts().items()},
+                "examples": sorted(frame["job_id"])[:EXAMPLES]}
+    return {"window_start": start, "window_end": end, "at": at, "grace_minutes": grace_minutes,
+            "telemetry_jobs": int(len(seen)), "scheduler_jobs": int(len(recs)),
+            "running_without_samples": listed(silent), "ended_without_samples": listed(unseen),
+            "samples_without_record": {
+                "count": int(len(unknown)) if len(recs) else None,
+                "gpu_hours": float(unknown["gpu_hours"].sum()) if len(recs) else None,
+                "examples": sorted(unknown["job_id"])[:EXAMPLES] if len(recs) else []}}

@@ -571,13 +571,15 @@ def _draw(job_id: str, what: str) -> float:
 
 def _job_name(job: SimJob) -> str:
     """A name like the ones users give, by profile, so the demo's jobs fall into every workload class
-    (collector/jobs/lifecycle.py infer_class): multi-GPU work trains, light and idle single GPUs are notebooks
-    and shells, busy single GPUs serve or run batch evaluations (half each, fixed by job id)."""
+    (collector/jobs/classes.py infer_class): NVLink jobs pretrain, other multi-GPU jobs fine-tune, light and idle
+    single GPUs are notebooks and shells, busy single GPUs serve, run batch evaluations or agent rollouts (a third
+    each, fixed by job id)."""
     if job.gpus > 1 or job.profile == "nvlink":
-        return "pretrain" if job.profile == "nvlink" else "finetune"
+        return "pretrain" if job.profile == "nvlink" else "finetune-lora"
+    draw = _draw(job.job_id, "name")
     if job.profile in ("light", "idle"):
-        return "jupyter" if _draw(job.job_id, "name") < 0.5 else "bash"
-    return "vllm-serve" if _draw(job.job_id, "name") < 0.5 else "eval-sweep"
+        return "jupyter" if draw < 0.5 else "bash"
+    return "vllm-serve" if draw < 1 / 3 else "eval-sweep" if draw < 2 / 3 else "agent-rollout"
 
 
 def _outcome(job_id: str) -> str:

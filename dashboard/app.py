@@ -506,10 +506,10 @@ with tab_work:
                                                         "must start together")})
             per_class = frame(work["by_class"])
             if not per_class.empty:
-                st.subheader("By workload class")
-                st.caption("Training, inference, interactive or batch: from a pod label (`--class-label`) or a "
-                           "partition/QOS named so, else inferred from the job's owner and name (the README lists "
-                           "the rules).")
+                st.subheader("Waits by workload class")
+                st.caption("Training, fine-tuning, batch or online inference, interactive, agentic: from a label, "
+                           "priority class, partition or QOS named so, else from the job's owner and name (the "
+                           "README lists the rules); unclassified where nothing places it.")
                 per_class["team"] = per_class["team"].map(owner_label)
                 show_named(per_class, {"team": "team", "workload_class": "class", **{
                     k: v for k, v in shown.items() if k not in ("team", "gpu_model")}}, 1)
@@ -520,6 +520,16 @@ with tab_work:
                 show_named(ended, {"team": "team", "gpu_model": "GPU model", "outcome": "outcome", "jobs": "jobs",
                                    "gpu_hours": "GPU-hours", "lost": "lost"}, 1,
                            lost=st.column_config.CheckboxColumn("lost", help="the work is lost"))
+        usage = frame(work["class_usage"])
+        if not usage.empty:
+            st.subheader("Cost, efficiency and waste by workload class")
+            st.caption("Every billed job in its class (a job without a scheduler record placed by what its GPUs "
+                       "did, where a rule fits); efficiency is used over measured GPU-hours, waste the idle ones.")
+            usage["team"] = usage["team"].map(owner_label)
+            show_named(usage, {"team": "team", "workload_class": "class", "jobs": "jobs", "gpu_hours": "GPU-hours",
+                               "cost_usd": "cost ($)", "efficiency": "efficiency", "idle_gpu_hours":
+                               "idle GPU-hours", "idle_cost_usd": "idle cost ($)", "util_coverage": "measured",
+                               "placed_by_telemetry": "placed by telemetry"}, 2)
         waiting = frame(work["waiting_now"], ("submit_ts",))
         st.subheader("Waiting now")
         if waiting.empty:
@@ -549,6 +559,23 @@ with tab_work:
                 st.caption("Kueue's admission waits in the window (from its histogram; null: not enough reads)")
                 show_named(waits, {"queue": "queue", "admitted": "admitted", "wait_mean_s": "mean wait (s)",
                                    "wait_p50_s": "p50 (s)", "wait_p95_s": "p95 (s)"}, 1)
+        if WHO.get("team") is None:  # the whole cluster's records: not a team token's to see
+            seen = get("coverage")["coverage"]
+            st.subheader("Scheduler and telemetry: where they disagree")
+            st.caption(f"Counted and named, never resolved by a guess (grace {seen['grace_minutes']:g} min): "
+                       f"{seen['scheduler_jobs']:,} GPU jobs in the schedulers' records, "
+                       f"{seen['telemetry_jobs']:,} job ids in the GPU telemetry.")
+            unrecorded = seen["samples_without_record"]
+            st.dataframe(pd.DataFrame([
+                {"what": "the scheduler says it runs, no recent GPU sample",
+                 "jobs": seen["running_without_samples"]["count"],
+                 "examples": ", ".join(seen["running_without_samples"]["examples"][:5])},
+                {"what": "ran and ended in the window, no GPU sample at all",
+                 "jobs": seen["ended_without_samples"]["count"],
+                 "examples": ", ".join(seen["ended_without_samples"]["examples"][:5])},
+                {"what": "GPU telemetry of a job no scheduler record knows", "jobs": unrecorded["count"],
+                 "examples": ", ".join(unrecorded["examples"][:5])},
+            ]), hide_index=True, placeholder=BLANK, width="stretch")
 
 with tab_cost:
     if tab_cost.open:

@@ -637,6 +637,7 @@ def _import_jobs(args: argparse.Namespace, config: Config) -> int:
     else:
         batch = parse_kube_state(text, args.team_label, class_label=args.class_label)
     with _open_store(args, config) as store:
+        store.record_restarts(batch.jobs, utc_now(), batch.jobs["source"].iloc[0] if len(batch.jobs) else "")
         stored = store.record_jobs(batch.jobs, batch.events)
         left = (store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)
                 if args.trace == "squeue" else 0)

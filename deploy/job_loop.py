@@ -26,11 +26,13 @@ class JobLoop(threading.Thread):
         self.failures = 0
         self.last_error: str | None = None
         self.last_success: float | None = None
+        self.missing: list[str] = []  # what the last read found absent in Prometheus
 
     def read_once(self) -> dict[str, int]:
         """One read, stored: what was stored (jobs, queue rows, jobs that left the queue)."""
         read = self.source.read()
-        stored = {"jobs": self.store.record_jobs(read.jobs.jobs, read.jobs.events),
+        restarts = self.store.record_restarts(read.jobs.jobs, read.at, self.source.source_name)
+        stored = {"jobs": self.store.record_jobs(read.jobs.jobs, read.jobs.events), "restarts": restarts,
                   "queue_rows": self.store.record_queue_metrics(read.queues),
                   "left_queue": self.store.close_left_queue(self.source.source_name, read.listed_now, read.at,
                                                             LEFT_QUEUE)}
@@ -39,9 +41,20 @@ class JobLoop(threading.Thread):
             log.info("%s: stored %s%s", self.source.name, ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in
                                                                       stored.items()),
                      f"; skipped {dict(skipped)}" if skipped else "")
+        if read.missing != self.missing:
+            for what in read.missing:
+                log.warning("%s: not found: %s", self.source.name, what)
+        self.missing = read.missing
         self.reads += 1
         self.last_success, self.last_error = time.monotonic(), None
         return stored
+
+    def state(self) -> dict:
+        """For /healthz: the source, reads so far, the last error while reads fail, and what Prometheus lacks."""
+        return {"source": self.source.name, "reads": self.reads, "failures": self.failures,
+                "last_error": self.last_error, "missing": list(self.missing),
+                "seconds_since_read": None if self.last_success is None
+                else round(time.monotonic() - self.last_success, 1)}
 
     def run(self) -> None:
         while not self.stop_event.is_set():

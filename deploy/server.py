@@ -151,6 +151,7 @@ class Serving:
             self.loop.start()
         self.jobs = jobs  # the schedulers' job lifecycle and queues (deploy/job_loop.py), when read
         if self.jobs:
+            api.app.state.job_source = self.jobs  # /healthz says how its reads go and what Prometheus lacks
             self.jobs.start()
 
     def stop(self) -> None:

@@ -231,3 +231,23 @@ def test_a_team_starved_in_the_queue_is_not_cut_for_its_low_use(store):
     assert seen.evidence["jobs_waited"] == 2 and seen.evidence["waits_from"] == ["slurm"]
     assert "waiting on average" in seen.reason
     assert quotas(store)[("a", "H100")].guarantee <= 4  # the over-served team is not raised past its fair part
+
+
+def test_a_starved_team_under_its_fair_part_is_raised_towards_it(store):
+    """The same starved team with a guarantee of 1, under its fair part of 4: its waits are demand, so the advice
+    raises its guarantee (never past the fair part), with the waits named as evidence."""
+    store.upsert_teams(pd.DataFrame({"team": ["a", "starved"], "share": [1.0, 1.0], "quota_gpus": [7, 1]}))
+    rows = [gpu_rows("n", g, "H100", 180, util=90.0, job=f"a/{g}", team="a") for g in range(6)]
+    rows += [gpu_rows("n", 6, "H100", 180, util=90.0, job="starved/small", team="starved"),
+             gpu_rows("n", 7, "H100", 180)]
+    store.append_samples(table(*rows))
+    store.set_team_quotas(pd.DataFrame({"team": ["a", "starved"], "gpu_model": ["H100", "H100"],
+                                        "guarantee_gpus": [7.0, 1.0], "limit_gpus": [8.0, 8.0]}))
+    store.upsert_jobs(pd.DataFrame([
+        {"job_id": "slurm:1", "team": "starved", "gpu_model": "H100", "gpus": 4, "state": "cancelled",
+         "submit_ts": T0, "end_ts": T0 + timedelta(minutes=170), "source": "slurm"},
+        {"job_id": "slurm:2", "team": "starved", "gpu_model": "H100", "gpus": 2, "state": "running",
+         "submit_ts": T0 + timedelta(minutes=30), "start_ts": T0 + timedelta(minutes=170), "source": "slurm"}]))
+    seen = quotas(store)[("starved", "H100")]
+    assert 1 < seen.guarantee <= 4, seen.reason
+    assert seen.evidence["jobs_waited"] == 2 and seen.evidence["waits_from"] == ["slurm"]

@@ -21,7 +21,7 @@ from gpuledger.analytics.workloads import workload_summary
 from gpuledger.collector.jobs.kai import parse_kai
 from gpuledger.collector.jobs.kube_state import parse_kube_state
 from gpuledger.collector.jobs.kueue import parse_kueue
-from gpuledger.collector.jobs.lifecycle import WORKLOAD_CLASSES, infer_class
+from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES, infer_class
 from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
 from gpuledger.deploy.api import create_app
 from gpuledger.deploy.job_loop import JobLoop
@@ -32,7 +32,7 @@ from tests.scheduler_pages import FINAL, KUEUE_BUCKETS, kai_page, ksm_page, kueu
 
 UTC = timezone.utc
 JOB_FIELDS = ["job_id", "team", "gpus", "state", "submit_ts", "eligible_ts", "start_ts", "end_ts", "restarts",
-              "exit_code", "pending_reason", "name", "workload_class", "class_from"]
+              "exit_code", "pending_reason", "name", "workload_class", "class_rule"]
 
 
 def test_kueue_page_gives_gpu_quotas_usage_waits_and_skips_other_resources():
@@ -114,17 +114,60 @@ def test_the_plan_beside_the_quotas_in_force_names_every_difference(tmp_path):
     assert compare_with_scheduler(Store(tmp_path / "e.duckdb"), _plan(), at).empty
 
 
-def test_workload_classes_from_labels_else_inferred():
+def test_workload_classes_from_labels_else_names_else_unclassified_with_the_rule():
     batch = parse_kube_state(ksm_page(FINAL), "team", class_label="gpuledger.io/class")
-    classes = dict(zip(batch.jobs["job_id"], zip(batch.jobs["workload_class"], batch.jobs["class_from"])))
-    assert classes["vision/serve-7d9f-abcde"] == ("inference", "label")
-    assert classes["nlp/bert-worker-0"] == ("training", "inferred")  # a PyTorchJob's pod
-    assert classes["vision/oom-0"] == ("batch", "inferred")
-    assert set(batch.jobs["workload_class"]) <= set(WORKLOAD_CLASSES)
-    assert infer_class("bash") == ("interactive", "inferred")
-    assert infer_class("job.sh") == ("batch", "inferred")
-    assert infer_class("Deployment/llama-70b") == ("inference", "inferred")
-    assert infer_class("x", partition="interactive") == ("interactive", "label")
+    classes = dict(zip(batch.jobs["job_id"], zip(batch.jobs["workload_class"], batch.jobs["class_rule"])))
+    assert classes["vision/serve-7d9f-abcde"] == ("online_inference", "label gpuledger.io/class=inference")
+    assert classes["nlp/bert-worker-0"] == ("training", "name 'PyTorchJob/bert': a training operator's pod")
+    assert classes["vision/oom-0"][0] == UNCLASSIFIED  # Job/resize says nothing: not guessed
+    assert set(batch.jobs["workload_class"]) <= set(WORKLOAD_CLASSES) | {UNCLASSIFIED}
+    assert infer_class("bash")[0] == "interactive"
+    assert infer_class("job.sh")[0] == UNCLASSIFIED
+    assert infer_class("observer")[0] == UNCLASSIFIED  # "serve" inside a word is not a server
+    assert infer_class("Deployment/llama-70b")[0] == "online_inference"
+    assert infer_class("finetune-lora")[0] == "fine_tuning" and infer_class("agent-rollout")[0] == "agentic"
+    assert infer_class("eval-sweep")[0] == "batch_inference"
+    assert infer_class("x", partition="interactive") == ("interactive", "partition interactive")
+    assert infer_class("x", priority_class="Serving") == ("online_inference", "priority class Serving")
+    # an annotation gives the class where the label does not; an unknown value is counted, not used
+    annotated = ksm_page(FINAL).replace('label_gpuledger_io_class="inference"', 'label_x="1"') + (
+        'kube_pod_annotations{namespace="vision",pod="oom-0",annotation_gpuledger_io_class="notebook"} 1\n'
+        'kube_pod_annotations{namespace="vision",pod="evicted-0",annotation_gpuledger_io_class="frobnicate"} 1\n')
+    other = parse_kube_state(annotated, "team", class_label="gpuledger.io/class")
+    again = dict(zip(other.jobs["job_id"], other.jobs["workload_class"]))
+    assert again["vision/oom-0"] == "interactive" and again["vision/serve-7d9f-abcde"] == "online_inference"
+    assert other.skipped["unknown_class_label"] == 1
+
+
+def test_cost_efficiency_and_waste_per_class_and_telemetry_places_jobs_without_a_record(tmp_path):
+    from gpuledger.analytics.workload_classes import class_usage, job_classes
+    from tests.helpers import T0, gpu_rows, table
+    store = Store(tmp_path / "w.duckdb")
+    store.set_rates(Config().rates)
+    busy = [r for g in range(4) for r in gpu_rows("n1", g, "H100", 120, util=90.0, job="ml/gang", team="ml")]
+    bursty = gpu_rows("n2", 0, "H100", 120, util=[60.0 if i % 10 == 0 else 0.0 for i in range(120)],
+                      job="ml/nb", team="ml")
+    unknown = gpu_rows("n2", 1, "H100", 120, util=None, job="ml/blind", team="ml")
+    named = gpu_rows("n2", 2, "H100", 120, util=30.0, job="ml/serve", team="ml")
+    store.append_samples(table(busy, bursty, unknown, named))
+    store.upsert_jobs(pd.DataFrame([{"job_id": "ml/serve", "team": "ml", "gpus": 1, "name": "vllm-serve",
+                                     "state": "running", "submit_ts": T0, "start_ts": T0}]))
+    store.fold()
+    end = T0 + timedelta(hours=2)
+    jobs = job_classes(store, T0, end).set_index("job_id")
+    assert jobs.loc["ml/gang", "workload_class"] == "training" and "4 GPUs busy" in jobs.loc["ml/gang", "class_rule"]
+    assert jobs.loc["ml/nb", "workload_class"] == "interactive"
+    assert jobs.loc["ml/blind", "workload_class"] == UNCLASSIFIED  # no readings: not guessed
+    assert jobs.loc["ml/serve", "class_rule"].startswith("name 'vllm-serve'")
+    usage = class_usage(store, T0, end).set_index("workload_class")
+    assert usage.loc["training", "gpu_hours"] == pytest.approx(8.0)
+    assert usage.loc["training", "efficiency"] == pytest.approx(0.9)
+    assert usage.loc["training", "cost_usd"] == pytest.approx(8.0 * Config().rates["H100"])
+    assert usage.loc["interactive", "idle_gpu_hours"] == pytest.approx(1.8)
+    assert pd.isna(usage.loc[UNCLASSIFIED, "efficiency"])  # unmeasured: null, not zero
+    assert usage["placed_by_telemetry"].sum() == 2
+    # every billed job is in a class: 4 + 1 + 1 + 1 GPUs for 2 hours
+    assert usage["cost_usd"].sum() == pytest.approx(14.0 * Config().rates["H100"])
 
 
 def test_gang_jobs_waiting_are_counted_once_with_all_their_gpus(tmp_path):
@@ -138,7 +181,7 @@ def test_gang_jobs_waiting_are_counted_once_with_all_their_gpus(tmp_path):
     assert rows.loc["nlp", "gang_gpus_waiting"] == 16
     assert rows.loc["vision", "gang_jobs_waiting"] == 0
     by_class = workload_summary(store, at - timedelta(days=1), at, at, by=("workload_class",))
-    assert set(by_class["workload_class"]) == {"training", "batch", "inference"}
+    assert set(by_class["workload_class"]) == {"training", UNCLASSIFIED, "online_inference"}
     with pytest.raises(ValueError):
         workload_summary(store, at, at, at, by=("node",))
 
@@ -159,8 +202,9 @@ def test_the_api_serves_queues_and_classes(tmp_path):
     assert {w["queue"] for w in body["admission_waits"]} == {"nlp", "vision"}
     work = client.get("/v1/workloads", params={"days": 300})
     assert work.status_code == 200, work.text
-    assert {row["workload_class"] for row in work.json()["by_class"]} >= {"training", "inference"}
-    assert {job["workload_class"] for job in work.json()["waiting_now"]} == {"training", "batch"}
+    assert {row["workload_class"] for row in work.json()["by_class"]} >= {"training", "online_inference"}
+    assert {job["workload_class"] for job in work.json()["waiting_now"]} == {"training", UNCLASSIFIED}
+    assert work.json()["class_usage"] == []  # no telemetry in this store: nothing billed, nothing made up
 
 
 def test_import_kueue_and_kai_pages(tmp_path, capsys):
@@ -274,6 +318,20 @@ def test_prometheus_gives_the_jobs_and_queues_the_pages_give(tmp_path):
             page = parse(pages.last[path], at).rows
             assert _figures(last) == _figures(page), scheduler
         assert store.query("SELECT count(DISTINCT ts) AS n FROM queue_metrics")["n"].item() >= 4  # a history
+        # restarts seen growing between reads have a time; the events read off the pod's instants are still there
+        events = store.query("SELECT event, count(*) AS n FROM job_events WHERE job_id = 'vision/serve-7d9f-abcde' "
+                             "GROUP BY event")
+        counts = dict(zip(events["event"], events["n"]))
+        assert 1 <= counts.get("restarted", 0) <= FINAL // 2 and counts["started"] == 1 and counts["submitted"] == 1
+        # /healthz says how the reads go; a Prometheus asked before it had any of the series says what it lacks
+        app = create_app(store, Config(), open_reads=True)
+        app.state.job_source = loop
+        health = TestClient(app).get("/healthz").json()["job_source"]
+        assert health["reads"] >= 3 and health["missing"] == [] and health["last_error"] is None
+        early = JobLoop(PrometheusLifecycle(prometheus.url, "team", since=timedelta(seconds=5),
+                                            clock=lambda: datetime(2020, 1, 1, tzinfo=UTC)), Store(tmp_path / "e.db"))
+        assert early.read_once()["jobs"] == 0
+        assert [m.split(" ")[0] for m in early.state()["missing"]] == ["kube-state-metrics", "Kueue"]
     finally:
         prometheus.stop()
         pages.close()
@@ -295,3 +353,44 @@ def test_a_held_job_is_listed_as_waiting_but_is_no_demand_and_no_room_is_made_fo
     assert demand["jobs_waited"].sum() == 2 and demand["waiting_gpu_hours"].sum() == pytest.approx(16.0)
     assert set(pending_jobs(store, at)["job_id"]) == {"slurm:0", "slurm:3"}
     assert len(waiting_now(store, at)) == 4  # still shown, with the scheduler's reason
+
+
+def test_where_scheduler_records_and_telemetry_disagree_is_counted_and_named(tmp_path):
+    from gpuledger.analytics.workloads import scheduler_coverage
+    from gpuledger.collector.jobs.lifecycle import events_of, jobs_frame
+    from tests.helpers import T0, gpu_rows, table
+    store = Store(tmp_path / "d.duckdb")
+    store.append_samples(table(gpu_rows("n1", 0, "H100", 120, util=50.0, job="ml/a", team="ml"),
+                               gpu_rows("n1", 1, "H100", 120, util=50.0, job="ml/stray", team="ml")))
+    store.fold()
+    at = T0 + timedelta(hours=2)
+    jobs = jobs_frame([
+        {"job_id": "ml/a", "team": "ml", "gpus": 1, "state": "running", "start_ts": T0, "source": "kubernetes"},
+        {"job_id": "ml/b", "team": "ml", "gpus": 2, "state": "running", "start_ts": T0, "source": "kubernetes"},
+        {"job_id": "slurm:9", "team": "ml", "gpus": 4, "state": "completed", "start_ts": T0,
+         "end_ts": T0 + timedelta(hours=1), "source": "slurm"},
+        {"job_id": "slurm:10", "team": "ml", "gpus": 4, "state": "failed", "start_ts": T0,
+         "end_ts": T0 + timedelta(minutes=2), "source": "slurm"}])  # too short to expect a sample
+    store.record_jobs(jobs, events_of(jobs))
+    seen = scheduler_coverage(store, T0, at, at)
+    assert seen["running_without_samples"] == {"count": 1, "by_source": {"kubernetes": 1}, "examples": ["ml/b"]}
+    assert seen["ended_without_samples"]["examples"] == ["slurm:9"]
+    assert seen["samples_without_record"]["examples"] == ["ml/stray"]
+    assert seen["samples_without_record"]["gpu_hours"] == pytest.approx(2.0)
+    answer = TestClient(create_app(store, Config(), open_reads=True)).get(
+        "/v1/workloads/coverage", params={"end": at.isoformat(), "days": 1})
+    assert answer.status_code == 200 and answer.json()["ended_without_samples"]["count"] == 1
+
+
+def test_restarts_seen_growing_between_reads_become_events(tmp_path):
+    store = Store(tmp_path / "r.duckdb")
+    first, later = parse_kube_state(ksm_page(2), "team"), parse_kube_state(ksm_page(6), "team")
+    t1, t2 = datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 1, 0, 5, tzinfo=UTC)
+    assert store.record_restarts(first.jobs, t1, "kubernetes") == 0  # nothing stored yet: no growth seen
+    store.record_jobs(first.jobs, first.events)
+    grown = store.record_restarts(later.jobs, t2, "kubernetes")
+    store.record_jobs(later.jobs, later.events)
+    # serve: 1 -> 3 restarts, oom: 2 -> 4, the gang's pods: 0 -> 1 each
+    assert grown == 2 + 2 + 1 + 1
+    events = store.query("SELECT job_id, ts FROM job_events WHERE event = 'restarted'")
+    assert len(events) == grown and set(pd.to_datetime(events["ts"], utc=True)) == {pd.Timestamp(t2)}

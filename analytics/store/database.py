@@ -52,7 +52,8 @@ from gpuledger.analytics.store.schema import (
 )
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
-from gpuledger.collector.jobs.lifecycle import infer_class
+from gpuledger.collector.jobs.classes import infer_class
+from gpuledger.collector.jobs.lifecycle import DERIVED_EVENTS
 from gpuledger.collector.samples import ADDED_COLUMNS, PROCESS_SCHEMA, SAMPLE_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -576,32 +577,57 @@ class Store:
 
     def upsert_jobs(self, jobs: pd.DataFrame) -> int:
         """Job records (the simulator's, a trace's); a record without a workload class gets the inferred one
-        (collector/jobs/lifecycle.py infer_class), so every job is in a class."""
+        (collector/jobs/classes.py infer_class) with its rule."""
         if len(jobs) and "workload_class" not in jobs:
             jobs = jobs.copy()
             classes = [infer_class(*(None if pd.isna(v) else v for v in values)) for values in zip(
                 *(jobs[c] if c in jobs else [None] * len(jobs) for c in ("name", "partition", "qos")))]
             jobs["workload_class"] = [c for c, _ in classes]
-            jobs["class_from"] = [f for _, f in classes]
+            jobs["class_rule"] = [f for _, f in classes]
         return self._insert("jobs", jobs, replace=True)
 
     def record_jobs(self, jobs: pd.DataFrame, events: pd.DataFrame) -> int:
         """Jobs a lifecycle source read (collector/jobs), replacing the stored rows of the same ids, and their
-        events, replacing what that source said of those jobs before: one transaction, so a job's row and its
-        history always agree. Returns the jobs stored."""
+        events, replacing what that source said of those jobs before (the events read off a job's instants; a
+        `restarted` event seen between reads is kept): one transaction, so a job's row and its history always
+        agree. Returns the jobs stored."""
         if not len(jobs):
             return 0
         with self.transaction() as cur:
             cur.register("incoming_jobs", jobs)
             self._replace_rows(cur, "jobs", "incoming_jobs")
             cur.execute("DELETE FROM job_events WHERE job_id IN (SELECT job_id FROM incoming_jobs) "
-                        "AND source IN (SELECT DISTINCT source FROM incoming_jobs)")
+                        "AND source IN (SELECT DISTINCT source FROM incoming_jobs) "
+                        "AND event IN (SELECT unnest($derived))", {"derived": list(DERIVED_EVENTS)})
             cur.unregister("incoming_jobs")
             if len(events):
                 cur.register("incoming_events", events)
                 cur.execute("INSERT INTO job_events BY NAME SELECT * FROM incoming_events")
                 cur.unregister("incoming_events")
         return len(jobs)
+
+    def record_restarts(self, jobs: pd.DataFrame, at: datetime, source: str) -> int:
+        """A `restarted` event at `at` for each restart a read shows beyond the count stored (before the read's
+        jobs replace theirs): how restarts get a time. Returns the restarts recorded."""
+        if not len(jobs) or "restarts" not in jobs:
+            return 0
+        seen = jobs[["job_id", "restarts"]].dropna()
+        if seen.empty:
+            return 0
+        with self.transaction() as cur:
+            cur.register("seen_restarts", seen)
+            grown = cur.execute("""SELECT s.job_id, s.restarts - j.restarts AS more FROM seen_restarts s
+                                   JOIN jobs j USING (job_id) WHERE s.restarts > j.restarts""").df()
+            cur.unregister("seen_restarts")
+            if len(grown):
+                rows = pd.DataFrame({"job_id": [j for j, n in zip(grown["job_id"], grown["more"])
+                                                for _ in range(int(n))], "ts": at, "event": "restarted",
+                                     "source": source})
+                rows["detail"] = None
+                cur.register("restart_events", rows)
+                cur.execute("INSERT INTO job_events BY NAME SELECT * FROM restart_events")
+                cur.unregister("restart_events")
+        return int(grown["more"].sum()) if len(grown) else 0
 
     def close_left_queue(self, source: str, seen: Sequence[str], at: datetime, state: str) -> int:
         """Jobs of `source` stored as pending or running that a queue snapshot taken at `at` no longer lists:

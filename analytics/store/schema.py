@@ -49,7 +49,7 @@ INGEST_RUNS = """CREATE TABLE IF NOT EXISTS ingest_runs (
 JOB_LIFECYCLE_COLUMNS = {"eligible_ts": "TIMESTAMPTZ", "partition": "VARCHAR", "qos": "VARCHAR",
                          "account": "VARCHAR", "exit_code": "VARCHAR", "restarts": "INTEGER",
                          "pending_reason": "VARCHAR", "name": "VARCHAR", "source": "VARCHAR",
-                         "workload_class": "VARCHAR", "class_from": "VARCHAR"}
+                         "workload_class": "VARCHAR", "class_rule": "VARCHAR"}
 
 
 DDL = [

@@ -10,7 +10,8 @@ Families read, each optional (facts from kube-state-metrics' docs/metrics/worklo
 - `kube_pod_status_unschedulable` = 1 while the scheduler cannot place it (the pending reason `Unschedulable`).
 - `kube_pod_container_status_restarts_total` (summed over containers) and
   `kube_pod_container_status_last_terminated_reason{reason}` = 1 (OOMKilled, Error, DeadlineExceeded, ...).
-- `kube_pod_owner{owner_kind, owner_name}` (`<none>` for a bare pod), `kube_pod_labels{label_*}`.
+- `kube_pod_owner{owner_kind, owner_name}` (`<none>` for a bare pod), `kube_pod_labels{label_*}` and
+  `kube_pod_annotations{annotation_*}` (the team and the workload class), `kube_pod_info{node, priority_class}`.
 - GPUs asked: `kube_pod_container_resource_requests{resource="nvidia_com_gpu"}` summed over containers (v1.5 on;
   also HAMi's vGPU count), or the older family `kube_pod_container_resource_requests_nvidia_gpu_devices`.
 A family missing from the page leaves its field unknown (null), never zero. A phase the page does not give leaves
@@ -23,7 +24,8 @@ from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from gpuledger.collector.jobs.lifecycle import WORKLOAD_CLASSES, JobBatch, events_of, jobs_frame
+from gpuledger.collector.jobs.classes import class_of_label
+from gpuledger.collector.jobs.lifecycle import JobBatch, events_of, jobs_frame
 from gpuledger.collector.prom_text import parse
 
 Sample = tuple[str, dict[str, str], float, Any]  # (family, labels, value, timestamp), as prom_text gives them
@@ -87,13 +89,18 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
         elif name == "kube_pod_labels":
             if team_label:
                 pod["team"] = labels.get(_label_key(team_label))
-            if class_label:
-                pod["class"] = labels.get(_label_key(class_label))
+            if class_label and labels.get(_label_key(class_label)):
+                pod["class"] = (f"label {class_label}", labels[_label_key(class_label)])
+        elif name == "kube_pod_annotations" and class_label:
+            key = "annotation_" + _label_key(class_label)[len("label_"):]
+            if labels.get(key) and "class" not in pod:
+                pod["class"] = (f"annotation {class_label}", labels[key])
         elif (name == "kube_pod_container_resource_requests" and labels.get("resource") in GPU_RESOURCES) \
                 or name == LEGACY_GPU_REQUESTS:
             pod["gpus"] = (pod["gpus"] or 0) + value
         elif name == "kube_pod_info":
             pod["node"] = labels.get("node") or None
+            pod["priority_class"] = labels.get("priority_class") or None
     skipped = Counter() if skipped is None else skipped
     unknown: Counter = Counter()
     records = []
@@ -119,18 +126,19 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
             "pending_reason": ("Unschedulable" if pod.get("unschedulable") else pod.get("reason"))
             if state == "pending" else None,
             "name": pod.get("owner"), "source": SOURCE,
-            **_class_of(pod.get("class"), skipped),
+            "priority_class": pod.get("priority_class"), **_class_of(pod.get("class"), skipped),
         })
     jobs = jobs_frame(records)
     return JobBatch(jobs, events_of(jobs), skipped, unknown)
 
 
-def _class_of(labelled: str | None, skipped: Counter) -> dict[str, str]:
-    """The class a pod's label gives, if it is one of WORKLOAD_CLASSES; another value is counted and the class
-    inferred instead (jobs_frame)."""
+def _class_of(labelled: tuple[str, str] | None, skipped: Counter) -> dict[str, str]:
+    """The class a pod's label or annotation gives (where, value), if it names one (classes.py ALIASES); another
+    value is counted and the class inferred instead (jobs_frame)."""
     if not labelled:
         return {}
-    if labelled.lower() in WORKLOAD_CLASSES:
-        return {"workload_class": labelled.lower(), "class_from": "label"}
+    found = class_of_label(labelled[1])
+    if found:
+        return {"workload_class": found, "class_rule": f"{labelled[0]}={labelled[1]}"}
     skipped["unknown_class_label"] += 1
     return {}

@@ -35,6 +35,7 @@ POD_FAMILIES = ("kube_pod_created", "kube_pod_status_scheduled_time", "kube_pod_
                 "kube_pod_completion_time", "kube_pod_status_phase", "kube_pod_status_reason",
                 "kube_pod_status_unschedulable", "kube_pod_container_status_restarts_total",
                 "kube_pod_container_status_last_terminated_reason", "kube_pod_owner", "kube_pod_labels",
+                "kube_pod_annotations",
                 "kube_pod_info", 'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}',
                 LEGACY_GPU_REQUESTS)
 KUEUE_SELECTOR = ('{__name__=~"kueue_cluster_queue_(nominal_quota|borrowing_limit|lending_limit|resource_usage|'
@@ -51,6 +52,7 @@ class LifecycleRead:
     queues: pd.DataFrame
     at: datetime
     skipped: Counter
+    missing: list[str]  # what Prometheus did not have (no kube-state-metrics pod series, ...), said, never guessed
 
 
 class PrometheusLifecycle:
@@ -80,6 +82,7 @@ class PrometheusLifecycle:
             name = family.split("{", 1)[0]
             samples += _samples(self._query(f"last_over_time({family}[{seconds}s])", at), name)
         jobs = pods_as_jobs(samples, self.team_label, class_label=self.class_label)
+        missing = [] if samples else ["kube-state-metrics (no kube_pod_* series in Prometheus: no pod lifecycle)"]
         listed = sorted({f"{s[1].get('namespace', '')}/{s[1]['pod']}"
                          for s in _samples(self._query("kube_pod_status_phase", at), "kube_pod_status_phase")
                          if s[1].get("pod")})
@@ -87,9 +90,12 @@ class PrometheusLifecycle:
         kueue = kueue_rows(_samples(self._query(KUEUE_SELECTOR, at)), at, skipped)
         kai = kai_rows(_samples(self._query(KAI_SELECTOR, at)), at, skipped)
         frames = [f for f in (kueue.rows, kai.rows) if len(f)]
+        if not frames:
+            missing.append("Kueue and KAI metrics (no kueue_* or queue_*_gpus series: the quotas in force are not "
+                           "known)")
         queues = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(QUEUE_COLUMNS))
         self.last_read = at
-        return LifecycleRead(jobs, listed, queues, at, skipped)
+        return LifecycleRead(jobs, listed, queues, at, skipped, missing)
 
     def _query(self, query: str, at: datetime) -> list[dict[str, Any]]:
         return query_prometheus(self.session, self.url, query, at, self.timeout_s)

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES, WORKLOAD_CLASSES
+from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
+from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
 from gpuledger.collector.jobs.queues import SCHEDULERS
 from gpuledger.policies.scheduler_state import COMPARISON_STATUSES
 from gpuledger.policies.emitters import TARGETS
@@ -38,6 +39,15 @@ class Window(BaseModel):
     end: datetime = Field(description="exclusive")
 
 
+class JobSourceState(BaseModel):
+    source: str = Field(description="where job lifecycle and queues are read")
+    reads: int = Field(description="reads stored so far")
+    failures: int = Field(description="reads that failed")
+    last_error: str | None = Field(description="why the last read failed, while reads fail")
+    missing: list[str] = Field(description="what the last read found absent (kube-state-metrics, Kueue/KAI)")
+    seconds_since_read: float | None = Field(description="since the last stored read; null: none yet")
+
+
 class Health(BaseModel):
     status: Literal["ok", "degraded"] = Field(description="degraded: the server's collection keeps failing")
     reason: str | None = Field(None, description="why it is degraded")
@@ -49,6 +59,8 @@ class Health(BaseModel):
                                                                 "minutes (a few in steady state); null when empty")
     catching_up: bool = Field(False, description="the server is folding a backlog: analytic reads answer 503 with "
                                                  "Retry-After until it has caught up")
+    job_source: JobSourceState | None = Field(None, description="the job lifecycle reader (`serve --jobs-from`); "
+                                                                "null: none runs")
 
 
 class Liveness(BaseModel):
@@ -582,11 +594,29 @@ class WorkloadRow(BaseModel):
     gang_gpus_waiting: float = Field(description="GPUs those gang jobs wait for, all at once")
 
 
+CLASS_HELP = (f"the kind of work: {', '.join(WORKLOAD_CLASSES)}, or {UNCLASSIFIED} where no label, name or "
+              "telemetry rule places it (never guessed; the README lists the rules)")
+
+
 class ClassRow(WorkloadRow):
     gpu_model: str | None = Field(None, description="not split by GPU model here")
-    workload_class: str = Field(description=f"the kind of work: {', '.join(WORKLOAD_CLASSES)} (from a label, or "
-                                            "inferred from names, owners, partitions: see the README); "
-                                            "'unclassified' for jobs stored before classes existed")
+    workload_class: str = Field(description=CLASS_HELP + "; from the scheduler's record")
+
+
+class ClassUsage(BaseModel):
+    team: str = Field(description="the team billed")
+    workload_class: str = Field(description=CLASS_HELP + "; a job without a record placed by its telemetry")
+    jobs: int = Field(description="jobs billed in the window (count)")
+    gpu_hours: float = Field(description="allocated GPU-hours billed")
+    cost_usd: float = Field(description="their cost at the rate card, USD")
+    used_gpu_hours: float | None = Field(description="GPU-hours weighted by utilisation; null: none measured")
+    efficiency: float | None = Field(description="used GPU-hours over the measured GPU-hours (0..1); null: none "
+                                                 "measured")
+    idle_gpu_hours: float | None = Field(description="allocated GPU-hours under the idle threshold (waste)")
+    idle_cost_usd: float | None = Field(description="their cost, USD")
+    util_coverage: float | None = Field(description="share of the GPU-hours with a utilisation reading")
+    placed_by_telemetry: int = Field(description="jobs whose class came from what their GPUs did (the rule is "
+                                                 "on each job: /v1/jobs)")
 
 
 class SchedulerQueue(BaseModel):
@@ -613,6 +643,32 @@ class AdmissionWait(BaseModel):
                                                   "null: none admitted")
     wait_p50_s: float | None = Field(description="median of that wait, s, interpolated in Kueue's buckets")
     wait_p95_s: float | None = Field(description="95th percentile of that wait, s")
+
+
+class Disagreement(BaseModel):
+    count: int = Field(description="jobs (count)")
+    by_source: dict[str, int] = Field(description="per scheduler source")
+    examples: list[str] = Field(description="up to 20 of their job ids")
+
+
+class UnrecordedTelemetry(BaseModel):
+    count: int | None = Field(description="telemetry job ids no scheduler record knows; null: no records at all")
+    gpu_hours: float | None = Field(description="their allocated GPU-hours in the window")
+    examples: list[str] = Field(description="up to 20 of them")
+
+
+class SchedulerCoverage(BaseModel):
+    window_start: datetime = Field(description="the window read")
+    window_end: datetime = Field(description="its end")
+    at: datetime = Field(description="the instant 'running now' is checked at")
+    grace_minutes: float = Field(description="a job must have run this long before missing samples count")
+    telemetry_jobs: int = Field(description="job ids the GPU telemetry billed in the window")
+    scheduler_jobs: int = Field(description="GPU jobs the schedulers say ran in the window")
+    running_without_samples: Disagreement = Field(description="the scheduler says they run, no GPU sample of "
+                                                              "theirs arrived lately")
+    ended_without_samples: Disagreement = Field(description="they ran and ended in the window, no GPU sample of "
+                                                            "theirs at all")
+    samples_without_record: UnrecordedTelemetry = Field(description="GPU telemetry of jobs no scheduler knows")
 
 
 class SchedulerQueues(BaseModel):
@@ -643,13 +699,14 @@ class WaitingJob(BaseModel):
     pending_reason: str | None = Field(description="why it waits, as the scheduler says (Slurm's Reason, "
                                                    "Kubernetes' Unschedulable)")
     source: str | None = Field(description="the scheduler the record comes from")
-    workload_class: str = Field(description=f"{', '.join(WORKLOAD_CLASSES)} or unclassified")
+    workload_class: str = Field(description=CLASS_HELP)
 
 
 class Workloads(BaseModel):
     window: Window = Field(description="the window read, [start, end)")
     at: datetime = Field(description="the instant 'now' stands for: open jobs are measured up to it")
     by_team: list[WorkloadRow] = Field(description="per team and GPU model")
-    by_class: list[ClassRow] = Field(description="per team and workload class")
+    by_class: list[ClassRow] = Field(description="waits and outcomes per team and workload class")
+    class_usage: list[ClassUsage] = Field(description="cost, GPU-hours, efficiency and waste per team and class")
     outcomes: list[OutcomeRow] = Field(description="finished jobs per team, model and outcome")
     waiting_now: list[WaitingJob] = Field(description="jobs waiting at `at`, longest first")

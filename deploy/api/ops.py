@@ -48,8 +48,10 @@ def healthz(request: Request, store: StoreDep) -> dict:
     Cheap while a backlog is folded (the unfolded rows are counted, not aggregated)."""
     loop = getattr(request.app.state, "collection", None)
     healthy, reason = loop.health() if loop is not None else (True, None)
+    jobs = getattr(request.app.state, "job_source", None)
     return {"status": "ok" if healthy else "degraded", "reason": reason, "samples": store.sample_count(),
             "latest_sample": json_safe(store.newest_sample()),
+            "job_source": jobs.state() if jobs is not None else None,
             **json_safe(fold_state(store))}
 
 

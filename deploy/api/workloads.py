@@ -10,10 +10,11 @@ from fastapi import Query
 from gpuledger.analytics.queues import admission_waits
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.windows import utc_now
-from gpuledger.analytics.workloads import outcomes, waiting_now, workload_summary
-from gpuledger.deploy.api.access import ReadCaller
+from gpuledger.analytics.workload_classes import class_usage
+from gpuledger.analytics.workloads import outcomes, scheduler_coverage, waiting_now, workload_summary
+from gpuledger.deploy.api.access import ClusterCaller, ReadCaller
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
-from gpuledger.deploy.api.models import ExportStatus, SchedulerQueues, Workloads
+from gpuledger.deploy.api.models import ExportStatus, SchedulerCoverage, SchedulerQueues, Workloads
 from gpuledger.policies.exporting import DEFAULT_STATUS, STATUSES
 from gpuledger.policies.quota_plan import build_plan
 from gpuledger.policies.scheduler_state import compare_with_scheduler
@@ -33,6 +34,7 @@ def workloads(caller: ReadCaller, store: StoreDep, days: float = Days, end: date
             "by_team": caller.visible(records(workload_summary(store, start, stop, at)), shared=False),
             "by_class": caller.visible(records(workload_summary(store, start, stop, at,
                                                                 by=("team", "workload_class"))), shared=False),
+            "class_usage": caller.visible(records(class_usage(store, start, stop)), shared=False),
             "outcomes": caller.visible(records(outcomes(store, start, stop, at)), shared=False),
             "waiting_now": caller.visible(records(waiting_now(store, at)), shared=False)}
 
@@ -52,3 +54,12 @@ def scheduler_queue_state(caller: ReadCaller, store: StoreDep, config: ConfigDep
     return {"window": span, "at": json_safe(at),
             "queues": caller.visible(records(compare_with_scheduler(store, plan, at)), shared=False),
             "admission_waits": records(admission_waits(store, start, stop)) if caller.team is None else []}
+
+
+@router.get("/v1/workloads/coverage", response_model=SchedulerCoverage)
+def coverage(caller: ClusterCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
+    """Where the schedulers' job records and the GPU telemetry disagree in the window: jobs said to run with no
+    recent sample, jobs that ran and ended with none, telemetry of jobs no scheduler knows. Counted and named per
+    source; nothing is resolved by a guess."""
+    start, stop, _ = window(days, end)
+    return json_safe(scheduler_coverage(store, start, stop, min(stop, utc_now())))
