@@ -52,7 +52,7 @@ def cost_by_team_and_model(store: Store, start: datetime, end: datetime, team: s
 def daily_cost_by_team(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Cost per UTC day and bill line (teams, unattributed, idle capacity)."""
     sql = f"""
-        SELECT date_trunc('day', bucket) AS day, bill_line(allocated, team, $unattributed, $idle) AS team,
+        SELECT utc_day(bucket) AS day, bill_line(allocated, team, $unattributed, $idle) AS team,
                sum(cost_usd) AS cost_usd
         FROM {PRICED} GROUP BY ALL ORDER BY 1, 2"""
     return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})

@@ -406,7 +406,8 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <p>Per-team pages and CSV files sit next to this page. Rates: USD per GPU-hour from the site rate card.</p>"""
     page = _page(f"gpuledger weekly cost report {label}", body)
     daily = daily_cost_by_team(store, start, end)
-    all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.waste.oversized_mem_fraction)
+    all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.waste.oversized_mem_fraction,
+                         p95=False)  # the team pages show no percentile
     idle_jobs = _idle_by_job(found.runs)
     job_columns = ["job_id", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "idle_share",
                    "util_coverage"]

@@ -149,7 +149,7 @@ def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: f
     Busy GPUs are measured less idle: GPUs without a reading are neither."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
-        SELECT owner(team, $unattributed) AS team, gpu_model, date_trunc('hour', bucket) AS hour,
+        SELECT owner(team, $unattributed) AS team, gpu_model, utc_hour(bucket) AS hour,
                sum(gpu_s) / 3600.0 AS allocated_gpus, sum(util_gpu_s) / 3600.0 AS measured_gpus,
                sum(idle_gpu_s) / 3600.0 AS idle_gpus
         FROM {USAGE} WHERE allocated GROUP BY ALL"""
@@ -158,7 +158,7 @@ def hourly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: f
 
 def covered_hours(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per GPU model: the clock hours in [start, end) that hold at least one sample of it (the evidence there is)."""
-    sql = f"""SELECT gpu_model, list_sort(list(DISTINCT date_trunc('hour', bucket))) AS hours
+    sql = f"""SELECT gpu_model, list_sort(list(DISTINCT utc_hour(bucket))) AS hours
               FROM {USAGE} GROUP BY gpu_model"""
     return store.query_usage(sql, {"start": start, "end": end})
 
@@ -202,14 +202,14 @@ def pending_jobs(store: Store, at: datetime, min_wait_minutes: float = 0.0) -> p
 def hourly_user_usage(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """Allocated GPU-hours per clock hour, named team and user (null: not known), for account-tree fairshare."""
     sql = f"""
-        SELECT date_trunc('hour', bucket) AS hour, team, "user", sum(gpu_s) / 3600.0 AS gpu_hours
+        SELECT utc_hour(bucket) AS hour, team, "user", sum(gpu_s) / 3600.0 AS gpu_hours
         FROM {USAGE} WHERE allocated AND team IS NOT NULL GROUP BY ALL"""
     return store.query_usage(sql, {"start": start, "end": end})
 
 
 def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
     """GPU-hours present per clock hour (allocated or not): the cluster's capacity, for usage as a fraction of it."""
-    sql = f"""SELECT date_trunc('hour', bucket) AS hour, sum(gpu_s) / 3600.0 AS gpu_hours
+    sql = f"""SELECT utc_hour(bucket) AS hour, sum(gpu_s) / 3600.0 AS gpu_hours
               FROM {USAGE} GROUP BY 1 ORDER BY 1"""
     return store.query_usage(sql, {"start": start, "end": end})
 

@@ -93,8 +93,8 @@ def with_p95(store: Store, jobs: pd.DataFrame, start: datetime, end: datetime) -
     so hour rollups keep their minutes' means as a list (and keep them past minute retention); minutes without a
     utilisation reading are left out, and the percentile is null where there is no evidence."""
     sql = """SELECT job_id, quantile_cont(util_pct, 0.95) AS p95_util_pct
-             FROM minute_utilisation($start, $end, $mwm, $hwm, $idle_pct)
-             WHERE mig_profile IS NULL AND job_id IN (SELECT unnest($jobs))
+             FROM minute_utilisation($start, $end, $mwm, $hwm, $idle_pct, $jobs)
+             WHERE mig_profile IS NULL
              GROUP BY job_id"""
     p95 = store.query_usage(sql, {"start": start, "end": end, "jobs": jobs["job_id"].tolist()})
     return jobs.merge(p95, on="job_id", how="left")
@@ -160,14 +160,19 @@ def job_stretches(runs: pd.DataFrame) -> pd.DataFrame:
     frame = frame.sort_values(["team", "holder", "node", "gpu_model", "start_ts"], na_position="first")
     keys = ["team", "holder", "node", "gpu_model"]
     # a new stretch starts where a GPU's idle start lies after every earlier end of the same holder
-    reach = frame.groupby(keys, dropna=False)["end_ts"].transform(lambda ends: ends.cummax().shift())
+    # (built-in cummax and shift per group: a Python lambda per group took seconds at 1,000 GPUs)
+    groups = [frame[k] for k in keys]
+    reach = frame["end_ts"].groupby(groups, dropna=False).cummax().groupby(groups, dropna=False).shift()
     frame["stretch"] = (reach.isna() | (frame["start_ts"] > reach)).cumsum()
+    uuids = (frame[["stretch", "gpu_uuid"]].drop_duplicates().sort_values(["stretch", "gpu_uuid"])
+             .groupby("stretch")["gpu_uuid"].agg(list))
     out = frame.groupby("stretch").agg(
         team=("team", "first"), job_id=("job_id", "first"), node=("node", "first"), gpu_model=("gpu_model", "first"),
-        gpus=("gpu_uuid", "nunique"), gpu_uuids=("gpu_uuid", lambda u: sorted(set(u))),
+        gpus=("gpu_uuid", "nunique"),
         start_ts=("start_ts", "min"), end_ts=("end_ts", "max"), idle_minutes=("idle_minutes", "max"),
         idle_gpu_hours=("idle_gpu_hours", "sum"),
         idle_cost_usd=("idle_cost_usd", "sum"), weighted=("weighted", "sum"), measured=("measured", "sum"))
+    out["gpu_uuids"] = uuids
     out["mean_util_pct"] = out["weighted"] / out["measured"].where(out["measured"] > 0)
     return out.sort_values("idle_cost_usd", ascending=False)[STRETCH_COLUMNS].reset_index(drop=True)
 
@@ -215,14 +220,15 @@ WASTE_FLAG_IDLE_SHARE = 0.5
 
 
 def job_table(store: Store, start: datetime, end: datetime, team: str | None = None, search: str | None = None,
-              limit: int = 500, mem_fraction: float = 0.25) -> pd.DataFrame:
+              limit: int = 500, mem_fraction: float = 0.25, p95: bool = True) -> pd.DataFrame:
     """One row per job of [start, end), like Princeton's jobstats: GPUs, model, GPU-hours, cost, mean and p95
     utilisation, peak memory against the card's, the idle share of its GPU-hours, and a waste flag (idle share at
     least WASTE_FLAG_IDLE_SHARE, or peak memory under `mem_fraction` of the card). Most costly first.
 
     Utilisation, idle share and the flag's idle part rest on the samples with a utilisation reading only:
     `util_coverage` is the share of the job's GPU-hours measured, the idle share is of those, and a job with none
-    has them null and `util_note` "no utilisation data" (a partly measured one says how much was)."""
+    has them null and `util_note` "no utilisation data" (a partly measured one says how much was). `p95`: False
+    leaves `p95_util_pct` out (null), for a caller that shows no percentile (a third of a second at 1,000 GPUs)."""
     sql = f"""
         SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value("user") AS "user",
                arg_max(gpu_model, gpu_s) AS gpu_model,
@@ -240,7 +246,10 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
         GROUP BY job_id ORDER BY cost_usd DESC, gpu_hours DESC, job_id LIMIT $limit"""
     jobs = store.query_usage(sql, {"start": start, "end": end, "team": team, "search": search or None,
                                    "limit": limit, "unattributed": UNATTRIBUTED})
-    jobs = with_p95(store, jobs, start, end) if len(jobs) else jobs.assign(p95_util_pct=pd.Series(dtype=float))
+    if len(jobs) and p95:
+        jobs = with_p95(store, jobs, start, end)
+    else:
+        jobs = jobs.assign(p95_util_pct=pd.Series(dtype=float))
     small = (jobs["peak_mem_mib"] / jobs["mem_total_mib"]) < mem_fraction
     jobs["waste"] = (jobs["idle_share"].fillna(0) >= WASTE_FLAG_IDLE_SHARE) | small.fillna(False)
     jobs["util_note"] = [util_note(c) for c in jobs["util_coverage"]] if len(jobs) else pd.Series(dtype=object)

@@ -139,26 +139,30 @@ EXAMPLES = 20  # job ids listed per disagreement (all are counted)
 
 
 def scheduler_coverage(store: Store, start: datetime, end: datetime, at: datetime,
-                       grace_minutes: float = 10.0) -> dict:
+                       grace_minutes: float = 10.0, team: str | None = None) -> dict:
     """Where the schedulers' records and the GPU telemetry disagree in [start, end), counted and named, never
     resolved by a guess: jobs the scheduler says run (for longer than `grace_minutes`) with no sample of theirs in
     the last `grace_minutes` (a pod on a GPU the exporter does not show), jobs that ran and ended in the window
     with no sample at all (a job in sacct the telemetry never saw), and telemetry of jobs no scheduler record
-    knows (where any record exists). Per source."""
+    knows (where any record exists). Per source; `team`: that team's jobs only (a team token's view)."""
     seen = store.query_usage(
         f"SELECT job_id, max(end_ts) AS last_seen, sum(gpu_s) / 3600.0 AS gpu_hours FROM {USAGE} "
-        "WHERE allocated AND job_id IS NOT NULL GROUP BY job_id", {"start": start, "end": end})
+        "WHERE allocated AND job_id IS NOT NULL AND ($team IS NULL OR owner(team, $unattributed) = $team) "
+        "GROUP BY job_id", {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
     recs = store.query("""
         SELECT job_id, coalesce(source, 'unknown') AS source, state, start_ts, end_ts FROM jobs
-        WHERE gpus > 0 AND start_ts IS NOT NULL AND start_ts < $end AND coalesce(end_ts, $at) >= $start""",
-                       {"start": start, "end": end, "at": at})
+        WHERE gpus > 0 AND start_ts IS NOT NULL AND start_ts < $end AND coalesce(end_ts, $at) >= $start
+          AND ($team IS NULL OR owner(team, $unattributed) = $team)""",
+                       {"start": start, "end": end, "at": at, "team": team, "unattributed": UNATTRIBUTED})
     grace = pd.Timedelta(minutes=grace_minutes)
     at_ts = pd.Timestamp(at)
     last_seen = dict(zip(seen["job_id"], pd.to_datetime(seen["last_seen"], utc=True)))
     recs["start_ts"] = pd.to_datetime(recs["start_ts"], utc=True)
     recs["end_ts"] = pd.to_datetime(recs["end_ts"], utc=True)
     running = recs[(recs["state"] == "running") & (recs["start_ts"] <= at_ts - grace)]
-    silent = running[[last_seen.get(j) is None or last_seen[j] < at_ts - grace for j in running["job_id"]]]
+    quiet = pd.Series([last_seen.get(j) is None or last_seen[j] < at_ts - grace for j in running["job_id"]],
+                      index=running.index, dtype=bool)
+    silent = running[quiet]
     ended = recs[recs["state"].isin(OUTCOMES) & (recs["end_ts"] >= pd.Timestamp(start))
                  & (recs["end_ts"] - recs["start_ts"] >= grace)]
     unseen = ended[~ended["job_id"].isin(last_seen)]

@@ -27,6 +27,7 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 # tab -> a text that shows once the page has rendered
 PAGES = {"Overview": "Cost per day by team", "Teams": "Cost by GPU model", "Jobs": "Search job id",
+         "Workloads": "Scheduler and telemetry: where they disagree",
          "Cost & waste": "Waste per team", "Fairshare": "Fairshare factor per team",
          "Recommendations": "Decision history", "GPU health": "GPU health events", "Nodes": "Fragmentation: idle GPU"}
 

@@ -473,8 +473,8 @@ with tab_jobs:
 
 with tab_work:
     if tab_work.open:
-        got_work = get("workloads", "queues")
-        work, queues = got_work["workloads"], got_work["queues"]
+        got_work = get("workloads", "queues", "job_coverage")
+        work, queues, seen = got_work["workloads"], got_work["queues"], got_work["job_coverage"]
         st.subheader("Queue and outcomes")
         st.caption(
             "From the schedulers' job records (`gpuledger import sacct`, the demo's simulated scheduler): waits from "
@@ -559,23 +559,21 @@ with tab_work:
                 st.caption("Kueue's admission waits in the window (from its histogram; null: not enough reads)")
                 show_named(waits, {"queue": "queue", "admitted": "admitted", "wait_mean_s": "mean wait (s)",
                                    "wait_p50_s": "p50 (s)", "wait_p95_s": "p95 (s)"}, 1)
-        if WHO.get("team") is None:  # the whole cluster's records: not a team token's to see
-            seen = get("coverage")["coverage"]
-            st.subheader("Scheduler and telemetry: where they disagree")
-            st.caption(f"Counted and named, never resolved by a guess (grace {seen['grace_minutes']:g} min): "
-                       f"{seen['scheduler_jobs']:,} GPU jobs in the schedulers' records, "
-                       f"{seen['telemetry_jobs']:,} job ids in the GPU telemetry.")
-            unrecorded = seen["samples_without_record"]
-            st.dataframe(pd.DataFrame([
-                {"what": "the scheduler says it runs, no recent GPU sample",
-                 "jobs": seen["running_without_samples"]["count"],
-                 "examples": ", ".join(seen["running_without_samples"]["examples"][:5])},
-                {"what": "ran and ended in the window, no GPU sample at all",
-                 "jobs": seen["ended_without_samples"]["count"],
-                 "examples": ", ".join(seen["ended_without_samples"]["examples"][:5])},
-                {"what": "GPU telemetry of a job no scheduler record knows", "jobs": unrecorded["count"],
-                 "examples": ", ".join(unrecorded["examples"][:5])},
-            ]), hide_index=True, placeholder=BLANK, width="stretch")
+        st.subheader("Scheduler and telemetry: where they disagree")
+        st.caption(f"Counted and named, never resolved by a guess (grace {seen['grace_minutes']:g} min): "
+                   f"{seen['scheduler_jobs']:,} GPU jobs in the schedulers' records, "
+                   f"{seen['telemetry_jobs']:,} job ids in the GPU telemetry.")
+        unrecorded = seen["samples_without_record"]
+        st.dataframe(pd.DataFrame([
+            {"what": "the scheduler says it runs, no recent GPU sample",
+             "jobs": seen["running_without_samples"]["count"],
+             "examples": ", ".join(seen["running_without_samples"]["examples"][:5])},
+            {"what": "ran and ended in the window, no GPU sample at all",
+             "jobs": seen["ended_without_samples"]["count"],
+             "examples": ", ".join(seen["ended_without_samples"]["examples"][:5])},
+            {"what": "GPU telemetry of a job no scheduler record knows", "jobs": unrecorded["count"],
+             "examples": ", ".join(unrecorded["examples"][:5])},
+        ]), hide_index=True, placeholder=BLANK, width="stretch")
 
 with tab_cost:
     if tab_cost.open:

@@ -109,5 +109,5 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "gpus": ("/v1/gpus", {"days": days, "bucket_minutes": max(bucket, 60), "end": end}),
         "workloads": ("/v1/workloads", {"days": days, "end": end}),
         "queues": ("/v1/workloads/queues", {"days": days, "end": end}),
-        "coverage": ("/v1/workloads/coverage", {"days": days, "end": end}),
+        "job_coverage": ("/v1/workloads/coverage", {"days": days, "end": end}),
     }

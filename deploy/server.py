@@ -88,13 +88,14 @@ def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str |
     start, end, label = iso_week(week)
     if store.sample_count(start, end) == 0:
         raise StoreError(f"no samples in week {label} ({start:%Y-%m-%d} to {end:%Y-%m-%d}): nothing to report")
-    if end <= utc_now():  # a week that is over: quota advice as of its end; placement advice would be stale
-        policy_start = end - timedelta(days=config.quota.window_days)
-        evaluation = Evaluation(end, policy_start, evaluate_quotas(store, config, end))
-    else:  # the week in progress: the advice as of now (its end is in the future, when no GPU has reported yet)
-        evaluation = evaluate(store, config, utc_now())
-    recs = [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
-    files = write_weekly_report(store, config, out_dir, start, end, label, recs)
+    with store.remembering():  # the advice and the report ask some questions twice: answered once
+        if end <= utc_now():  # a week that is over: quota advice as of its end; placement advice would be stale
+            policy_start = end - timedelta(days=config.quota.window_days)
+            evaluation = Evaluation(end, policy_start, evaluate_quotas(store, config, end))
+        else:  # the week in progress: the advice as of now (its end is in the future, when no GPU has reported)
+            evaluation = evaluate(store, config, utc_now())
+        recs = [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
+        files = write_weekly_report(store, config, out_dir, start, end, label, recs)
     log.info("weekly report %s written to %s", label, files.html)
     return files
 

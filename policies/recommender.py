@@ -80,8 +80,9 @@ class Evaluation:
 def evaluate(store: Store, config: Config, at: datetime | None = None) -> Evaluation:
     """The policy at instant `at` (default now), from the policy window before it; stores nothing."""
     at = as_utc(at) if at else utc_now()
-    return Evaluation(at, at - timedelta(days=config.quota.window_days), evaluate_quotas(store, config, at),
-                      placement_advice(store, config, at))
+    with store.remembering():  # quota and placement advice ask some questions more than once: answered once
+        return Evaluation(at, at - timedelta(days=config.quota.window_days), evaluate_quotas(store, config, at),
+                          placement_advice(store, config, at))
 
 
 def _latest_by_key(store: Store) -> dict[tuple, Recommendation]:

@@ -173,6 +173,7 @@ class Store:
                              + (" (is another gpuledger server writing to it?)" if held else "")) from exc
         self._con.execute("SET TimeZone = 'UTC'")  # day and hour buckets are UTC whatever the host's zone
         self._write_lock = threading.Lock()
+        self._memo = threading.local()  # remembering(): one thread's answers within a block
         self._latest: dict[str, datetime] | None = None  # newest sample per node, loaded on first use
         self._compacted_at = time.monotonic()
         self._folded_at = 0.0  # monotonic time of the last fold
@@ -373,13 +374,44 @@ class Store:
 
     def query_usage(self, sql: str, params: Mapping[str, Any]) -> pd.DataFrame:
         """A query over the rollups: `sql` may use $mwm, $hwm, $idle_pct and $fine (default false)."""
+        remembered = self._remembered(sql, params)
+        if remembered is not None:
+            return remembered
         cur = self._cursor()
         try:
             values = {"fine": False, **self.rollup_params(cur), **params}
             used = set(re.findall(r"\$(\w+)", sql))  # DuckDB refuses parameters a statement does not use
-            return cur.execute(sql, {k: v for k, v in values.items() if k in used}).df()
+            return self._remember(sql, params, cur.execute(sql, {k: v for k, v in values.items() if k in used}).df())
         finally:
             cur.close()
+
+    @contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Inside this block, this thread's reads with the same statement and parameters are answered once: one
+        evaluation or report asks some questions several times (who holds which GPUs, the hours covered), and at
+        1,000 GPUs each answer costs a tenth of a second. The answers are the block's snapshot; each caller gets
+        its own copy. Nested blocks share the outer one's."""
+        if getattr(self._memo, "answers", None) is not None:
+            yield
+            return
+        self._memo.answers = {}
+        try:
+            yield
+        finally:
+            self._memo.answers = None
+
+    def _remembered(self, sql: str, params: Any) -> pd.DataFrame | None:
+        answers = getattr(self._memo, "answers", None)
+        if answers is None:
+            return None
+        found = answers.get((sql, repr(params)))
+        return found.copy() if found is not None else None
+
+    def _remember(self, sql: str, params: Any, answer: pd.DataFrame) -> pd.DataFrame:
+        answers = getattr(self._memo, "answers", None)
+        if answers is not None:
+            answers[(sql, repr(params))] = answer.copy()
+        return answer
 
     @property
     def idle_util_pct(self) -> float:
@@ -702,9 +734,12 @@ class Store:
 
     # --- reads --------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pd.DataFrame:
+        remembered = self._remembered(sql, params)
+        if remembered is not None:
+            return remembered
         cur = self._cursor()
         try:
-            return cur.execute(sql, params or []).df()
+            return self._remember(sql, params, cur.execute(sql, params or []).df())
         finally:
             cur.close()
 

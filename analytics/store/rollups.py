@@ -272,15 +272,16 @@ MACROS = [
     SELECT {KEY}, r.start_ts, r.end_ts, r.s, r.gpu_s, r.util_sum, r.util_n
     FROM (SELECT *, unnest(inner_runs) AS r FROM usage_hour
           WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO} AND len(inner_runs) > 0)""",
-    # per-minute mean utilisation of the allocated rows of [lo, hi) over the samples with a reading (NULL: none had
-    # one), one row per minute of each GPU and job: from the hour rows' lists for whole hours, else from minute rows
-    # and the raw tail
-    f"""CREATE OR REPLACE MACRO minute_utilisation(lo, hi, mwm, hwm, idle_pct) AS TABLE
+    # per-minute mean utilisation of the allocated rows of [lo, hi) of the jobs listed in `jobs` over the samples with
+    # a reading (NULL: none had one), one row per minute of each GPU and job: from the hour rows' lists for whole
+    # hours, else from minute rows and the raw tail. The job filter comes before the lists are unnested (at 1,000
+    # GPUs, unnesting every job's minutes first took 0.25 s for 50 jobs instead of 0.04 s)
+    f"""CREATE OR REPLACE MACRO minute_utilisation(lo, hi, mwm, hwm, idle_pct, jobs) AS TABLE
     SELECT job_id, gpu_uuid, mig_profile, unnest(util_minutes) AS util_pct FROM usage_hour
-    WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO}
+    WHERE allocated AND bucket >= {_HOURS_FROM} AND bucket < {_HOURS_TO} AND job_id IN (SELECT unnest(jobs))
     UNION ALL
     SELECT job_id, gpu_uuid, mig_profile, util_sum / nullif(util_n, 0) FROM minute_segments(lo, hi, mwm, idle_pct)
-    WHERE allocated AND (bucket < {_HOURS_FROM} OR bucket >= {_HOURS_TO})""",
+    WHERE allocated AND (bucket < {_HOURS_FROM} OR bucket >= {_HOURS_TO}) AND job_id IN (SELECT unnest(jobs))""",
     # what every analytic reads: the usage of [lo, hi) at the coarsest grain that answers exactly. `fine`: no hour
     # rows (for buckets shorter than an hour). Hour rows cover the whole hours from lo (rounded up) to hi (rounded
     # down) that are folded; minute rows the rest up to the minute watermark; raw samples the tail. Every bound is

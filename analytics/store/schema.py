@@ -148,4 +148,8 @@ QUERY_LAYER = [
     """CREATE OR REPLACE MACRO bill_line(allocated, team, unattributed, idle) AS
        CASE WHEN allocated THEN owner(team, unattributed) ELSE idle END""",
     "DROP VIEW IF EXISTS priced_samples",  # schema 4 priced raw samples; analytics read the rollups since schema 5
+    # the UTC clock hour and day of an instant, by integer arithmetic: date_trunc on TIMESTAMPTZ goes through the
+    # time-zone library and took 60 ms per 220 k hour rows at 1,000 GPUs, this 5 (the store's zone is UTC)
+    "CREATE OR REPLACE MACRO utc_hour(t) AS to_timestamp(epoch_us(t) // 3600000000 * 3600)",
+    "CREATE OR REPLACE MACRO utc_day(t) AS to_timestamp(epoch_us(t) // 86400000000 * 86400)",
 ]

@@ -12,7 +12,7 @@ from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.windows import utc_now
 from gpuledger.analytics.workload_classes import class_usage
 from gpuledger.analytics.workloads import outcomes, scheduler_coverage, waiting_now, workload_summary
-from gpuledger.deploy.api.access import ClusterCaller, ReadCaller
+from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import ExportStatus, SchedulerCoverage, SchedulerQueues, Workloads
 from gpuledger.policies.exporting import DEFAULT_STATUS, STATUSES
@@ -57,9 +57,9 @@ def scheduler_queue_state(caller: ReadCaller, store: StoreDep, config: ConfigDep
 
 
 @router.get("/v1/workloads/coverage", response_model=SchedulerCoverage)
-def coverage(caller: ClusterCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
+def coverage(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
     """Where the schedulers' job records and the GPU telemetry disagree in the window: jobs said to run with no
     recent sample, jobs that ran and ended with none, telemetry of jobs no scheduler knows. Counted and named per
-    source; nothing is resolved by a guess."""
+    source; nothing is resolved by a guess. A team token sees its own team's jobs only."""
     start, stop, _ = window(days, end)
-    return json_safe(scheduler_coverage(store, start, stop, min(stop, utc_now())))
+    return json_safe(scheduler_coverage(store, start, stop, min(stop, utc_now()), team=caller.team))
