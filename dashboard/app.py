@@ -478,8 +478,8 @@ with tab_work:
         st.subheader("Queue and outcomes")
         st.caption(
             "From the schedulers' job records (`gpuledger import sacct`, `serve --jobs-from prometheus`, the demo's "
-            "simulated scheduler): waits from submission to start of the jobs that started in the window, jobs and GPU-hours by how they ended, and "
-            "what waits now. Lost GPU-hours: jobs that failed, timed out, ran out of memory, lost their node or "
+            "simulated scheduler): waits from submission to start of the jobs that started in the window, jobs and "
+            "GPU-hours by how they ended, and what waits now. Lost GPU-hours: jobs that failed, timed out, ran out of memory, lost their node or "
             "were preempted."
         )
         per_team = frame(work["by_team"])
