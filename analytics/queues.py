@@ -5,8 +5,8 @@ from gpuledger's config, and the plan can be compared with what runs (policies/s
 The latest read per scheduler is "now"; a read older than `stale_after` is reported with its age, never as current.
 Admission waits over a window come from Kueue's cumulative histogram: the difference between the last read in the
 window and the last one before it (or the first in it; with one read only, the growth is unknown: null); a counter
-that went down (the controller restarted) counts from zero. Percentiles are interpolated inside the buckets as Prometheus' histogram_quantile does; a queue
-that admitted nothing in the window has no wait (null), not a wait of zero.
+that went down (the controller restarted) counts from zero. Percentiles are interpolated inside the buckets as
+Prometheus' histogram_quantile does; a queue that admitted nothing in the window has no wait (null), not zero.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def scheduler_queues(store: Store, at: datetime) -> pd.DataFrame:
     rows = store.query("""
         WITH latest AS (SELECT scheduler, max(ts) AS ts FROM queue_metrics WHERE ts <= $at GROUP BY scheduler)
         SELECT q.scheduler, q.queue, any_value(q.cohort) AS cohort, coalesce(q.flavor, '') AS flavor, q.figure,
-               sum(q.value) AS value, bool_or(coalesce(q.detail = 'unlimited', false)) AS unlimited, any_value(q.ts) AS read_at
+               sum(q.value) AS value, bool_or(coalesce(q.detail = 'unlimited', false)) AS unlimited,
+               any_value(q.ts) AS read_at
         FROM queue_metrics q JOIN latest USING (scheduler, ts)
         WHERE q.figure IN (SELECT unnest($figures))
         GROUP BY q.scheduler, q.queue, coalesce(q.flavor, ''), q.figure""",
