@@ -281,8 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--team-field", default="Account", choices=["Account", "Partition", "QOS"],
                      help="sacct and squeue: the field that names the team (default Account, as sshare groups usage)")
     imp.add_argument("--team-label", help="kube-state: the pod label naming the team (default: the namespace)")
-    imp.add_argument("--class-label", help="kube-state: the pod label naming the workload class (training, "
-                                           "inference, interactive, batch; default: inferred from the pod's owner)")
+    imp.add_argument("--class-label", help="kube-state: the pod label or annotation naming the workload class "
+                                           "(training, fine_tuning, batch_inference, online_inference, interactive, "
+                                           "agentic, or a usual alias; default: from the priority class, the pod's "
+                                           "owner and name)")
 
     replay = sub.add_parser(
         "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",
@@ -388,8 +390,10 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
                             "history from --since on the first read)")
         p.add_argument("--jobs-interval", type=_positive, default=60.0,
                        help="with --jobs-from: seconds between reads (default 60)")
-        p.add_argument("--class-label", help="with --jobs-from prometheus: the pod label naming the workload class "
-                                             "(default: inferred from the pod's owner and name)")
+        p.add_argument("--class-label", help="with --jobs-from prometheus: the pod label or annotation naming the "
+                                             "workload class (training, fine_tuning, batch_inference, "
+                                             "online_inference, interactive, agentic; default: from the priority "
+                                             "class, the pod's owner and name)")
 
 
 def _make_source(args: argparse.Namespace, config: Config) -> Source | None:
@@ -593,6 +597,8 @@ def _read_input(args: argparse.Namespace) -> str:
     if args.path == "-":
         return sys.stdin.read()
     path = Path(args.path)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder: give the file of {args.trace}'s output, or - for standard input")
     if not path.is_file():
         raise InputError(f"{path} not found: give the file of {args.trace}'s output, or - for standard input")
     return path.read_text(errors="replace")
@@ -636,6 +642,9 @@ def _import_jobs(args: argparse.Namespace, config: Config) -> int:
         batch = parse_squeue(text, zone, args.team_field)
     else:
         batch = parse_kube_state(text, args.team_label, class_label=args.class_label)
+        if batch.jobs.empty and not (batch.skipped["no_gpus"] or batch.skipped["bad_gpus"]):
+            raise InputError(f"no kube-state-metrics pod series (kube_pod_*) in {args.path}: is it kube-state-metrics' "
+                             "/metrics page?")
     with _open_store(args, config) as store:
         store.record_restarts(batch.jobs, utc_now(), batch.jobs["source"].iloc[0] if len(batch.jobs) else "")
         stored = store.record_jobs(batch.jobs, batch.events)

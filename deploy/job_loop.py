@@ -27,6 +27,7 @@ class JobLoop(threading.Thread):
         self.last_error: str | None = None
         self.last_success: float | None = None
         self.missing: list[str] = []  # what the last read found absent in Prometheus
+        self.started_at = time.monotonic()
 
     def read_once(self) -> dict[str, int]:
         """One read, stored: what was stored (jobs, queue rows, jobs that left the queue)."""
@@ -48,6 +49,15 @@ class JobLoop(threading.Thread):
         self.reads += 1
         self.last_success, self.last_error = time.monotonic(), None
         return stored
+
+    def health(self) -> tuple[bool, str | None]:
+        """Healthy unless reads have failed for 3 intervals or more (as the sample collect loop), with the reason."""
+        if self.last_error is None:
+            return True, None
+        silent = time.monotonic() - (self.last_success or self.started_at)
+        if silent < 3 * self.interval_s:
+            return True, None
+        return False, f"no job lifecycle read from {self.source.name} for {silent:.0f}s: {self.last_error}"
 
     def state(self) -> dict:
         """For /healthz: the source, reads so far, the last error while reads fail, and what Prometheus lacks."""

@@ -394,3 +394,60 @@ def test_restarts_seen_growing_between_reads_become_events(tmp_path):
     assert grown == 2 + 2 + 1 + 1
     events = store.query("SELECT job_id, ts FROM job_events WHERE event = 'restarted'")
     assert len(events) == grown and set(pd.to_datetime(events["ts"], utc=True)) == {pd.Timestamp(t2)}
+
+
+def test_records_no_scheduler_could_give_are_dropped_or_blanked_and_counted(tmp_path, capsys):
+    from gpuledger.collector.jobs.sacct import parse_sacct
+    from gpuledger.deploy.cli import main
+    header = "JobID|State|Submit|Start|End|Account|AllocTRES|ReqTRES|Restarts\n"
+    text = header + "\n".join([
+        "1|COMPLETED|2026-12-01T10:00:00|2026-12-01T09:00:00|2026-12-01T11:00:00|a|gres/gpu=2||0",  # start < submit
+        "2|COMPLETED|garbage|garbage|garbage|a|gres/gpu=1||0",
+        "3|PENDING|2026-12-01T10:00:00|Unknown|Unknown|a||gres/gpu=99999999999|0",
+        "4|PENDING|2026-12-01T10:00:00|Unknown|Unknown|a||gres/gpu=-3|0",
+        "5|COMPLETED|2027-12-01T10:00:00|2027-12-01T10:00:00|2027-12-01T11:00:00|a|gres/gpu=1||0"])
+    batch = parse_sacct(text)
+    jobs = batch.jobs.set_index("job_id")
+    assert set(jobs.index) == {"slurm:1", "slurm:2", "slurm:5"}
+    assert batch.skipped["bad_gpus"] == 2 and batch.skipped["start_before_submit"] == 1
+    assert pd.isna(jobs.loc["slurm:1", "submit_ts"])  # the wait is unknown, never -60 minutes
+    assert batch.skipped["bad_time"] == 3 and batch.skipped["future_time"] == 3
+    page = ksm_page(FINAL).replace('resource="nvidia_com_gpu",unit="integer"} 2', 'resource="nvidia_com_gpu",'
+                                   'unit="integer"} 1e12').replace(
+        'kube_pod_container_status_restarts_total{namespace="vision",pod="oom-0"', 'x{a="')
+    pods = parse_kube_state(page, "team")
+    assert "vision/serve-7d9f-abcde" not in set(pods.jobs["job_id"]) and pods.skipped["bad_gpus"] == 1
+    queue = parse_kueue(kueue_page(3).replace('flavor="h100",resource="nvidia.com/gpu"} 8',
+                                              'flavor="h100",resource="nvidia.com/gpu"} -5')
+                        .replace('le="1"}', 'le="bogus"}'), datetime(2026, 12, 1, tzinfo=UTC))
+    assert queue.skipped["bad_value"] == 4  # nlp's quota and usage (both 8 at step 3), both bogus buckets
+    assert (queue.rows["value"].dropna() >= 0).all()
+    db = tmp_path / "k.duckdb"
+    (tmp_path / "junk.txt").write_text("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 5\n")
+    assert main(["import", "kube-state", str(tmp_path / "junk.txt"), "--db", str(db)]) == 2
+    assert "no kube-state-metrics pod series" in capsys.readouterr().err
+    assert main(["import", "sacct", str(tmp_path), "--db", str(db)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert not db.exists()  # a refused import creates no store
+
+
+def test_healthz_is_degraded_while_job_lifecycle_reads_keep_failing(tmp_path):
+    from tests.procs import free_port
+    store = Store(tmp_path / "f.duckdb")
+    loop = JobLoop(PrometheusLifecycle(f"http://127.0.0.1:{free_port()}", timeout_s=1), store, interval_s=0.05)
+    app = create_app(store, Config(), open_reads=True)
+    app.state.job_source = loop
+    client = TestClient(app)
+    assert client.get("/healthz").json()["status"] == "ok"  # nothing tried yet
+    loop.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not (loop.failures >= 2 and time.monotonic() - loop.started_at > 0.2):
+            assert time.monotonic() < deadline, "the reads never failed"
+            time.sleep(0.05)
+        health = client.get("/healthz").json()
+        assert health["status"] == "degraded" and "no job lifecycle read" in health["reason"]
+        assert health["job_source"]["failures"] >= 2 and "cannot query Prometheus" in health["job_source"]["last_error"]
+    finally:
+        loop.stop()
+        loop.join(timeout=5)

@@ -53,7 +53,7 @@ def kai_rows(samples: Iterable[tuple], at: datetime, skipped: Counter | None = N
         records[(queue, FIGURES[match.group(1)])] = _row(queue, FIGURES[match.group(1)], value)
     for queue, quota in info_quota.items():
         records.setdefault((queue, "quota_gpus"), _row(queue, "quota_gpus", quota))
-    return QueueBatch(queue_frame(list(records.values()), at, SOURCE), skipped)
+    return QueueBatch(queue_frame(list(records.values()), at, SOURCE, skipped), skipped)
 
 
 def _row(queue: str, figure: str, value: float) -> dict:

@@ -19,6 +19,7 @@ the state null and is counted.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
@@ -66,6 +67,7 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
                  skipped: Counter | None = None, class_label: str | None = None) -> JobBatch:
     """The pods of kube-state-metrics samples as jobs: a page's (parse_kube_state) or what Prometheus returns for
     the same families (collector/jobs/prometheus_jobs.py), so both read a pod the same way."""
+    skipped = Counter() if skipped is None else skipped
     pods: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"gpus": None, "restarts": None})
     for name, labels, value, _ in samples:
         key = (labels.get("namespace", ""), labels.get("pod", ""))
@@ -81,6 +83,9 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
         elif name == "kube_pod_status_unschedulable" and value == 1:
             pod["unschedulable"] = True
         elif name == "kube_pod_container_status_restarts_total":
+            if not math.isfinite(value):
+                skipped["bad_restarts"] += 1
+                continue
             pod["restarts"] = (pod["restarts"] or 0) + int(value)
         elif name == "kube_pod_container_status_last_terminated_reason" and value == 1:
             pod["terminated"] = labels.get("reason")
@@ -101,7 +106,6 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
         elif name == "kube_pod_info":
             pod["node"] = labels.get("node") or None
             pod["priority_class"] = labels.get("priority_class") or None
-    skipped = Counter() if skipped is None else skipped
     unknown: Counter = Counter()
     records = []
     for (namespace, name), pod in pods.items():
@@ -118,7 +122,7 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
         records.append({
             "job_id": f"{namespace}/{name}", "team": pod.get("team") or namespace or None, "user": None,
             "namespace": namespace or None, "pod": name, "node": pod.get("node"), "gpu_model": None,
-            "gpus": int(pod["gpus"]) if pod["gpus"] else None,
+            "gpus": pod["gpus"] if pod["gpus"] else None,  # a count that is no whole number is dropped (jobs_frame)
             "submit_ts": _ts(pod.get("created")), "start_ts": _ts(pod.get("started")),
             "end_ts": _ts(pod.get("completed")) if state not in ("pending", "running") else None,
             "state": state, "eligible_ts": _ts(pod.get("scheduled")), "partition": None, "qos": None,
@@ -128,7 +132,7 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
             "name": pod.get("owner"), "source": SOURCE,
             "priority_class": pod.get("priority_class"), **_class_of(pod.get("class"), skipped),
         })
-    jobs = jobs_frame(records)
+    jobs = jobs_frame(records, skipped)
     return JobBatch(jobs, events_of(jobs), skipped, unknown)
 
 

@@ -80,4 +80,4 @@ def kueue_rows(samples: Iterable[tuple], at: datetime, skipped: Counter | None =
         if key in records:  # the same series scraped twice (two Prometheus jobs): one figure, not a sum
             skipped["duplicate"] += 1
         records[key] = row
-    return QueueBatch(queue_frame(list(records.values()), at, SOURCE), skipped)
+    return QueueBatch(queue_frame(list(records.values()), at, SOURCE, skipped), skipped)

@@ -6,8 +6,10 @@ kept as it is, lower-cased, and counted, so a new scheduler version shows up ins
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
@@ -49,7 +51,44 @@ class JobBatch:
     unknown_states: Counter = field(default_factory=Counter)
 
 
-def jobs_frame(records: list[dict]) -> pd.DataFrame:
+MAX_JOB_GPUS = 1_000_000  # more GPUs than any cluster has: a corrupt or hostile record, not a job
+FUTURE_SLACK = timedelta(days=1)  # clock skew a scheduler's times may have; later than that is not a real instant
+
+
+def _checked(records: list[dict], skipped: Counter) -> list[dict]:
+    """The records a store can hold, with what does not hold up dropped or blanked and counted: a GPU count that is
+    not a whole number from 0 to MAX_JOB_GPUS drops the record (`bad_gpus`: Kubernetes and Slurm count whole
+    GPUs); a negative restart count is unknown (`bad_restarts`); an instant over a day in the future is unknown
+    (`future_time`); a start before the submission leaves the wait unknown (`start_before_submit`), never negative."""
+    now = datetime.now(timezone.utc)
+    kept = []
+    for record in records:
+        gpus = record.get("gpus")
+        if gpus is not None and not (isinstance(gpus, (int, float)) and math.isfinite(gpus)
+                                     and 0 <= gpus <= MAX_JOB_GPUS and float(gpus).is_integer()):
+            skipped["bad_gpus"] += 1
+            continue
+        if record.get("restarts") is not None and record["restarts"] < 0:
+            skipped["bad_restarts"] += 1
+            record["restarts"] = None
+        for column in ("submit_ts", "eligible_ts", "start_ts", "end_ts"):
+            when = record.get(column)
+            if when is not None and not pd.isna(when) and pd.Timestamp(when) > pd.Timestamp(now + FUTURE_SLACK):
+                skipped["future_time"] += 1
+                record[column] = None
+        submit, start = record.get("submit_ts"), record.get("start_ts")
+        if submit is not None and start is not None and not pd.isna(submit) and not pd.isna(start) \
+                and pd.Timestamp(start) < pd.Timestamp(submit):
+            skipped["start_before_submit"] += 1
+            record["submit_ts"] = None
+        kept.append(record)
+    return kept
+
+
+def jobs_frame(records: list[dict], skipped: Counter | None = None) -> pd.DataFrame:
+    """The jobs table's rows for `records`, checked (`_checked`, what is dropped or blanked counted in `skipped`)
+    and each given a workload class where the source gave none."""
+    records = _checked(records, Counter() if skipped is None else skipped)
     for record in records:  # a class the source did not give is inferred (collector/jobs/classes.py)
         if not record.get("workload_class"):
             record["workload_class"], record["class_rule"] = infer_class(

@@ -8,6 +8,7 @@ queue. A figure a scheduler does not publish is no row, never a zero.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,8 +43,30 @@ class QueueBatch:
     skipped: Counter = field(default_factory=Counter)
 
 
-def queue_frame(records: list[dict], at: datetime, source: str) -> pd.DataFrame:
-    """Rows for `records` (scheduler, queue, cohort, flavor, figure, detail, value), all taken at `at`."""
+def _holds(record: dict) -> bool:
+    """A figure a scheduler can publish: a count or GPU amount that is finite and not negative (a missing value is
+    kept where the record says why, e.g. unlimited), and a histogram bucket whose bound is a number or +Inf."""
+    value = record["value"]
+    if value is None:
+        return record.get("detail") is not None
+    if not (math.isfinite(value) and value >= 0):
+        return False
+    if record["figure"] == "admission_wait_bucket":
+        try:
+            return record["detail"] == "+Inf" or math.isfinite(float(record["detail"]))
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
+def queue_frame(records: list[dict], at: datetime, source: str, skipped: Counter | None = None) -> pd.DataFrame:
+    """Rows for `records` (scheduler, queue, cohort, flavor, figure, detail, value), all taken at `at`; a figure
+    no scheduler could publish (negative, infinite, a bucket bound that is no number) is dropped and counted
+    (`bad_value`)."""
+    kept = [r for r in records if _holds(r)]
+    if skipped is not None and len(kept) < len(records):
+        skipped["bad_value"] += len(records) - len(kept)
+    records = kept
     frame = pd.DataFrame(records, columns=[c for c in QUEUE_COLUMNS if c not in ("ts", "source")])
     frame.insert(0, "ts", pd.Timestamp(at).tz_convert("UTC") if pd.Timestamp(at).tzinfo
                  else pd.Timestamp(at, tz="UTC"))

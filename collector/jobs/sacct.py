@@ -161,6 +161,10 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, zone: tzinfo = t
             continue
         team = (row.get(team_field.lower()) or "").strip() or None
         restarts = (row.get("restarts") or "").strip()
+        for field_name in ("submit", "eligible", "start", "end"):  # junk where a time belongs: unknown, and said
+            raw = row.get(field_name)
+            if raw is not None and raw.strip() not in NO_TIME and time_of(raw, zone) is None:
+                skipped["bad_time"] += 1
         nodes = (row.get("nodelist") or "").strip()
         records.append({
             "job_id": JOB_PREFIX + job, "team": team, "user": (row.get("user") or "").strip() or None,
@@ -180,7 +184,7 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, zone: tzinfo = t
     if names is None:
         raise InputError("no sacct -P output found: expected rows of fields separated by '|', with a header line "
                          "(JobID|...) or the fields given in the order of sacct's -o")
-    jobs = jobs_frame(records)
+    jobs = jobs_frame(records, skipped)
     return JobBatch(jobs, events_of(jobs), skipped, unknown)
 
 

@@ -88,5 +88,5 @@ def parse_squeue(text: str, zone: tzinfo = timezone.utc, team_field: str = "Acco
         })
     if names is None:
         raise InputError("no squeue output found: expected a header line JOBID|... and rows separated by '|'")
-    jobs = jobs_frame(records)
+    jobs = jobs_frame(records, skipped)
     return JobBatch(jobs, events_of(jobs), skipped, unknown)

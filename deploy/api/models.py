@@ -49,7 +49,8 @@ class JobSourceState(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "degraded"] = Field(description="degraded: the server's collection keeps failing")
+    status: Literal["ok", "degraded"] = Field(description="degraded: the server's collection, or its job lifecycle "
+                                                          "reads, keep failing (3 intervals or more)")
     reason: str | None = Field(None, description="why it is degraded")
     samples: int = Field(description="samples stored")
     latest_sample: datetime | None = Field(description="newest sample instant; null for an empty store")

@@ -49,6 +49,8 @@ def healthz(request: Request, store: StoreDep) -> dict:
     loop = getattr(request.app.state, "collection", None)
     healthy, reason = loop.health() if loop is not None else (True, None)
     jobs = getattr(request.app.state, "job_source", None)
+    if healthy and jobs is not None:
+        healthy, reason = jobs.health()
     return {"status": "ok" if healthy else "degraded", "reason": reason, "samples": store.sample_count(),
             "latest_sample": json_safe(store.newest_sample()),
             "job_source": jobs.state() if jobs is not None else None,
