@@ -146,7 +146,8 @@ def scheduler_coverage(store: Store, start: datetime, end: datetime, at: datetim
     with no sample at all (a job in sacct the telemetry never saw), and telemetry of jobs no scheduler record
     knows (where any record exists). Per source; `team`: that team's jobs only (a team token's view)."""
     seen = store.query_usage(
-        f"SELECT job_id, max(end_ts) AS last_seen, sum(gpu_s) / 3600.0 AS gpu_hours FROM {USAGE} "
+        f"SELECT job_id, max(end_ts) AS last_seen, sum(gpu_s) / 3600.0 AS gpu_hours, "
+        f"job_id IN (SELECT job_id FROM jobs) AS recorded FROM {USAGE} "
         "WHERE allocated AND job_id IS NOT NULL AND ($team IS NULL OR owner(team, $unattributed) = $team) "
         "GROUP BY job_id", {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
     recs = store.query("""
@@ -166,7 +167,7 @@ def scheduler_coverage(store: Store, start: datetime, end: datetime, at: datetim
     ended = recs[recs["state"].isin(OUTCOMES) & (recs["end_ts"] >= pd.Timestamp(start))
                  & (recs["end_ts"] - recs["start_ts"] >= grace)]
     unseen = ended[~ended["job_id"].isin(last_seen)]
-    unknown = seen[~seen["job_id"].isin(set(store.query("SELECT job_id FROM jobs")["job_id"]))]
+    unknown = seen[~seen["recorded"].astype(bool)]
 
     def listed(frame: pd.DataFrame) -> dict:
         return {"count": int(len(frame)), "by_source": {str(k): int(v) for k, v in

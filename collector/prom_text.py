@@ -51,6 +51,10 @@ class ParseResult:
     errors: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
+    def skipped(self) -> Counter:
+        """The bad lines counted per kind as `page_<kind>`: how a reader of the page starts its own skip count."""
+        return Counter({f"page_{kind}": n for kind, n in self.errors.items()})
+
     def reject(self, kind: str, lineno: int, line: str) -> None:
         self.errors[kind] += 1
         if len(self.examples) < MAX_EXAMPLES:

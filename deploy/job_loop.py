@@ -4,30 +4,26 @@ read is logged and retried on the next interval, like the sample collect loop; i
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from gpuledger.analytics.store import Store
 from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
 from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
-from gpuledger.collector.source import SourceError
+from gpuledger.deploy.collect_loop import PollingLoop
 
 log = logging.getLogger(__name__)
 
 
-class JobLoop(threading.Thread):
+class JobLoop(PollingLoop):
+    silence = "no job lifecycle read from"
+    failing = "reading jobs from"
+
     def __init__(self, source: PrometheusLifecycle, store: Store, interval_s: float = 60.0) -> None:
-        super().__init__(name=f"jobs-{source.name}", daemon=True)
+        super().__init__(f"jobs-{source.name}", source.name, interval_s)
         self.source = source
         self.store = store
-        self.interval_s = interval_s
-        self.stop_event = threading.Event()
         self.reads = 0
-        self.failures = 0
-        self.last_error: str | None = None
-        self.last_success: float | None = None
         self.missing: list[str] = []  # what the last read found absent in Prometheus
-        self.started_at = time.monotonic()
 
     def read_once(self) -> dict[str, int]:
         """One read, stored: what was stored (jobs, queue rows, jobs that left the queue)."""
@@ -47,17 +43,8 @@ class JobLoop(threading.Thread):
                 log.warning("%s: not found: %s", self.source.name, what)
         self.missing = read.missing
         self.reads += 1
-        self.last_success, self.last_error = time.monotonic(), None
+        self.succeeded()
         return stored
-
-    def health(self) -> tuple[bool, str | None]:
-        """Healthy unless reads have failed for 3 intervals or more (as the sample collect loop), with the reason."""
-        if self.last_error is None:
-            return True, None
-        silent = time.monotonic() - (self.last_success or self.started_at)
-        if silent < 3 * self.interval_s:
-            return True, None
-        return False, f"no job lifecycle read from {self.source.name} for {silent:.0f}s: {self.last_error}"
 
     def state(self) -> dict:
         """For /healthz: the source, reads so far, the last error while reads fail, and what Prometheus lacks."""
@@ -66,19 +53,4 @@ class JobLoop(threading.Thread):
                 "seconds_since_read": None if self.last_success is None
                 else round(time.monotonic() - self.last_success, 1)}
 
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            try:
-                self.read_once()
-            except SourceError as exc:
-                self.failures += 1
-                self.last_error = str(exc)
-                log.warning("%s", exc)
-            except Exception as exc:  # keep reading; the traceback is in the log
-                self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("reading jobs from %s failed", self.source.name)
-            self.stop_event.wait(self.interval_s)
-
-    def stop(self) -> None:
-        self.stop_event.set()
+    poll = read_once

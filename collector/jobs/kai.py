@@ -8,7 +8,8 @@ prefix is accepted, and none):
   older queue controllers give it only as the `gpu_guaranteed_quota` label of `<ns>_queue_info`.
 - `<ns>_queue_allocated_gpus{queue_name}`: GPUs its workloads hold now.
 - `<ns>_queue_fair_share_gpu{queue_name}`: the scheduler's fair share this cycle.
-A negative quota is KAI's "unlimited": stored with no value and `detail` "unlimited", never as -1 GPUs.
+A negative quota is KAI's "unlimited": stored with no value and `detail` "unlimited", never as -1 GPUs. A NaN is
+dropped and counted with the other figures no scheduler could publish (queues.py).
 """
 from __future__ import annotations
 
@@ -28,8 +29,7 @@ FIGURES = {"deserved_gpus": "quota_gpus", "allocated_gpus": "usage_gpus", "fair_
 def parse_kai(text: str, at: datetime) -> QueueBatch:
     """A KAI queue controller's or scheduler's /metrics page (or the same families from Prometheus), at `at`."""
     page = parse(text)
-    skipped = Counter({f"page_{kind}": n for kind, n in page.errors.items()})
-    return kai_rows(page.samples, at, skipped)
+    return kai_rows(page.samples, at, page.skipped())
 
 
 def kai_rows(samples: Iterable[tuple], at: datetime, skipped: Counter | None = None) -> QueueBatch:
@@ -59,4 +59,4 @@ def kai_rows(samples: Iterable[tuple], at: datetime, skipped: Counter | None = N
 def _row(queue: str, figure: str, value: float) -> dict:
     unlimited = value < 0
     return {"scheduler": SOURCE, "queue": queue, "cohort": None, "flavor": None, "figure": figure,
-            "detail": "unlimited" if unlimited else None, "value": None if unlimited or value != value else value}
+            "detail": "unlimited" if unlimited else None, "value": None if unlimited else value}

@@ -53,8 +53,7 @@ def parse_kube_state(text: str, team_label: str | None = None, gpu_pods_only: bo
     `label_<key>` in kube_pod_labels), else the namespace is the team. `gpu_pods_only`: skip (and count) pods
     that ask for no GPU. `class_label`: the pod label giving the workload class (else it is inferred)."""
     page = parse(text)
-    skipped: Counter = Counter({f"page_{kind}": n for kind, n in page.errors.items()})
-    return pods_as_jobs(page.samples, team_label, gpu_pods_only, skipped, class_label)
+    return pods_as_jobs(page.samples, team_label, gpu_pods_only, page.skipped(), class_label)
 
 
 def _label_key(label: str) -> str:

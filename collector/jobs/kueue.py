@@ -35,8 +35,7 @@ WAIT = "kueue_admission_wait_time_seconds"
 def parse_kueue(text: str, at: datetime) -> QueueBatch:
     """A Kueue controller's /metrics page (or the same families from Prometheus), read at `at`."""
     page = parse(text)
-    skipped = Counter({f"page_{kind}": n for kind, n in page.errors.items()})
-    return kueue_rows(page.samples, at, skipped)
+    return kueue_rows(page.samples, at, page.skipped())
 
 
 def kueue_rows(samples: Iterable[tuple], at: datetime, skipped: Counter | None = None) -> QueueBatch:
@@ -72,9 +71,6 @@ def kueue_rows(samples: Iterable[tuple], at: datetime, skipped: Counter | None =
         elif name == "kueue_evicted_workloads_total":
             row["figure"], row["detail"] = "evicted_total", labels.get("reason") or None
         else:
-            continue
-        if value != value:  # NaN: the controller has no figure
-            skipped["nan"] += 1
             continue
         key = (queue, row["flavor"], row["figure"], row["detail"])
         if key in records:  # the same series scraped twice (two Prometheus jobs): one figure, not a sum
