@@ -141,9 +141,22 @@ class PlacementConfig:
     latency_sensitive: tuple[str, ...] = ("LS", "inference", "serving")
 
 
+@dataclass(frozen=True)
+class EfficiencyConfig:
+    """`[efficiency]`: when a job's profiling readings (SM activity, tensor and DRAM activity, interconnect bytes)
+    say it is not achieving what its GPU_UTIL suggests. GPU_UTIL is the share of time any kernel ran; SM active is
+    the share of the SMs' time spent working, so a job at 100% GPU_UTIL and 5% SM active keeps one SM busy."""
+    starved_util_pct: float = 80.0  # busy by GPU_UTIL: a mean at or over this ...
+    starved_sm_active: float = 0.30  # ... with SM active under this share: busy but starved
+    tensor_idle_max: float = 0.05  # a training job on a tensor-core card with tensor pipes active under this share
+    memory_bound_dram: float = 0.60  # DRAM active at or over this share while SM active is under starved_sm_active
+    comm_gbps_per_gpu: float = 20.0 # NVLink + PCIe GB/s per GPU at or over which a starved job is communication bound
+    min_coverage: float = 0.5  # the share of a job's GPU-hours with the reading a flag needs; less: no flag, said so
+
+
 # the file's sections of settings, each the dataclass whose fields are its keys (in the order the loader reads them)
 SECTION_TYPES: dict[str, type] = {"placement": PlacementConfig, "waste": WasteConfig, "fairshare": FairshareConfig,
-                                  "quota": QuotaConfig, "retention": RetentionConfig}
+                                  "quota": QuotaConfig, "retention": RetentionConfig, "efficiency": EfficiencyConfig}
 
 
 @dataclass
@@ -157,6 +170,7 @@ class Config:
     quota: QuotaConfig = field(default_factory=QuotaConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    efficiency: EfficiencyConfig = field(default_factory=EfficiencyConfig)
     email: EmailConfig | None = None  # [report.email]: mail the weekly report
 
     def apply_to(self, store: Store) -> None:
@@ -217,6 +231,14 @@ SETTINGS: dict[str, dict[str, Bound]] = {
         "min_change_fraction": Bound(0.0, 1.0),
         "refresh_minutes": Bound(0.0),
         "pending_min_wait_minutes": Bound(0.0),
+    },
+    "efficiency": {
+        "starved_util_pct": Bound(0.0, 100.0),
+        "starved_sm_active": Bound(0.0, 1.0),
+        "tensor_idle_max": Bound(0.0, 1.0),
+        "memory_bound_dram": Bound(0.0, 1.0),
+        "comm_gbps_per_gpu": Bound(0.0),
+        "min_coverage": Bound(0.0, 1.0),
     },
     "retention": {
         "raw_days": Bound(1.0),  # raw samples; also the oldest sample ingest accepts

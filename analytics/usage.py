@@ -22,7 +22,7 @@ from gpuledger.analytics.store.database import floor_minute
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 from gpuledger.collector.jobs.lifecycle import HELD_REASONS
-from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
+from gpuledger.collector.samples import IDLE_CAPACITY, PROFILING_FIELDS, UNATTRIBUTED
 
 # the rollups of [$start, $end) (analytics/store/rollups.py): every query below reads these, never raw samples
 USAGE = "usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)"
@@ -43,6 +43,15 @@ def team_usage(store: Store, start: datetime, end: datetime, team: str | None = 
     frame["efficiency"] = frame["used_gpu_hours"] / frame["measured_gpu_hours"].where(frame["measured_gpu_hours"] > 0)
     frame["util_coverage"] = coverage(frame["measured_gpu_hours"], frame["allocated_gpu_hours"])
     return frame
+
+
+# per field: the mean over the GPU-seconds with a reading, and the share of GPU-seconds read
+PROFILE_MEANS = ", ".join(
+    [f"sum({f}_gpu_s) / nullif(sum({f}_cov_s), 0) AS {f}" for f in PROFILING_FIELDS]
+    + ["sum(sm_active_cov_s) / nullif(sum(gpu_s), 0) AS profiling_coverage",
+       # GPU_UTIL over the same samples that read SM activity, so the two are compared like for like
+       "100.0 * sum(util_prof_gpu_s) / nullif(sum(sm_active_cov_s), 0) AS util_on_profiled_pct",
+       "sum(nvlink_bytes) / 1e9 AS nvlink_gb", "sum(pcie_bytes) / 1e9 AS pcie_gb"])
 
 
 NO_UTILISATION = "no utilisation data"  # what a figure that rests on utilisation says where none was measured
@@ -217,7 +226,7 @@ def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFram
 def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
     """Per bill line (teams, unattributed, idle capacity), averaged over [start, end): GPUs held, GPUs busy
     (a reading at or over `idle_util_pct`), GPUs held idle (a reading under it), cost per hour at the rate card,
-    and `util_coverage` (the share of the GPUs held with a reading). Busy and idle are null for a line held
+    the profiling means of its held GPUs (null where none read them), and `util_coverage` (the share of the GPUs held with a reading). Busy and idle are null for a line held
     without any reading; the idle-capacity line holds nothing, so it is busy and idle 0."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
@@ -227,7 +236,9 @@ def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: flo
                coalesce(sum(idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS idle_gpus,
                coalesce(sum(util_gpu_s) FILTER (WHERE allocated), 0) AS measured_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated), 0) AS held_s,
-               sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour
+               sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour,
+               {", ".join(f"sum({f}_gpu_s) FILTER (WHERE allocated) / nullif(sum({f}_cov_s) FILTER (WHERE allocated), 0)"
+                          f" AS {f}" for f in PROFILING_FIELDS)}
         FROM {USAGE} u LEFT JOIN rate_card r USING (gpu_model) GROUP BY 1 ORDER BY 1"""
     frame = store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end),
                                     "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
@@ -265,7 +276,6 @@ def _hours(start: datetime, end: datetime) -> float:
 
 
 # optional telemetry, by what it takes to get it: shown per node so a dashboard can say why a chart is empty
-PROFILING_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")  # DCGM profiling (DCP) fields
 DEVICE_FIELDS = ("power_w", "temp_c", "nvlink_tx_bps", "nvlink_bps", "pcie_tx_bps", "xid", "throttle_reasons",
                  "ecc_dbe_total")
 
@@ -286,12 +296,15 @@ GPU_METRICS = {"util_pct": "mean utilisation, %", "mem_used_mib": "peak memory u
 
 def gpu_series(store: Store, start: datetime, end: datetime, bucket_minutes: int = 60) -> pd.DataFrame:
     """Per GPU and time bucket: mean utilisation, peak memory used, mean power (from the energy counter, else
-    the power readings) and the hottest temperature, for heatmaps of the cluster's GPUs."""
+    the power readings), the hottest temperature, and SM and tensor activity (null where the GPU does not report
+    them), for heatmaps of the cluster's GPUs."""
     sql = f"""
         SELECT {BUCKET},
                node, gpu_uuid, sum(util_sum) / nullif(sum(util_n), 0) AS util_pct,
                max(mem_used_max) AS mem_used_mib,
-               sum(energy_j) / nullif(sum(samples * interval_s), 0) AS power_w, max(temp_max) AS temp_c
+               sum(energy_j) / nullif(sum(samples * interval_s), 0) AS power_w, max(temp_max) AS temp_c,
+               sum(sm_active_gpu_s) / nullif(sum(sm_active_cov_s), 0) AS sm_active,
+               sum(tensor_active_gpu_s) / nullif(sum(tensor_active_cov_s), 0) AS tensor_active
         FROM {USAGE} GROUP BY ALL ORDER BY node, gpu_uuid, bucket"""
     return store.query_usage(sql, {"start": start, "end": end, "bucket_minutes": bucket_minutes,
                                    "fine": bucket_minutes % 60 != 0})

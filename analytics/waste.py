@@ -18,7 +18,7 @@ import pandas as pd
 from gpuledger.analytics.config import WasteConfig
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import NO_UTILISATION, USAGE, check_idle_threshold
+from gpuledger.analytics.usage import NO_UTILISATION, PROFILE_MEANS, USAGE, check_idle_threshold
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
 from gpuledger.collector.samples import UNATTRIBUTED
 
@@ -80,7 +80,7 @@ def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
                sum(util_sum) / nullif(sum(util_n), 0) AS mean_util_pct,
                sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage,
                sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd,
-               any_value(usd_per_gpu_hour) AS usd_per_gpu_hour
+               any_value(usd_per_gpu_hour) AS usd_per_gpu_hour, {PROFILE_MEANS}
         FROM {PRICED}
         WHERE allocated AND job_id IS NOT NULL AND mig_profile IS NULL
         GROUP BY job_id"""
@@ -134,12 +134,31 @@ def oversized_jobs(store: Store, start: datetime, end: datetime, thresholds: Was
     small = jobs["peak_mem_mib"] < thresholds.oversized_mem_fraction * jobs["mem_total_mib"]
     over = jobs[small & (jobs["gpu_hours"] >= min_gpu_hours)]
     over = with_p95(store, over, start, end)
+    over = with_compute_need(over)
     known = over["p95_util_pct"].notna()
     over["idle"] = known & (over["p95_util_pct"] < thresholds.idle_util_pct)
     # no shape is suggested without the p95 it rests on
     over["fits"] = [smallest_fit(m, p, u) if ok and not idle else None for m, p, u, idle, ok in
-                    zip(over["gpu_model"], over["peak_mem_mib"], over["p95_util_pct"], over["idle"], known)]
+                    zip(over["gpu_model"], over["peak_mem_mib"], over["compute_pct"], over["idle"], known)]
     return over.sort_values("cost_usd", ascending=False).reset_index(drop=True)
+
+
+# SM activity is the resize rule's signal where at least this share of the job's GPU-hours read it
+SM_SIGNAL_MIN_COVERAGE = 0.5
+
+
+def with_compute_need(jobs: pd.DataFrame) -> pd.DataFrame:
+    """`jobs` with `compute_pct`, the share of a card's compute a job needs, and `compute_signal`, what it rests on.
+    GPU_UTIL's p95 says a kernel ran, not how much of the card it used: where the GPU reports SM activity, the p95
+    is scaled by the job's SM activity per unit of GPU_UTIL on the same samples (a job at 100% GPU_UTIL with 10% of
+    its SMs active needs a tenth of the card); elsewhere the p95 of GPU_UTIL stands, as before."""
+    out = jobs.copy()
+    ratio = (out["sm_active"] * 100.0 / out["util_on_profiled_pct"].where(out["util_on_profiled_pct"] > 0)).clip(
+        upper=1.0)
+    usable = ratio.notna() & (out["profiling_coverage"].fillna(0) >= SM_SIGNAL_MIN_COVERAGE)
+    out["compute_pct"] = out["p95_util_pct"].where(~usable, out["p95_util_pct"] * ratio)
+    out["compute_signal"] = ["sm_active" if u else "gpu_util" for u in usable]
+    return out
 
 
 STRETCH_COLUMNS = ["team", "job_id", "node", "gpu_model", "gpus", "gpu_uuids", "start_ts", "end_ts", "idle_minutes",
@@ -238,7 +257,7 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
                sum(util_sum) / nullif(sum(util_n), 0) AS mean_util_pct,
                max(mem_used_max) AS peak_mem_mib, max(mem_total_max) AS mem_total_mib,
                sum(idle_gpu_s) / nullif(sum(util_gpu_s), 0) AS idle_share,
-               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage
+               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage, {PROFILE_MEANS}
         FROM {PRICED}
         WHERE allocated AND job_id IS NOT NULL AND ($team IS NULL OR owner(team, $unattributed) = $team)
           AND ($search IS NULL OR contains(lower(job_id), lower($search)) OR contains(lower(coalesce("user", '')),

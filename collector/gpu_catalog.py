@@ -179,3 +179,9 @@ def smaller_cards(need_gb: float, than: str) -> list[str]:
     ceiling = memory_gb(than) or 0
     return [m.name for m in sorted(CATALOG, key=lambda m: (m.memory_gb, m.name))
             if need_gb <= m.memory_gb < ceiling]
+
+
+def has_tensor_cores(model: str | None) -> bool:
+    """Whether `model` computes matrix math on tensor cores: every card in the catalogue does (Volta and later);
+    an unknown model is not assumed to, so no advice rests on tensor pipes it may not have."""
+    return model in MODELS

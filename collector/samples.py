@@ -70,6 +70,10 @@ SAMPLE_SCHEMA = pa.schema(
     ]
 )
 
+# the profiling readings above, each a fraction of the interval (DCGM's DCP fields, NVML's GPM metrics on Hopper and
+# later): what a GPU achieved, where GPU_UTIL only says a kernel was running. Not every GPU reports them: a GPU that
+# does not has NULL, never 0
+PROFILING_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
 # the health readings above: sources read them as numbers, the store derives events from their changes
 HEALTH_COLUMNS = ("xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total", "remapped_rows_corr",
                   "remapped_rows_uncorr", "row_remap_failed")

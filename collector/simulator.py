@@ -330,6 +330,9 @@ class ClusterSimulator:
         job_mem = np.array([j.mem_mib for j in jobs] + [0.0])
         job_nvl = np.array([j.profile == "nvlink" for j in jobs] + [False])
         job_fraction = np.array([j.fraction for j in jobs] + [1.0])  # a free GPU is present whole
+        ratios = [activity_ratios(j) for j in jobs]
+        sm_per = np.array([r[0] for r in ratios] + [SM_PER_UTIL])
+        tensor_per = np.array([r[1] for r in ratios] + [TENSOR_PER_UTIL])
         mem_total = np.array([self.nodes[n].mem_mib for n in self.gpu_node])
         tdp = np.array([self.nodes[n].tdp_w for n in self.gpu_node])
         has_nvlink = np.array([self.nodes[n].nvlink for n in self.gpu_node])
@@ -387,9 +390,9 @@ class ClusterSimulator:
             "gpu_fraction": job_fraction[flat],
             "allocated": ~unheld,
             "util_pct": cell(util),
-            "sm_active": activity_f * 0.85,
-            "sm_occupancy": activity_f * 0.55,
-            "tensor_active": activity_f * 0.45,
+            "sm_active": activity_f * sm_per[flat],
+            "sm_occupancy": activity_f * sm_per[flat] * 0.65,
+            "tensor_active": activity_f * tensor_per[flat],
             "dram_active": activity_f * 0.4,
             "mem_used_mib": mem_used_f,
             "mem_free_mib": mem_total_f - mem_used_f,
@@ -567,6 +570,27 @@ OUTCOME_SHARES = (("failed", 0.08), ("timeout", 0.03), ("preempted", 0.02), ("ou
 def _draw(job_id: str, what: str) -> float:
     """A number in [0, 1) fixed by the job and what is drawn, so every read of the history agrees."""
     return int(hashlib.sha256(f"{job_id}\0{what}".encode()).hexdigest()[:8], 16) / 2 ** 32
+
+
+# the share of its GPU_UTIL a job's SMs and tensor pipes are active: most jobs keep their SMs busy while a kernel
+# runs; a starved one (a data loader that cannot keep up) runs one small kernel after another, so GPU_UTIL is high
+# and SM activity low; some training jobs compute in FP32 and leave the tensor pipes idle
+SM_PER_UTIL, STARVED_SM_PER_UTIL = 0.85, 0.12
+TENSOR_PER_UTIL, FP32_TENSOR_PER_UTIL = 0.45, 0.01
+STARVED_SHARE, FP32_SHARE = 0.15, 0.15  # of the busy and NVLink jobs, fixed by job id
+
+
+def activity_ratios(job: SimJob) -> tuple[float, float]:
+    """(SM active, tensor active) per unit of GPU_UTIL for `job`, fixed by its id: starved and FP32 jobs among the
+    busy ones, so the demo shows every efficiency flag."""
+    if job.profile not in ("busy", "nvlink"):
+        return SM_PER_UTIL, TENSOR_PER_UTIL
+    draw = _draw(job.job_id, "activity")
+    if draw < STARVED_SHARE:
+        return STARVED_SM_PER_UTIL, STARVED_SM_PER_UTIL * TENSOR_PER_UTIL / SM_PER_UTIL
+    if draw < STARVED_SHARE + FP32_SHARE:
+        return SM_PER_UTIL, FP32_TENSOR_PER_UTIL
+    return SM_PER_UTIL, TENSOR_PER_UTIL
 
 
 def _job_name(job: SimJob) -> str:

@@ -52,6 +52,7 @@ ADVICE_KINDS = {
     "consolidate": "Move running jobs to free a node for a job waiting for whole GPUs",
     "colocate": "Run a job spread over nodes on one node",
     "separate": "Give a latency-sensitive job a GPU of its own",
+    "efficiency": "Fix what keeps a job's SMs waiting (input pipeline, communication, memory, tensor cores idle)",
 }
 GLOSSARY = {
     "allocated": "held by a job, busy or not",
@@ -263,6 +264,8 @@ JOB_COLUMNS = (
     "cost_usd",
     "mean_util_pct",
     "p95_util_pct",
+    "sm_active",
+    "tensor_active",
     "idle_share",
     "waste",
     "peak_mem_mib",
@@ -470,6 +473,33 @@ with tab_jobs:
         else:
             listing["team"] = listing["team"].map(owner_label)
             show_table(listing, JOB_COLUMNS)
+        st.subheader("Efficiency beyond GPU utilisation")
+        st.caption(
+            "GPU utilisation counts the time any kernel ran; SM activity is the share of the SMs' time spent "
+            "working. A job at 100% utilisation with 10% SM activity keeps a tenth of the card busy. Means are over "
+            "the GPU-seconds that read each field; blank: the GPU or its exporter does not report it (DCGM profiling "
+            "fields, or NVML GPM on Hopper and later)."
+        )
+        eff = get("efficiency")["efficiency"]
+        flagged = frame(eff["flagged"])
+        per_team = frame(eff["teams"])
+        if not per_team.empty:
+            per_team["team"] = per_team["team"].map(owner_label)
+            show_table(per_team, ("team", "gpu_hours", "mean_util_pct", "sm_active", "sm_occupancy", "tensor_active",
+                                  "dram_active", "profiling_coverage", "nvlink_gb", "pcie_gb"), digits=3)
+        if flagged.empty:
+            st.info("No running or finished job in this window is flagged by its profiling readings.")
+        else:
+            st.markdown("**Jobs flagged by their profiling readings**")
+            for flag, meaning in eff["flags"].items():
+                st.caption(f"**{md(flag.replace('_', ' '))}**: {md(meaning)}")
+            jobs_eff = frame(eff["jobs"])
+            jobs_eff = jobs_eff[jobs_eff["flags"].map(len) > 0].copy()
+            jobs_eff["flags"] = jobs_eff["flags"].map(lambda f: ", ".join(x.replace("_", " ") for x in f))
+            jobs_eff["team"] = jobs_eff["team"].map(owner_label)
+            show_table(jobs_eff, ("job_id", "team", "flags", "gpus", "gpu_model", "workload_class", "cost_usd",
+                                  "util_on_profiled_pct", "sm_active", "tensor_active", "dram_active",
+                                  "interconnect_gbps_per_gpu"), digits=3)
 
 with tab_work:
     if tab_work.open:
@@ -926,6 +956,8 @@ with tab_nodes:
                 "mem_used_mib": "memory used (MiB)",
                 "power_w": "power (W)",
                 "temp_c": "hottest temperature (°C)",
+                "sm_active": "SM active (0..1; blank: not reported)",
+                "tensor_active": "tensor pipes active (0..1; blank: not reported)",
             }
             shown = st.selectbox("Heatmap of", list(labels), format_func=labels.get)
             step = CALLS["gpus"][1]["bucket_minutes"]

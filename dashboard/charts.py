@@ -138,7 +138,8 @@ def heatmap(points: pd.DataFrame, shown: str, bucket_minutes: int) -> pd.DataFra
     end = cells["bucket"] + pd.Timedelta(minutes=bucket_minutes)
     cells["bucket_end"] = end.dt.strftime("%Y-%m-%dT%H:%M:%SZ")
     cells["bucket"] = cells["bucket"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-    cells[shown] = cells[shown].round(1)
+    fraction = cells[shown].abs().max() <= 1.0 if len(cells) else False  # a 0..1 reading keeps its precision
+    cells[shown] = cells[shown].round(3 if fraction else 1)
     return cells[["bucket", "bucket_end", "gpu", shown]].reset_index(drop=True)
 
 
@@ -201,6 +202,8 @@ def change(kind: str, action: dict[str, Any]) -> str:
         target = a("to_node")
         return (f"move off shared GPU {_words(a('from_gpu'))} on {_words(a('node'))} → "
                 + (f"a GPU of its own on {_words(target)}" if target else "no free GPU now"))
+    if kind == "efficiency" and "bottleneck" in action:
+        return f"{_words(str(a('bottleneck')).replace('_', ' '))}: {_words(a('do'))}"
     return "; ".join(f"{k.replace('_', ' ')}: {_words(v)}" for k, v in action.items()) or BLANK
 
 

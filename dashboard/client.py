@@ -110,4 +110,5 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "workloads": ("/v1/workloads", {"days": days, "end": end}),
         "queues": ("/v1/workloads/queues", {"days": days, "end": end}),
         "job_coverage": ("/v1/workloads/coverage", {"days": days, "end": end}),
+        "efficiency": ("/v1/efficiency", {"days": days, "end": end}),
     }

@@ -19,6 +19,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import interval_at
 from gpuledger.analytics.waste import idle_runs, oversized_jobs
+from gpuledger.policies.efficiency_advice import efficiency_advice
 from gpuledger.policies.consolidation import colocate_advice, consolidate_advice, separate_advice
 from gpuledger.policies.quota import HOURS_PER_WEEK
 from gpuledger.policies.recommendation import Recommendation
@@ -80,10 +81,14 @@ def resize_advice(store: Store, config: Config, start: datetime, at: datetime, l
             evidence={"peak_mem_mib": float(row.peak_mem_mib), "mem_total_mib": float(row.mem_total_mib),
                       "peak_mem_fraction": float(row.peak_mem_mib / row.mem_total_mib),
                       "mean_util_pct": float(row.mean_util_pct), "p95_util_pct": float(row.p95_util_pct),
+                      "compute_pct": float(row.compute_pct), "compute_signal": row.compute_signal,
+                      "sm_active": None if pd.isna(row.sm_active) else float(row.sm_active),
                       "gpu_hours": float(row.gpu_hours), "cost_usd": float(row.cost_usd),
                       "effect_usd_per_week": saving},
             reason=(f"{row.job_id} peaked at {row.peak_mem_mib / 1024:.1f} GiB of {row.mem_total_mib / 1024:.0f} GiB "
-                    f"per {row.gpu_model} at p95 {row.p95_util_pct:.0f}% busy; each of its {gpus} GPU(s) fits "
+                    f"per {row.gpu_model} at p95 {row.p95_util_pct:.0f}% busy"
+                    + (f" ({row.compute_pct:.0f}% of the card by SM activity)" if row.compute_signal == "sm_active"
+                       else "") + f"; each of its {gpus} GPU(s) fits "
                     f"{target}" + (f": {freed:.2f} GPUs freed in total, ${saving:,.0f}/week" if saving and freed else
                                    f": ${saving:,.0f}/week at the rate card" if saving else ""))))
     return out
@@ -102,6 +107,7 @@ def placement_advice(store: Store, config: Config, at: datetime) -> list[Recomme
     read = store.latest_ts(before=pd.Timestamp(at).floor("min").to_pydatetime())
     reclaim = reclaim_advice(store, config, start, at, read) if read is not None else []
     resize = resize_advice(store, config, start, at, read, {r.job_id for r in reclaim}) if read is not None else []
-    return (reclaim + resize
+    efficiency = efficiency_advice(store, config, start, at, read) if read is not None else []
+    return (reclaim + resize + efficiency
             + consolidate_advice(store, config, at, latest) + colocate_advice(store, config, at, latest)
             + separate_advice(store, config, at, latest))

@@ -3,7 +3,8 @@
 Kinds: `quota` (a team's guarantee and limit for one GPU model), `reclaim` (GPUs a job holds idle),
 `resize` (a running job whose memory fits a MIG slice or a smaller card), `consolidate` (jobs to move so a waiting
 gang job fits), `colocate` (a job spread over nodes that one node can hold), `separate` (a latency-sensitive job
-sharing a GPU with other work). Status: `proposed` when
+sharing a GPU with other work), `efficiency` (a running job bound by its input pipeline, communication or memory
+bandwidth, or leaving its tensor cores idle). Status: `proposed` when
 made, then `accepted`, `rejected` or `applied` by a decision, or `superseded` by a newer one for the
 same team, model and job; `insufficient_data` is never stored (it carries no number, only the reason);
 `preview` is an evaluation at a chosen instant, not stored.
@@ -22,7 +23,7 @@ from gpuledger.analytics.team_scope import redact_for_team
 
 # Each closed set once: the API's models, its query parameters, the CLI's choices and the docs derive from these.
 # A new kind of advice is one entry in KINDS (and the code that makes it).
-KINDS = ("quota", "reclaim", "resize", "consolidate", "colocate", "separate")
+KINDS = ("quota", "reclaim", "resize", "consolidate", "colocate", "separate", "efficiency")
 PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED = "proposed", "accepted", "rejected", "applied", "superseded"
 INSUFFICIENT_DATA, PREVIEW = "insufficient_data", "preview"
 STORED_STATUSES = (PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED)  # what the table holds

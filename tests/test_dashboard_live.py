@@ -51,6 +51,9 @@ def advice_of_every_kind(now) -> list[Recommendation]:
         "separate": ({"from_gpu": "GPU-c", "node": "l4-01", "to_node": None},
                      {"shares_gpu_with": ["vision/job-9"], "share_held": 0.5, "latency_sensitive": ["inference/"],
                       "effect_usd_per_week": 4000.0}),
+        "efficiency": ({"bottleneck": "input_pipeline_bound", "do": "add data-loader workers", "gpus": 8},
+                       {"mean_util_pct": 97.0, "sm_active": 0.08, "profiling_coverage": 1.0, "signal": "sm_active",
+                        "effect_usd_per_week": 3000.0}),
     }
     assert set(shapes) == set(KINDS)  # a new kind of advice gets a case here
     return [Recommendation(kind=kind, team="nlp", action=action, evidence=evidence, reason=f"a {kind} case",

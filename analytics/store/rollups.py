@@ -27,6 +27,7 @@ as a stretch worth reporting is at least a minute long (the config's minimum for
 from __future__ import annotations
 
 from gpuledger.analytics.store.schema import MAX_INTERVAL_S, READING_RANGES
+from gpuledger.collector.samples import PROFILING_FIELDS
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 from gpuledger.collector.identifiers import is_identifier
 
@@ -63,6 +64,14 @@ CORE_COLUMNS = {
     "mem_used_max": "DOUBLE", "mem_total_max": "DOUBLE",
     "energy_j": "DOUBLE", "nvlink_bytes": "DOUBLE",
     "temp_max": "DOUBLE",  # the hottest reading, °C (schema 8; rows folded before it have none)
+    # profiling (schema 12): per field, GPU-seconds weighted by the reading and GPU-seconds with a reading. A GPU that
+    # does not report a field (no DCGM profiling module, no GPM) has NULL here, not 0: unknown is never zero
+    **{f"{field}_gpu_s": "DOUBLE" for field in PROFILING_FIELDS},
+    **{f"{field}_cov_s": "DOUBLE" for field in PROFILING_FIELDS},
+    # util-weighted GPU-seconds over the samples that also read SM activity: "busy but starved" compares the two
+    # on the same samples, so a GPU that read SM activity only part of the time is not judged on the rest
+    "util_prof_gpu_s": "DOUBLE",
+    "pcie_bytes": "DOUBLE",  # bytes over PCIe, both directions (NULL: not read)
 }
 # the idle stretch before a row's first busy sample (the whole row when none is busy) and after its last. `busy_n`
 # counts the samples that end an idle stretch: allocated and at or over the threshold, or without a reading
@@ -73,6 +82,8 @@ SEGMENT_COLUMNS = {
     "tail_s": "DOUBLE", "tail_gpu_s": "DOUBLE", "tail_util_sum": "DOUBLE", "tail_util_n": "BIGINT",
     "tail_start_ts": "TIMESTAMPTZ",
 }
+PROFILE_COLUMNS = [*(f"{f}_gpu_s" for f in PROFILING_FIELDS), *(f"{f}_cov_s" for f in PROFILING_FIELDS),
+                   "util_prof_gpu_s", "pcie_bytes"]
 CORE = ", ".join(CORE_COLUMNS)
 SEGMENT = ", ".join(SEGMENT_COLUMNS)
 INNER_RUNS = ("STRUCT(start_ts TIMESTAMPTZ, end_ts TIMESTAMPTZ, s DOUBLE, gpu_s DOUBLE, util_sum DOUBLE, "
@@ -119,6 +130,9 @@ DDL = [
     "ALTER TABLE usage_hour ADD COLUMN IF NOT EXISTS util_gpu_s DOUBLE",
     _backfill_util_coverage("usage_minute"),
     _backfill_util_coverage("usage_hour"),
+    # stores made before schema 12 gain the profiling columns; their rows keep NULL there (not measured, not 0)
+    *(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} DOUBLE" for table in ("usage_minute", "usage_hour")
+      for column in PROFILE_COLUMNS),
     # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
     "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
     f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} "
@@ -134,11 +148,22 @@ _HOURS_TO = f"greatest(least(date_trunc('hour', {_HI}), hwm), {_HOURS_FROM})"  #
 
 
 
+def _profile_fold() -> str:
+    """The profiling sums of the minute fold: NULL where no sample of the row read the field (sum of nothing)."""
+    parts = [f"sum(gpu_s * {f}) AS {f}_gpu_s, sum(gpu_s) FILTER (WHERE {f} IS NOT NULL) AS {f}_cov_s"
+             for f in PROFILING_FIELDS]
+    parts.append("sum(gpu_s * util_pct / 100.0) FILTER (WHERE sm_active IS NOT NULL) AS util_prof_gpu_s")
+    parts.append("sum(pcie_bytes) AS pcie_bytes")
+    return ", ".join(parts)
+
+
 def _reading(column: str) -> str:
     """A reading inside its physical range, else NULL (NaN fails both comparisons' DuckDB order: it is largest)."""
     lo, hi = READING_RANGES[column]
     return f"CASE WHEN {column} >= {lo!r} AND {column} <= {hi!r} THEN {column} END"
 
+
+_PROFILE_FOLD = _profile_fold()
 
 MACROS = [
     # What a raw sample may count for, whatever reached the table (ingest bounds rows since issue 21, but an older
@@ -155,15 +180,23 @@ MACROS = [
                {_reading("mem_used_mib")} AS mem_used_mib, {_reading("mem_total_mib")} AS mem_total_mib,
                coalesce({_reading("power_avg_w")}, {_reading("power_w")}) AS power_w,
                coalesce({_reading("nvlink_tx_bps")} + {_reading("nvlink_rx_bps")}, {_reading("nvlink_tx_bps")},
-                        {_reading("nvlink_rx_bps")}, {_reading("nvlink_bps")}, 0) AS nvlink_bps
+                        {_reading("nvlink_rx_bps")}, {_reading("nvlink_bps")}, 0) AS nvlink_bps,
+               {", ".join(f'{_reading(f)} AS {f}' for f in PROFILING_FIELDS)},
+               coalesce({_reading("pcie_tx_bps")} + {_reading("pcie_rx_bps")}, {_reading("pcie_tx_bps")},
+                        {_reading("pcie_rx_bps")}) AS pcie_bps
         FROM samples WHERE ts >= lo AND ts < hi AND (only_node IS NULL OR node = only_node)
     ), s AS (
         SELECT bucket, {KEY}, ts, interval_s, temp_c, interval_s * fraction AS gpu_s, util_pct, mem_used_mib,
                mem_total_mib, power_w * interval_s AS energy_j, nvlink_bps * interval_s AS nvlink_bytes,
-               -- idle: a reading under the threshold. "busy" ends an idle stretch: a reading at or over it, or none
-               -- at all (a stretch is only as long as it was measured idle; unknown is never idle)
-               allocated AND coalesce(util_pct < idle_pct, false) AS idle,
-               allocated AND NOT coalesce(util_pct < idle_pct, false) AS busy
+               {", ".join(PROFILING_FIELDS)}, pcie_bps * interval_s AS pcie_bytes,
+               -- idle: a reading under the threshold: SM activity where the GPU reports it (GPU_UTIL counts a
+               -- GPU running one tiny kernel as busy), else GPU_UTIL. "busy" ends an idle stretch: a reading at or
+               -- over it, or none at all (a stretch is only as long as it was measured idle; unknown is never idle).
+               -- Idle time is a part of the time with a GPU_UTIL reading (util_gpu_s), so that one is needed too
+               allocated AND coalesce(util_pct IS NOT NULL AND coalesce(sm_active * 100.0, util_pct) < idle_pct,
+                                      false) AS idle,
+               allocated AND NOT coalesce(util_pct IS NOT NULL AND coalesce(sm_active * 100.0, util_pct) < idle_pct,
+                                          false) AS busy
         FROM raw
     ), edges AS (
         SELECT *, min(CASE WHEN busy THEN ts END) OVER seg AS first_busy, max(CASE WHEN busy THEN ts END) OVER seg
@@ -180,6 +213,7 @@ MACROS = [
            sum(util_pct) AS util_sum, count(util_pct) AS util_n,
            max(mem_used_mib) AS mem_used_max, max(mem_total_mib) AS mem_total_max,
            sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes, max(temp_c) AS temp_max,
+           {_PROFILE_FOLD},
            count(*) FILTER (WHERE busy) AS busy_n,
            coalesce(sum(interval_s) FILTER (WHERE lead), 0) AS lead_s,
            coalesce(sum(gpu_s) FILTER (WHERE lead), 0) AS lead_gpu_s,
@@ -231,7 +265,8 @@ MACROS = [
            sum(idle_s) AS idle_s,
            sum(util_sum) AS util_sum, sum(util_n) AS util_n, max(mem_used_max) AS mem_used_max,
            max(mem_total_max) AS mem_total_max, sum(energy_j) AS energy_j, sum(nvlink_bytes) AS nvlink_bytes,
-           max(temp_max) AS temp_max, sum(busy_n) AS busy_n,
+           max(temp_max) AS temp_max, {", ".join(f"sum({c}) AS {c}" for c in PROFILE_COLUMNS)},
+           sum(busy_n) AS busy_n,
            coalesce(sum(lead_s) FILTER (WHERE lead), 0) AS lead_s,
            coalesce(sum(lead_gpu_s) FILTER (WHERE lead), 0) AS lead_gpu_s,
            sum(lead_util_sum) FILTER (WHERE lead) AS lead_util_sum,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from gpuledger.collector.samples import PROCESS_SCHEMA, SAMPLE_SCHEMA
+from gpuledger.collector.samples import PROCESS_SCHEMA, PROFILING_FIELDS, SAMPLE_SCHEMA
 
 _DUCK_TYPES = {
     pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
@@ -22,7 +22,7 @@ MAX_MEM_MIB = 16 * 1024 * 1024.0  # 16 TiB: far above any card (a B300 has 288 G
 MAX_RATE_BPS = 1e13  # NVLink/PCIe bytes per second: 10 TB/s, over 5x NVLink 5's 1.8 TB/s per GPU
 READING_RANGES: dict[str, tuple[float, float]] = {
     "util_pct": (0.0, 100.0),
-    **{name: (0.0, 1.0) for name in ("sm_active", "sm_occupancy", "tensor_active", "dram_active")},
+    **{name: (0.0, 1.0) for name in PROFILING_FIELDS},
     **{name: (0.0, MAX_MEM_MIB) for name in ("mem_used_mib", "mem_free_mib", "mem_reserved_mib", "mem_total_mib")},
     "power_w": (0.0, 5000.0), "power_avg_w": (0.0, 5000.0),  # W: a GB200 superchip is 2.7 kW, a B200 1 kW
     "temp_c": (-40.0, 150.0),  # °C: electronics' lowest rating to past any GPU's shutdown temperature (~105)
@@ -134,7 +134,7 @@ def table_migrations(existing: set[str]) -> list[str]:
 # 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature;
 # 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown;
 # 10: job lifecycle columns and job_events; 11: the schedulers' queue metrics, a job's workload class
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

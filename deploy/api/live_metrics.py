@@ -32,6 +32,13 @@ TEAM_GAUGES = (
     ("busy_gpus", "gpuledger_team_busy_gpus", "GPUs held and busy (at or over the idle threshold), last hour"),
     ("idle_gpus", "gpuledger_team_idle_gpus", "GPUs held but idle, average over the last hour"),
     ("cost_usd_per_hour", "gpuledger_team_cost_usd_per_hour", "Cost at the rate card, USD per hour, last hour"),
+    # profiling means over the held GPU-seconds that read them: no series where no GPU of the team reports the field
+    ("sm_active", "gpuledger_team_sm_active_ratio", "SM active of the team's GPUs (0..1), last hour; GPU_UTIL high "
+                                                    "with this low is busy but starved"),
+    ("sm_occupancy", "gpuledger_team_sm_occupancy_ratio", "SM occupancy of the team's GPUs (0..1), last hour"),
+    ("tensor_active", "gpuledger_team_tensor_active_ratio", "Tensor pipes active on the team's GPUs (0..1), last "
+                                                            "hour"),
+    ("dram_active", "gpuledger_team_dram_active_ratio", "DRAM active on the team's GPUs (0..1), last hour"),
 )
 NODE_GAUGES = (
     ("gpus", "gpuledger_node_gpus", "GPUs present (MIG instances as fractions), average over the last hour"),

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
 from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
 from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
 from gpuledger.collector.jobs.queues import SCHEDULERS
@@ -29,6 +30,8 @@ DecisionName = Literal[tuple(DECISIONS)]
 UTIL_COVERAGE = ("share (0..1) of the allocated GPU-hours with a GPU utilisation reading: what the used, idle and "
                  "busy figures rest on; null where nothing was allocated. A sample without a reading (e.g. the "
                  "Philly and Helios traces) counts for GPU-hours and cost, never as idle, busy or used")
+PROFILE_FIELD_HELP = ("mean over the GPU-seconds that read it (0..1); null: the GPU or its exporter does not report "
+                      "it (DCGM profiling fields, or NVML GPM on Hopper and later), never 0")
 Target = Literal[TARGETS]
 ExportStatus = Literal[tuple(EXPORT_STATUSES)]
 ExportFormat = Literal[FORMATS]
@@ -485,6 +488,16 @@ class JobRow(BaseModel):
     util_note: str | None = Field(None, description="'no utilisation data' when none of its GPU-hours had a reading, "
                                                     "how much was measured when part of them had; null: all were")
     waste: bool = Field(description="idle share at least 0.5, or peak memory under the oversized threshold")
+    sm_active: float | None = Field(None, description="SM active: " + PROFILE_FIELD_HELP)
+    sm_occupancy: float | None = Field(None, description="SM occupancy: " + PROFILE_FIELD_HELP)
+    tensor_active: float | None = Field(None, description="tensor pipes active: " + PROFILE_FIELD_HELP)
+    dram_active: float | None = Field(None, description="DRAM active: " + PROFILE_FIELD_HELP)
+    profiling_coverage: float | None = Field(None, description="share (0..1) of its GPU-hours with an SM activity "
+                                                               "reading")
+    util_on_profiled_pct: float | None = Field(None, description="GPU_UTIL over the GPU-seconds that read SM "
+                                                                 "activity, %")
+    nvlink_gb: float | None = Field(None, description="NVLink bytes moved, GB")
+    pcie_gb: float | None = Field(None, description="PCIe bytes moved, GB; null: not read")
 
 
 class DailyCost(BaseModel):
@@ -511,6 +524,9 @@ class GpuPoint(BaseModel):
     power_w: float | None = Field(description="mean power, W")
     temp_c: float | None = Field(None, description="the hottest reading in the bucket, °C (null where the exporter "
                                                    "sends none, or for buckets folded before gpuledger kept it)")
+    sm_active: float | None = Field(None, description="SM active over the bucket: " + PROFILE_FIELD_HELP)
+    tensor_active: float | None = Field(None, description="tensor pipes active over the bucket: "
+                                                          + PROFILE_FIELD_HELP)
 
 
 class Gpus(BaseModel):
@@ -711,3 +727,54 @@ class Workloads(BaseModel):
     class_usage: list[ClassUsage] = Field(description="cost, GPU-hours, efficiency and waste per team and class")
     outcomes: list[OutcomeRow] = Field(description="finished jobs per team, model and outcome")
     waiting_now: list[WaitingJob] = Field(description="jobs waiting at `at`, longest first")
+
+
+EfficiencyFlag = Literal[tuple(EFFICIENCY_FLAGS)]
+
+
+class ProfileMeans(BaseModel):
+    gpu_hours: float = Field(description="allocated GPU-hours in the window")
+    mean_util_pct: float | None = Field(description="mean GPU_UTIL over the GPU-seconds with a reading, %")
+    sm_active: float | None = Field(description="SM active: " + PROFILE_FIELD_HELP)
+    sm_occupancy: float | None = Field(description="SM occupancy (warps resident of the maximum): "
+                                                   + PROFILE_FIELD_HELP)
+    tensor_active: float | None = Field(description="tensor pipes active: " + PROFILE_FIELD_HELP)
+    dram_active: float | None = Field(description="DRAM (memory bandwidth) active: " + PROFILE_FIELD_HELP)
+    profiling_coverage: float | None = Field(description="share (0..1) of the GPU-hours with an SM activity reading")
+    util_on_profiled_pct: float | None = Field(description="GPU_UTIL over the same GPU-seconds that read SM "
+                                                           "activity, %: the like-for-like comparison")
+    nvlink_gb: float | None = Field(description="NVLink bytes moved, GB (both directions)")
+    pcie_gb: float | None = Field(description="PCIe bytes moved, GB (both directions); null: not read")
+
+
+class TeamEfficiency(ProfileMeans):
+    team: str = Field(description="the team or bill line")
+
+
+class JobEfficiency(ProfileMeans):
+    job_id: str
+    team: str
+    gpu_model: str | None
+    gpus: int
+    cost_usd: float = Field(description="its cost in the window, USD")
+    workload_class: str | None = Field(None, description="its workload class (collector/jobs/classes.py)")
+    interconnect_gbps_per_gpu: float | None = Field(description="NVLink + PCIe GB/s per GPU held")
+    flags: list[EfficiencyFlag] = Field(description="what its profiling readings say it is bound by")
+    note: str | None = Field(description="why it has no flag for want of evidence; null when its readings suffice")
+
+
+class FlaggedTeam(BaseModel):
+    team: str
+    flag: EfficiencyFlag
+    jobs: int
+    gpu_hours: float
+    cost_usd: float
+
+
+class Efficiency(BaseModel):
+    window: Window
+    flags: dict[str, str] = Field(description="what each flag means")
+    thresholds: dict[str, float] = Field(description="the [efficiency] settings the flags were judged by")
+    teams: list[TeamEfficiency]
+    flagged: list[FlaggedTeam]
+    jobs: list[JobEfficiency]
