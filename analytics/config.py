@@ -150,8 +150,36 @@ class EfficiencyConfig:
     starved_sm_active: float = 0.30  # ... with SM active under this share: busy but starved
     tensor_idle_max: float = 0.05  # a training job on a tensor-core card with tensor pipes active under this share
     memory_bound_dram: float = 0.60  # DRAM active at or over this share while SM active is under starved_sm_active
-    comm_gbps_per_gpu: float = 20.0 # NVLink + PCIe GB/s per GPU at or over which a starved job is communication bound
+    comm_gbps_per_gpu: float = 20.0  # NVLink + PCIe GB/s per GPU at or over which a starved job is comm-bound
     min_coverage: float = 0.5  # the share of a job's GPU-hours with the reading a flag needs; less: no flag, said so
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A latency objective (`[slo."name"]`) of a service (the model it serves) or of a team: each bound in seconds,
+    None where not set. analytics/inference.py says per service whether it was met."""
+    ttft_p95_s: float | None = None
+    tpot_p95_s: float | None = None
+    e2e_p95_s: float | None = None
+    e2e_p99_s: float | None = None
+
+
+@dataclass(frozen=True)
+class AppTarget:
+    """An inference server's /metrics endpoint to read (`[[apps.targets]]`), with the pod it runs in (the page's
+    own pod labels win, as a page read through Prometheus carries them) or the job it belongs to."""
+    url: str
+    namespace: str | None = None
+    pod: str | None = None
+    job_id: str | None = None
+
+
+@dataclass
+class AppsConfig:
+    """`[apps]`: where inference servers' metrics are read from, how often, and names a new server version uses."""
+    targets: list[AppTarget] = field(default_factory=list)
+    interval_s: float = 30.0
+    aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # server kind -> {family name: figure}
 
 
 # the file's sections of settings, each the dataclass whose fields are its keys (in the order the loader reads them)
@@ -171,6 +199,8 @@ class Config:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     efficiency: EfficiencyConfig = field(default_factory=EfficiencyConfig)
+    slo: dict[str, Slo] = field(default_factory=dict)  # by service (model served) or team
+    apps: AppsConfig = field(default_factory=AppsConfig)
     email: EmailConfig | None = None  # [report.email]: mail the weekly report
 
     def apply_to(self, store: Store) -> None:
@@ -254,7 +284,8 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "teams", "attribution", "report", *SECTION_TYPES)
+SECTIONS = ("rates", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
+APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
 
 def _name(kind: str, value: Any, where: str) -> str:
@@ -373,6 +404,8 @@ def load_config(path: str | Path | None) -> Config:
         kind = "namespace" if key == "namespace_to_team" else "user"
         getattr(config, key).update(_names(f"attribution.{key}", attribution.get(key, {}), kind))
     config.email = _email(data)
+    config.slo = _slos(_table("slo", data.get("slo", {})))
+    config.apps = _apps(_table("apps", data.get("apps", {})))
     for section in SECTION_TYPES:
         values = _table(section, data.get(section, {}))
         _known_keys(section, values, section_keys(section))
@@ -383,3 +416,48 @@ def load_config(path: str | Path | None) -> Config:
     except ValueError as exc:
         raise ConfigError(f"{path}: [retention] {exc}") from exc
     return config
+
+
+def _slos(section: dict) -> dict[str, Slo]:
+    """`[slo."name"]` tables: a service's (the model it serves, as its server names it) or a team's latency bounds."""
+    out = {}
+    keys = tuple(f.name for f in fields(Slo))
+    for name, spec in section.items():
+        where = f'slo."{name}"'
+        if not isinstance(spec, dict) or not spec:
+            raise ConfigError(f"[{where}] must be a table with at least one of {list(keys)}")
+        _known_keys(where, spec, keys)
+        out[name] = Slo(**{k: _positive(where, k, v) for k, v in spec.items()})
+    return out
+
+
+def _positive(where: str, key: str, value: Any) -> float:
+    number = _number(where, key, value)
+    if number <= 0:
+        raise ConfigError(f"[{where}] {key} must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def _apps(section: dict) -> AppsConfig:
+    """`[apps]`: targets (each a table with a url, and the pod or job it serves), interval_s and aliases."""
+    _known_keys("apps", section, ("targets", "interval_s", "aliases"))
+    targets = []
+    for i, spec in enumerate(section.get("targets", [])):
+        where = f"apps.targets[{i}]"
+        if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
+            raise ConfigError(f"[{where}] must be a table with a url")
+        _known_keys(where, spec, APP_TARGET_KEYS)
+        if not spec["url"].startswith(("http://", "https://")):
+            raise ConfigError(f"[{where}] url must be http:// or https://, got {spec['url']!r}")
+        for key, kind in (("namespace", "namespace"), ("pod", "pod"), ("job_id", "job_id")):
+            if spec.get(key) is not None:
+                _name(kind, spec[key], f"[{where}] {key}")
+        targets.append(AppTarget(**spec))
+    interval = _number("apps", "interval_s", section.get("interval_s", 30.0))
+    if interval < 1:
+        raise ConfigError(f"[apps] interval_s must be at least 1 second, got {interval!r}")
+    aliases = section.get("aliases", {})
+    if not isinstance(aliases, dict) or not all(isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+                                                for v in aliases.values()):
+        raise ConfigError("[apps.aliases] must map a server kind to a table of family name = figure")
+    return AppsConfig(targets=targets, interval_s=interval, aliases={k: dict(v) for k, v in aliases.items()})

@@ -226,7 +226,8 @@ def hourly_capacity(store: Store, start: datetime, end: datetime) -> pd.DataFram
 def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: float) -> pd.DataFrame:
     """Per bill line (teams, unattributed, idle capacity), averaged over [start, end): GPUs held, GPUs busy
     (a reading at or over `idle_util_pct`), GPUs held idle (a reading under it), cost per hour at the rate card,
-    the profiling means of its held GPUs (null where none read them), and `util_coverage` (the share of the GPUs held with a reading). Busy and idle are null for a line held
+    the profiling means of its held GPUs (null where none read them), and `util_coverage`
+    (the share of the GPUs held with a reading). Busy and idle are null for a line held
     without any reading; the idle-capacity line holds nothing, so it is busy and idle 0."""
     check_idle_threshold(store, idle_util_pct)
     sql = f"""
@@ -237,8 +238,8 @@ def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: flo
                coalesce(sum(util_gpu_s) FILTER (WHERE allocated), 0) AS measured_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated), 0) AS held_s,
                sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour,
-               {", ".join(f"sum({f}_gpu_s) FILTER (WHERE allocated) / nullif(sum({f}_cov_s) FILTER (WHERE allocated), 0)"
-                          f" AS {f}" for f in PROFILING_FIELDS)}
+               {", ".join(f"sum({f}_gpu_s) FILTER (WHERE allocated) / "
+                          f"nullif(sum({f}_cov_s) FILTER (WHERE allocated), 0) AS {f}" for f in PROFILING_FIELDS)}
         FROM {USAGE} u LEFT JOIN rate_card r USING (gpu_model) GROUP BY 1 ORDER BY 1"""
     frame = store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end),
                                     "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})

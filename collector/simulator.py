@@ -28,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuledger.collector.apps.simulated import Service, service_of
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import MODELS, GpuModel
@@ -460,6 +461,12 @@ class ClusterSimulator:
                 "name": _job_name(job),
             })
         return pd.DataFrame(rows)
+
+    def services(self) -> list[Service]:
+        """The inference services its serving jobs run (collector/apps/simulated.py): the `vllm-serve` jobs and the
+        showcase's time-sliced `llm-serving`."""
+        return [service_of(j.job_id, j.namespace, j.pod, j.start, j.end, j.util, j.guest) for j in self.jobs
+                if j.namespace == SERVING_NAMESPACE or _job_name(j) == "vllm-serve"]
 
     def team_frame(self) -> pd.DataFrame:
         return pd.DataFrame([{"team": t.name, "share": t.share, "quota_gpus": t.quota_gpus}

@@ -213,8 +213,9 @@ col5.metric(
 st.caption(f"Latest sample {md(health['latest_sample'])} · {health['samples']:,} samples in store")
 
 # lazy tabs: only the page shown runs (and fetches), so a window change redraws one page, not eight
-tab_util, tab_teams, tab_jobs, tab_work, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
-    ["Overview", "Teams", "Jobs", "Workloads", "Cost & waste", "Fairshare", "Recommendations", "GPU health", "Nodes"],
+tab_util, tab_teams, tab_jobs, tab_work, tab_inf, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
+    ["Overview", "Teams", "Jobs", "Workloads", "Inference", "Cost & waste", "Fairshare", "Recommendations",
+     "GPU health", "Nodes"],
     on_change="rerun",
     key="page",
 )
@@ -253,6 +254,17 @@ READABLE = {
     "jobs": st.column_config.NumberColumn("jobs", format="%d"),
     "idle_stretches": "idle stretches",
     "oversized_jobs": "oversized jobs",
+    "cost_per_million_tokens": st.column_config.NumberColumn(
+        "$ / M tokens", format="$%.3f", help=f"GPU cost of its pods over prompt + generated tokens; {BLANK}: unknown"),
+    "cost_per_million_generated_tokens": st.column_config.NumberColumn("$ / M generated", format="$%.3f"),
+    "cost_per_thousand_requests": st.column_config.NumberColumn("$ / 1k requests", format="$%.3f"),
+    "requests_per_s": st.column_config.NumberColumn("requests/s", format="%.2f"),
+    "generation_tokens_per_s": st.column_config.NumberColumn("generated tokens/s", format="%.0f"),
+    "ttft_p95_s": st.column_config.NumberColumn("TTFT p95 (s)", format="%.3f"),
+    "tpot_p95_s": st.column_config.NumberColumn("time/token p95 (s)", format="%.3f"),
+    "e2e_p95_s": st.column_config.NumberColumn("latency p95 (s)", format="%.2f"),
+    "e2e_p99_s": st.column_config.NumberColumn("latency p99 (s)", format="%.2f"),
+    "slo_status": st.column_config.TextColumn("SLO", help=f"met, missed or unknown; {BLANK}: no objective set"),
 }
 # the columns people read first, first: cost and how well the GPUs were used, then who and when
 JOB_COLUMNS = (
@@ -604,6 +616,42 @@ with tab_work:
             {"what": "GPU telemetry of a job no scheduler record knows", "jobs": unrecorded["count"],
              "examples": ", ".join(unrecorded["examples"][:5])},
         ]), hide_index=True, placeholder=BLANK, width="stretch")
+
+with tab_inf:
+    if tab_inf.open:
+        answer = get("inference")["inference"]
+        services, per_team = frame(answer["services"], ("first_ts", "last_ts")), frame(answer["teams"])
+        st.subheader("Cost per million tokens by team")
+        st.caption(
+            "From the inference servers' own metrics (vLLM, Triton, TGI, SGLang) joined by pod to the GPU cost of "
+            "the pods serving them, at the rate card. Tokens are prompt plus generated."
+        )
+        if services.empty:
+            st.info(
+                "No inference server's metrics in this window. Point gpuledger at them with `[[apps.targets]]` in "
+                "the config (README: Inference services), then this page fills within a read."
+            )
+        else:
+            per_team["team"] = per_team["team"].map(owner_label)
+            priced = per_team.dropna(subset=["cost_per_million_tokens"])
+            if not priced.empty:
+                st.bar_chart(priced.set_index("team")["cost_per_million_tokens"], y_label="USD per million tokens")
+            show_table(per_team, ("team", "cost_per_million_tokens", "cost_usd", "tokens", "requests", "services",
+                                  "services_without_cost"), digits=3)
+            st.subheader("Services against their SLOs")
+            missed = services[services["slo_status"] == "missed"]
+            if len(missed):
+                st.warning(f"{len(missed)} service(s) missed their latency objective in this window.")
+            services["team"] = services["team"].map(owner_label)
+            services["slo_missed"] = services["slo_missed"].map(lambda m: ", ".join(m) if len(m) else None)
+            show_table(services, ("service", "team", "kind", "slo_status", "slo_missed", "cost_per_million_tokens",
+                                  "cost_per_thousand_requests", "requests_per_s", "generation_tokens_per_s",
+                                  "ttft_p95_s", "tpot_p95_s", "e2e_p95_s", "e2e_p99_s", "requests_waiting",
+                                  "kv_cache_usage", "kv_cache_usage_max", "pods", "gpu_model", "cost_usd",
+                                  "cost_note"), digits=3)
+            if answer["unknown_slos"]:
+                unknown = ", ".join(md(n) for n in answer["unknown_slos"])
+                st.info(f"SLOs set for names no service or team has: {unknown}")
 
 with tab_cost:
     if tab_cost.open:

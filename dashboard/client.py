@@ -111,4 +111,5 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "queues": ("/v1/workloads/queues", {"days": days, "end": end}),
         "job_coverage": ("/v1/workloads/coverage", {"days": days, "end": end}),
         "efficiency": ("/v1/efficiency", {"days": days, "end": end}),
+        "inference": ("/v1/inference", {"days": days, "end": end}),
     }

@@ -9,15 +9,17 @@ import secrets
 import shlex
 import shutil
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from gpuledger.analytics import fragmentation
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, Slo
 from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
+from gpuledger.collector.apps.simulated import MODELS, SimulatedApps
 from gpuledger.collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
+from gpuledger.deploy.app_loop import AppLoop, store_read
 from gpuledger.deploy.dashboard_proc import start_dashboard
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.deploy.server import ApiServer, Serving, weekly_report
@@ -30,6 +32,9 @@ class DemoError(GpuledgerError):
 
 
 DEMO_MARK = "demo"  # meta key set in every database the demo builds
+# the demo's latency objectives for the models its services run, unless the config sets its own: the time-sliced
+# service and the slower of the others miss them, the rest meet them
+DEMO_SLOS = {model: Slo(ttft_p95_s=0.25, tpot_p95_s=0.1, e2e_p95_s=15.0) for model in MODELS}
 
 
 def _check_is_demo_db(path: Path) -> None:
@@ -78,7 +83,26 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     # the minutes the build took, so the history runs into the live samples without a gap
     for table in sim.history(now, utc_now(), step_s=step_s):
         store.append_samples(table)
+    pages = backfill_apps(store, sim, config, now - timedelta(days=days), utc_now())
+    echo(f"  inference services: {pages:,} vLLM page(s) read, every {APP_BACKFILL_STEP_S / 60:g} minutes")
     return store, sim
+
+
+APP_BACKFILL_STEP_S = 900.0  # the history's inference pages: every 15 minutes (live: every [apps] interval_s)
+
+
+def backfill_apps(store: Store, sim: ClusterSimulator, config: Config, start: datetime, end: datetime) -> int:
+    """The simulated services' pages over [start, end), read and stored as the live loop stores them."""
+    source = SimulatedApps(sim.services())
+    attributor = config.attributor()
+    pages = 0
+    t = math.ceil(start.timestamp() / APP_BACKFILL_STEP_S) * APP_BACKFILL_STEP_S
+    while t < end.timestamp():
+        read = source.read(datetime.fromtimestamp(t, tz=timezone.utc))
+        store_read(store, read, attributor, config.apps.aliases)
+        pages += len(read.pages)
+        t += APP_BACKFILL_STEP_S
+    return pages
 
 
 def build_trace_store(path: Path, config: Config, trace: str, data: Path | None, echo=print) -> Store:
@@ -95,6 +119,8 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
              duration_s: float | None = None, echo=print, trace: str | None = None,
              trace_data: Path | None = None) -> int:
     """The demo: the simulator's history and live collection, or (`trace`) a public trace's history, served."""
+    if not config.slo:
+        config.slo = dict(DEMO_SLOS)
     if trace:
         echo(f"gpuledger demo: importing the {trace} trace into {db}")
         store, sim = build_trace_store(db, config, trace, trace_data, echo=echo), None
@@ -104,8 +130,11 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     token = os.environ.get("GPULEDGER_TOKEN") or secrets.token_urlsafe(16)  # decisions (the dashboard's buttons)
     api = ApiServer(store, config, host=host, port=api_port, token=token, open_reads=True)  # a local demo
     # a trace is history only: nothing to collect live
+    apps = AppLoop(SimulatedApps(sim.services()), store, config.attributor(), config.apps.interval_s,
+                   config.apps.aliases) if sim else None
     serving = Serving(store, config, api, reports, SimulatorSource(sim, interval_s=interval_s) if sim else None,
-                      interval_s, after_batch=(lambda: store.upsert_jobs(sim.jobs_frame(utc_now()))) if sim else None)
+                      interval_s, after_batch=(lambda: store.upsert_jobs(sim.jobs_frame(utc_now()))) if sim else None,
+                      apps=apps)
     api_url, loop = serving.url, serving.loop
     try:
         files = weekly_report(store, config, reports)

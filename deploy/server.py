@@ -27,6 +27,7 @@ from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.source import Source
 from gpuledger.deploy.api import create_app
 from gpuledger.deploy.collect_loop import CollectLoop
+from gpuledger.deploy.app_loop import AppLoop
 from gpuledger.deploy.job_loop import JobLoop
 from gpuledger.deploy.connections import ConnectionLimits, guarded_protocol
 from gpuledger.deploy.report_delivery import deliver
@@ -141,7 +142,8 @@ class Serving:
 
     def __init__(self, store: Store, config: Config, api: ApiServer, reports: str | Path,
                  source: Source | None = None, interval_s: float = 30.0,
-                 after_batch: Callable[[], None] | None = None, jobs: JobLoop | None = None) -> None:
+                 after_batch: Callable[[], None] | None = None, jobs: JobLoop | None = None,
+                 apps: AppLoop | None = None) -> None:
         self.store = store
         self.api = api
         self.url = api.start()
@@ -154,8 +156,15 @@ class Serving:
         if self.jobs:
             api.app.state.job_source = self.jobs  # /healthz says how its reads go and what Prometheus lacks
             self.jobs.start()
+        self.apps = apps  # inference servers' own metrics (deploy/app_loop.py), when read
+        if self.apps:
+            api.app.state.app_source = self.apps  # /healthz says what its reads skipped and could not reach
+            self.apps.start()
 
     def stop(self) -> None:
+        if self.apps:
+            self.apps.stop()
+            self.apps.join(timeout=10)
         if self.jobs:
             self.jobs.stop()
             self.jobs.join(timeout=10)

@@ -590,8 +590,11 @@ class Store:
             state = self.rollup_params(cur)
             raw_cut = min(now - timedelta(days=retention.raw_days), state["mwm"])
             minute_cut = min(now - timedelta(days=retention.minute_days), state["hwm"])
+            # inference servers' own figures are kept as long as the minute rollups: their rates and quantiles
+            # are read from them directly (analytics/inference.py)
+            app_cut = now - timedelta(days=retention.minute_days)
             for table, column, cut in (("samples", "ts", raw_cut), ("processes", "ts", raw_cut),
-                                       ("usage_minute", "bucket", minute_cut)):
+                                       ("usage_minute", "bucket", minute_cut), ("app_samples", "ts", app_cut)):
                 cur.execute(f"DELETE FROM {table} WHERE {column} < ?", [cut])
                 dropped[table] = int(cur.fetchone()[0])
         for table, rows in dropped.items():
@@ -685,6 +688,19 @@ class Store:
                         "(SELECT DISTINCT scheduler, ts FROM incoming_queue_rows)")
             cur.execute("INSERT INTO queue_metrics BY NAME SELECT * FROM incoming_queue_rows")
             cur.unregister("incoming_queue_rows")
+        return len(rows)
+
+    def record_app_samples(self, rows: pd.DataFrame) -> int:
+        """What inference servers reported (collector/apps, analytics/inference.py), replacing the rows of the same
+        target at the same instants: a page read twice is stored once. Returns the rows stored."""
+        if not len(rows):
+            return 0
+        with self.transaction() as cur:
+            cur.register("incoming_app_rows", rows)
+            cur.execute("DELETE FROM app_samples WHERE (target, ts) IN (SELECT DISTINCT target, ts FROM "
+                        "incoming_app_rows)")
+            cur.execute("INSERT INTO app_samples BY NAME SELECT * FROM incoming_app_rows")
+            cur.unregister("incoming_app_rows")
         return len(rows)
 
     def upsert_teams(self, teams: pd.DataFrame) -> int:

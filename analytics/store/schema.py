@@ -68,6 +68,14 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS queue_metrics (
     ts TIMESTAMPTZ NOT NULL, scheduler VARCHAR NOT NULL, queue VARCHAR NOT NULL, cohort VARCHAR, flavor VARCHAR,
     figure VARCHAR NOT NULL, detail VARCHAR, value DOUBLE, source VARCHAR)""",
+    # what inference servers and training jobs report of themselves (collector/apps: vLLM, Triton, TGI, SGLang, the
+    # training convention), one figure part per row as read (cumulative counters as they were: resets are handled by
+    # the analytics), with the pod and team they belong to; a read's rows replace those of the same target and
+    # instant; schema 12
+    """CREATE TABLE IF NOT EXISTS app_samples (
+    ts TIMESTAMPTZ NOT NULL, target VARCHAR NOT NULL, kind VARCHAR NOT NULL, service VARCHAR NOT NULL,
+    instance VARCHAR NOT NULL, namespace VARCHAR, pod VARCHAR, team VARCHAR, job_id VARCHAR, figure VARCHAR NOT NULL,
+    part VARCHAR NOT NULL, le DOUBLE, value DOUBLE NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
     "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
+from gpuledger.analytics.inference import SLO_STATUSES
 from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
 from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
 from gpuledger.collector.jobs.queues import SCHEDULERS
@@ -778,3 +779,73 @@ class Efficiency(BaseModel):
     teams: list[TeamEfficiency]
     flagged: list[FlaggedTeam]
     jobs: list[JobEfficiency]
+
+
+SloStatus = Literal[SLO_STATUSES]
+LATENCY_HELP = "from the histogram's bucket increases over the window, interpolated in the bucket that holds the rank"
+
+
+class InferenceService(BaseModel):
+    kind: str = Field(description="the server: vllm, triton, tgi, sglang, sglang_router, training")
+    service: str = Field(description="the model served, as the server names it ('' where the page names none)")
+    team: str = Field(description="the team of its pods' namespace (or bill line 'unattributed')")
+    pods: int = Field(description="pods seen serving it")
+    first_ts: datetime = Field(description="its first read in the window")
+    last_ts: datetime = Field(description="its last read in the window")
+    seconds: float = Field(description="seconds between them: what the rates are over")
+    requests: float | None = Field(description="requests finished, counter increases (resets counted as restarts)")
+    failed_requests: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    requests_per_s: float | None = None
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    train_samples_per_s: float | None = Field(None, description="training samples per second "
+                                                                "(gpuledger_train_samples_total)")
+    ttft_p50_s: float | None = Field(None, description="time to first token, p50, s: " + LATENCY_HELP)
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    tpot_p50_s: float | None = Field(None, description="time per output token, p50, s")
+    tpot_p95_s: float | None = None
+    tpot_p99_s: float | None = None
+    e2e_p50_s: float | None = Field(None, description="end-to-end request latency, p50, s")
+    e2e_p95_s: float | None = None
+    e2e_p99_s: float | None = None
+    e2e_seconds_mean: float | None = Field(None, description="mean end-to-end latency from sum and count (Triton's "
+                                                             "cumulative durations give only this)")
+    queue_seconds_mean: float | None = None
+    requests_running: float | None = Field(None, description="mean requests running")
+    requests_waiting: float | None = Field(None, description="mean requests waiting in the server's queue")
+    kv_cache_usage: float | None = Field(None, description="mean KV-cache use (0..1)")
+    kv_cache_usage_max: float | None = Field(None, description="highest KV-cache use read (0..1)")
+    cost_usd: float | None = Field(description="GPU cost of its pods in the window at the rate card; null: no GPU "
+                                               "samples for them (cost_note)")
+    gpu_hours: float | None = None
+    gpu_model: str | None = None
+    cost_note: str | None = None
+    cost_per_million_tokens: float | None = Field(description="cost over prompt + generated tokens, USD per million")
+    cost_per_million_prompt_tokens: float | None = None
+    cost_per_million_generated_tokens: float | None = None
+    cost_per_thousand_requests: float | None = None
+    slo: dict[str, float] | None = Field(None, description="its latency objective ([slo.\"name\"] by service, else "
+                                                           "by team), seconds per bound")
+    slo_status: SloStatus | None = Field(None, description="met, missed, or unknown (a bound without a measured "
+                                                           "quantile); null: no objective set")
+    slo_missed: list[str] = Field(default_factory=list, description="the bounds it missed")
+
+
+class TeamInference(BaseModel):
+    team: str
+    services: int
+    requests: float
+    tokens: float
+    cost_usd: float | None
+    cost_per_million_tokens: float | None = Field(description="over the services with a cost")
+    services_without_cost: int = Field(description="services whose pods had no GPU samples: not in the cost")
+
+
+class Inference(BaseModel):
+    window: Window
+    services: list[InferenceService]
+    teams: list[TeamInference]
+    unknown_slos: list[str] = Field(description="[slo] names that match no service or team ever read")

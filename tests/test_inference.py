@@ -1,0 +1,145 @@
+"""Inference services (issue 23): the servers' own metrics, stored as read, give tokens, requests and latency quantiles
+that agree with the pages, reset-aware; joined by pod to GPU cost they give cost per million tokens to the cent; an
+SLO is met, missed or unknown; whatever cannot be computed is null with the reason."""
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuledger.analytics.config import Config, Slo
+from gpuledger.analytics.inference import histogram_quantile, service_table, unknown_slo_names
+from gpuledger.collector.apps.targets import AppRead, PageRead
+from gpuledger.collector.attribution import Attributor
+from gpuledger.deploy.api import create_app
+from gpuledger.deploy.app_loop import store_read
+from tests.helpers import T0, gpu_rows, table
+
+BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def vllm_page(requests: int, prompt: int, generated: int, buckets: list[int], model: str = "llama-8b",
+              engine: str = "0") -> str:
+    """A vLLM page in the current names: the counters and a TTFT histogram with cumulative `buckets` (one per bound,
+    then +Inf = requests)."""
+    labels = f'engine="{engine}",model_name="{model}"'
+    lines = ["# TYPE vllm:request_success_total counter",
+             f'vllm:request_success_total{{{labels},finished_reason="stop"}} {requests}',
+             "# TYPE vllm:prompt_tokens_total counter", f"vllm:prompt_tokens_total{{{labels}}} {prompt}",
+             "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{labels}}} {generated}",
+             "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{labels}}} 2",
+             "# TYPE vllm:time_to_first_token_seconds histogram"]
+    lines += [f'vllm:time_to_first_token_seconds_bucket{{{labels},le="{b}"}} {n}' for b, n in zip(BOUNDS, buckets)]
+    lines += [f'vllm:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}} {requests}',
+              f"vllm:time_to_first_token_seconds_count{{{labels}}} {requests}",
+              f"vllm:time_to_first_token_seconds_sum{{{labels}}} {requests * 0.2}"]
+    return "\n".join(lines) + "\n"
+
+
+# five reads a minute apart; the server restarts before the fourth (its counters start again from 0)
+READS = [
+    (100, 60_000, 20_000, [10, 40, 80, 95, 99]),
+    (400, 240_000, 80_000, [40, 160, 320, 380, 396]),
+    (1000, 600_000, 200_000, [100, 400, 800, 950, 990]),
+    (300, 180_000, 60_000, [30, 120, 240, 285, 297]),  # restarted: every counter fell
+    (700, 420_000, 140_000, [70, 280, 560, 665, 693]),
+]
+
+
+def _store_reads(store, reads=READS, namespace="nlp", pod="vllm-0", start=T0) -> None:
+    for i, (requests, prompt, generated, buckets) in enumerate(reads):
+        read = AppRead(at=start + timedelta(minutes=i),
+                       pages=[PageRead(vllm_page(requests, prompt, generated, buckets), f"http://{pod}:8000/metrics",
+                                       namespace, pod)])
+        store_read(store, read, Attributor())
+
+
+def _increase(values: list[float]) -> float:
+    """What the pages say was added: differences, and the new value where it fell (a restart)."""
+    return sum(b - a if b >= a else b for a, b in zip(values, values[1:]))
+
+
+def test_counters_and_quantiles_agree_with_the_pages_across_a_reset(store):
+    _store_reads(store)
+    row = service_table(store, T0, T0 + timedelta(hours=1)).iloc[0]
+    assert (row["kind"], row["service"], row["team"]) == ("vllm", "llama-8b", "nlp")
+    assert row["requests"] == _increase([r[0] for r in READS]) == 300 + 600 + 300 + 400
+    assert row["prompt_tokens"] == _increase([r[1] for r in READS])
+    assert row["generation_tokens"] == _increase([r[2] for r in READS])
+    assert row["requests_per_s"] == pytest.approx(1600 / 240)
+    # the buckets' increases, summed, then interpolated as histogram_quantile does
+    added = [_increase([r[3][k] for r in READS]) for k in range(len(BOUNDS))]
+    pairs = list(zip(BOUNDS, added)) + [(math.inf, 1600.0)]
+    for q, column in ((0.5, "ttft_p50_s"), (0.95, "ttft_p95_s"), (0.99, "ttft_p99_s")):
+        assert row[column] == pytest.approx(histogram_quantile(q, pairs))
+    assert 0.1 < row["ttft_p50_s"] <= 0.25  # half the requests are under 0.25 s, less than half under 0.1 s
+    assert row["ttft_seconds_mean"] == pytest.approx(0.2)
+    assert row["requests_waiting"] == 2.0
+    # a figure vLLM does not give here is unknown, not zero
+    assert math.isnan(row["tpot_p95_s"]) and math.isnan(row["e2e_p95_s"])
+
+
+def test_histogram_quantile_edges():
+    assert histogram_quantile(0.5, [(1.0, 50), (2.0, 100), (math.inf, 100)]) == pytest.approx(1.0)
+    assert histogram_quantile(0.75, [(1.0, 50), (2.0, 100), (math.inf, 100)]) == pytest.approx(1.5)
+    assert histogram_quantile(0.99, [(1.0, 50), (math.inf, 100)]) == 1.0  # in +Inf: the highest finite bound
+    assert histogram_quantile(0.5, [(1.0, 0), (math.inf, 0)]) is None  # nothing observed
+    # cut before +Inf: the count totals it; a rank past the last bucket has no answer, never a guess
+    assert histogram_quantile(0.25, [(1.0, 50), (2.0, 80)], total=100) == pytest.approx(0.5)
+    assert histogram_quantile(0.95, [(1.0, 50), (2.0, 80)], total=100) is None
+    assert histogram_quantile(0.5, [(1.0, 50), (2.0, 80)]) is None  # no +Inf and no count
+
+
+def test_cost_per_million_tokens_adds_up_and_is_unknown_without_gpu_samples(store):
+    # the serving pod held one H100 for the hour (default rate), a second service has no GPU samples at all
+    store.append_samples(table(gpu_rows("n1", 0, "H100", 60, util=60.0, job="nlp/vllm-0", team="nlp")))
+    _store_reads(store)
+    _store_reads(store, namespace="cv", pod="orphan")
+    rate = store.rate_card().set_index("gpu_model").loc["H100", "usd_per_gpu_hour"]
+    rows = service_table(store, T0, T0 + timedelta(hours=1)).set_index("team")
+    nlp = rows.loc["nlp"]
+    assert nlp["cost_usd"] == pytest.approx(rate)
+    tokens = _increase([r[1] for r in READS]) + _increase([r[2] for r in READS])
+    assert nlp["cost_per_million_tokens"] == pytest.approx(rate / (tokens / 1e6))
+    assert nlp["cost_per_thousand_requests"] == pytest.approx(rate / 1.6)
+    assert round(nlp["cost_per_million_tokens"] * tokens / 1e6, 2) == round(rate, 2)  # to the cent
+    orphan = rows.loc["cv"]
+    assert math.isnan(orphan["cost_usd"]) and math.isnan(orphan["cost_per_million_tokens"])  # unknown, not $0
+    assert "no GPU samples" in orphan["cost_note"]
+
+
+def test_slos_are_met_missed_or_unknown_and_unknown_names_are_said(store):
+    _store_reads(store)
+    window = (T0, T0 + timedelta(hours=1))
+    p95 = service_table(store, *window).iloc[0]["ttft_p95_s"]
+    assert service_table(store, *window, {"llama-8b": Slo(ttft_p95_s=p95 + 0.01)}).iloc[0]["slo_status"] == "met"
+    missed = service_table(store, *window, {"nlp": Slo(ttft_p95_s=p95 - 0.01)}).iloc[0]  # by team
+    assert missed["slo_status"] == "missed" and missed["slo_missed"] == ["ttft_p95_s"]
+    # a bound on a figure the server does not report: unknown, never met
+    unknown = service_table(store, *window, {"llama-8b": Slo(ttft_p95_s=10.0, e2e_p95_s=5.0)}).iloc[0]
+    assert unknown["slo_status"] == "unknown"
+    assert unknown_slo_names(store, {"llama-8b": Slo(ttft_p95_s=1.0), "no-such-model": Slo(ttft_p95_s=1.0)}) \
+        == ["no-such-model"]
+
+
+def test_the_api_serves_services_and_team_cost(store):
+    store.append_samples(table(gpu_rows("n1", 0, "H100", 60, util=60.0, job="nlp/vllm-0", team="nlp")))
+    _store_reads(store)
+    config = Config(slo={"llama-8b": Slo(ttft_p95_s=0.3), "ghost": Slo(e2e_p95_s=1.0)})
+    body = TestClient(create_app(store, config, open_reads=True)).get(
+        "/v1/inference", params={"days": 1, "end": (T0 + timedelta(hours=1)).isoformat()}).json()
+    service = body["services"][0]
+    assert service["slo_status"] in ("met", "missed") and service["cost_per_million_tokens"] > 0
+    assert service["tpot_p95_s"] is None  # not reported: null in JSON
+    assert body["teams"][0]["team"] == "nlp" and body["unknown_slos"] == ["ghost"]
+
+
+def test_hostile_names_from_a_page_are_dropped_and_counted(store):
+    page = vllm_page(10, 10, 10, [1, 2, 3, 4, 5], model="x" * 300)
+    stored, skipped, _ = store_read(store, AppRead(at=T0, pages=[PageRead(page, "t", "nlp", "p")]), Attributor())
+    assert stored == 0 and skipped["bad_service_name"] > 0
+    stored, skipped, _ = store_read(store, AppRead(at=T0, pages=[PageRead(vllm_page(1, 1, 1, [1] * 5), "t",
+                                                                          "bad ns!", "p")]), Attributor())
+    assert stored == 0 and skipped["bad_pod_name"] > 0
