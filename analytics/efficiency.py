@@ -35,6 +35,9 @@ EFFICIENCY_FLAGS = {
 }
 # the classes whose math belongs on the tensor pipes
 TRAINING_CLASSES = tuple(c for c in WORKLOAD_CLASSES if c in ("training", "fine_tuning"))
+# the classes "busy but starved" does not apply to: a chat service decoding at small batches or a notebook is not
+# fed by an input pipeline (their latency and idle time are judged elsewhere)
+NOT_FED = tuple(c for c in WORKLOAD_CLASSES if c in ("online_inference", "interactive"))
 NO_PROFILING = "no profiling readings (SM activity): the GPU or its exporter does not report them"
 
 
@@ -81,7 +84,7 @@ def flags_of(job: object, t: EfficiencyConfig) -> tuple[list[str], str | None]:
     starved = sm is not None and sm < t.starved_sm_active
     if starved and dram is not None and dram >= t.memory_bound_dram:
         flags.append("memory_bandwidth_bound")
-    elif starved and util is not None and util >= t.starved_util_pct:
+    elif starved and util is not None and util >= t.starved_util_pct and job.workload_class not in NOT_FED:
         comm = _num(job.interconnect_gbps_per_gpu)
         flags.append("communication_bound" if comm is not None and comm >= t.comm_gbps_per_gpu
                      else "input_pipeline_bound")

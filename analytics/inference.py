@@ -139,8 +139,9 @@ def _latencies(inc: pd.DataFrame) -> pd.DataFrame:
 
 def _with_cost(store: Store, start: datetime, end: datetime, services: pd.DataFrame) -> pd.DataFrame:
     """The GPU cost of each service's pods in the window, and cost per result; null with a note where none."""
-    listed = [[str(j) for j in jobs] if jobs is not None and not isinstance(jobs, float) else []
-              for jobs in services["jobs"]]  # DuckDB lists arrive as arrays; a service without pods as NULL
+    # DuckDB lists arrive as arrays; a service without pods as NULL (None, NaN or pandas' NA)
+    listed = [[str(j) for j in jobs] if hasattr(jobs, "__iter__") and not isinstance(jobs, str) else []
+              for jobs in services["jobs"]]
     wanted = sorted({j for jobs in listed for j in jobs})
     costs = store.query_usage(f"""
         SELECT job_id, sum(cost_usd) AS cost_usd, sum(gpu_hours) AS gpu_hours, arg_max(gpu_model, gpu_s) AS gpu_model

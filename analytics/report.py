@@ -22,6 +22,8 @@ from gpuledger.analytics.team_scope import redact_for_team
 from gpuledger.analytics.usage import NO_UTILISATION, cluster_utilization, covered_hours
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.analytics.windows import utc_now
+from gpuledger.analytics.efficiency import job_efficiency
+from gpuledger.analytics.inference import service_table, team_inference
 from gpuledger.analytics.workload_classes import class_usage
 from gpuledger.analytics.workloads import workload_summary
 from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
@@ -75,7 +77,7 @@ def _page(title: str, body: str) -> str:
 
 def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.DataFrame, by_model: pd.DataFrame,
                jobs: pd.DataFrame, idle: pd.DataFrame, recs: pd.DataFrame, chart: str, unfinished: str,
-               coverage: str, work: pd.DataFrame) -> str:
+               coverage: str, work: pd.DataFrame, services: pd.DataFrame, flagged: pd.DataFrame) -> str:
     """What one team lead reads: the team's line of the bill, its cost per day, models, costliest jobs, idle
     allocations and the advice that concerns it."""
     name = owner_label(team)
@@ -102,6 +104,10 @@ def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.D
 {_table(idle, money=("idle_cost_usd",))}
 <h2>Queue and outcomes</h2>
 {_queue(work.drop(columns="team"))}
+<h2>Inference: cost per million tokens</h2>
+{_inference(services, None)}
+<h2>Efficiency beyond utilisation</h2>
+{_flagged(flagged)}
 <h2>Recommendations</h2>
 {_recommendations(mine, ["kind", "gpu_model", "reason"])}"""
     return _page(f"gpuledger {name} {label}", body)
@@ -255,6 +261,34 @@ def _class_costs(usage: pd.DataFrame) -> str:
             + _table(per, money=("cost_usd", "idle_cost_usd")))
 
 
+SERVICE_COLUMNS = ["service", "team", "kind", "slo_status", "cost_per_million_tokens", "cost_per_thousand_requests",
+                   "requests_per_s", "generation_tokens_per_s", "ttft_p95_s", "tpot_p95_s", "e2e_p95_s", "cost_usd",
+                   "cost_note"]
+FLAG_COLUMNS = ["job_id", "team", "flags", "gpus", "gpu_model", "cost_usd", "util_on_profiled_pct", "sm_active",
+                "tensor_active"]
+
+
+def _inference(services: pd.DataFrame, teams: pd.DataFrame | None) -> str:
+    """Cost per million tokens per team and each service against its SLO (analytics/inference.py), or why none."""
+    if services.empty:
+        return ("<p><em>No inference server's metrics this week (point gpuledger at them with "
+                "<code>[[apps.targets]]</code> or <code>serve --apps-from prometheus</code>).</em></p>")
+    out = ""
+    if teams is not None and not teams.empty:
+        out += _table(teams, money=("cost_usd", "cost_per_million_tokens"))
+    return out + "<h3>Services against their SLOs</h3>" + _table(
+        services[[c for c in SERVICE_COLUMNS if c in services]],
+        money=("cost_usd", "cost_per_million_tokens", "cost_per_thousand_requests"))
+
+
+def _flagged(jobs: pd.DataFrame) -> str:
+    """Jobs whose profiling readings flag them (analytics/efficiency.py), or that none did."""
+    flagged = jobs[jobs["flags"].map(len) > 0] if not jobs.empty else jobs
+    if flagged.empty:
+        return "<p><em>No job flagged by its profiling readings (SM, tensor and DRAM activity).</em></p>"
+    return _table(flagged[[c for c in FLAG_COLUMNS if c in flagged]].head(20), money=("cost_usd",))
+
+
 def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
     """Idle stretches per job (not per GPU): GPUs, idle GPU-hours and cost, the longest stretch."""
     columns = ["team", "job_id", "node", "gpu_model", "gpus", "longest_idle_minutes", "idle_gpu_hours",
@@ -378,6 +412,8 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     if not recs.empty and end <= now:  # placement advice is about what runs now: stale for a week that is over
         recs = recs[recs["kind"] == "quota"]
     rec_html = _recommendations(recs, ["kind", "team", "gpu_model", "reason"])
+    services = service_table(store, start, min(end, now), config.slo)
+    efficiency_jobs = job_efficiency(store, start, min(end, now), config.efficiency, limit=1000)
     work = workload_summary(store, start, end, min(end, now))
     rec_note = ("Quota advice as the policy stood at the week's end." if end <= now
                 else "Open advice as of now.")
@@ -400,6 +436,12 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <h2>Queue and outcomes</h2>
 {_queue(work, workload_summary(store, start, end, min(end, now), by=("workload_class",)))}
 {_class_costs(class_usage(store, start, min(end, now)))}
+<h2>Inference: cost per million tokens</h2>
+{_inference(services, team_inference(services))}
+<h2>Efficiency beyond utilisation</h2>
+<p>Jobs busy by GPU utilisation whose SMs mostly wait, or whose tensor cores stay idle (SM and tensor activity from
+the profiling fields, where the GPUs report them).</p>
+{_flagged(efficiency_jobs)}
 <h2>Recommendations</h2>
 <p>{rec_note}</p>
 {rec_html}
@@ -418,7 +460,9 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
         path.write_text(_team_page(
             str(team), label, start, end, summary[summary["team"] == team],
             by_model[by_model["team"] == team], team_jobs, team_idle, recs,
-            _cost_chart(daily[daily["team"] == team]), unfinished, coverage, work[work["team"] == team]),
+            _cost_chart(daily[daily["team"] == team]), unfinished, coverage, work[work["team"] == team],
+            services[services["team"] == team] if not services.empty else services,
+            efficiency_jobs[efficiency_jobs["team"] == team] if not efficiency_jobs.empty else efficiency_jobs),
             encoding="utf-8")
         files.team_pages[str(team)] = path
     files.html.write_text(page, encoding="utf-8")

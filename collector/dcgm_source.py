@@ -287,6 +287,10 @@ def bill_each_gpu_once(rows: list[dict[str, Any]],
     pods = pods or {}
     by_gpu: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
+        if row["mig_instance"] is None and row["gpu_fraction"] is None:
+            # a MIG profile naming no slice count and no instance id: nothing places it on the card, so it stands
+            # for the card's own slot (scaled down below like any whole-GPU row), never an unbillable None
+            row["gpu_fraction"] = 1.0
         by_gpu.setdefault((row["node"], row["gpu_uuid"]), []).append(row)
     for group in by_gpu.values():
         slots: dict[int | None, list[dict[str, Any]]] = {}  # MIG instance (None: the whole GPU) -> its pods' rows

@@ -8,6 +8,7 @@ rest of a node's samples.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -114,12 +115,29 @@ class PromTextParser:
                 continue
             try:
                 value = float(rest[0])
-                ts = int(rest[1]) if len(rest) == 2 else None
+                ts = _timestamp_ms(rest[1]) if len(rest) == 2 else None
             except ValueError:
                 result.reject("bad_value", lineno, line)
                 continue
             append((name, labels, value, ts))
         return result
+
+
+# a timestamp under this is seconds (OpenMetrics), over it milliseconds (Prometheus text 0.0.4): 1e11 ms is 1973,
+# 1e11 s the year 5138, so no real instant is read in the wrong unit
+_SECONDS_BELOW = 1e11
+
+
+def _timestamp_ms(text: str) -> int:
+    """A sample's timestamp in milliseconds: Prometheus' text format writes integer milliseconds, OpenMetrics float
+    seconds (`1700000000.123`); both are read, not dropped with their sample."""
+    if text.isdigit() or (text[:1] == "-" and text[1:].isdigit()):
+        whole = int(text)
+        return whole * 1000 if abs(whole) < _SECONDS_BELOW else whole
+    seconds = float(text)
+    if not math.isfinite(seconds):
+        raise ValueError(f"timestamp {text!r}")
+    return round(seconds * 1000) if abs(seconds) < _SECONDS_BELOW else round(seconds)
 
 
 def parse(text: str) -> ParseResult:

@@ -587,9 +587,14 @@ TENSOR_PER_UTIL, FP32_TENSOR_PER_UTIL = 0.45, 0.01
 STARVED_SHARE, FP32_SHARE = 0.15, 0.15  # of the busy and NVLink jobs, fixed by job id
 
 
+SERVING_SM_PER_UTIL = 0.3  # LLM decode at the batch sizes a chat service runs: memory-bound, a third of the SMs
+
+
 def activity_ratios(job: SimJob) -> tuple[float, float]:
     """(SM active, tensor active) per unit of GPU_UTIL for `job`, fixed by its id: starved and FP32 jobs among the
-    busy ones, so the demo shows every efficiency flag."""
+    busy ones, so the demo shows every efficiency flag; serving jobs decode with few SMs active."""
+    if job.namespace == SERVING_NAMESPACE or _job_name(job) == "vllm-serve":
+        return SERVING_SM_PER_UTIL, SERVING_SM_PER_UTIL * TENSOR_PER_UTIL / SM_PER_UTIL
     if job.profile not in ("busy", "nvlink"):
         return SM_PER_UTIL, TENSOR_PER_UTIL
     draw = _draw(job.job_id, "activity")

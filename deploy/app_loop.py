@@ -42,7 +42,7 @@ def store_read(store: Store, read: AppRead, attributor: Attributor,
             skipped["not_an_inference_page"] += 1
             continue
         kinds += [k for k in parsed.kinds if k not in kinds]
-        frames.append(page_rows(parsed.rows, read.at, fetched.target, attributor, fetched.namespace, fetched.pod,
+        frames.append(page_rows(parsed.rows, fetched.at or read.at, fetched.target, attributor, fetched.namespace, fetched.pod,
                                 fetched.job_id, skipped))
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=APP_COLUMNS)
     return store.record_app_samples(rows), skipped, kinds
@@ -73,6 +73,10 @@ class AppLoop(PollingLoop):
         return rows
 
     poll = read_once
+
+    def wait_s(self) -> float:
+        # a source reading history (Prometheus) says so: read the next chunk at once
+        return 0 if getattr(self.source, "catching_up", False) and not self.last_error else self.interval_s
 
     def state(self) -> dict:
         """For /healthz: the source, reads so far, what the last read skipped and could not reach."""

@@ -17,6 +17,7 @@ from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import GpuledgerError, InputError
+from gpuledger.collector.apps.targets import APP_SOURCES
 from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
@@ -343,6 +344,23 @@ def build_parser() -> argparse.ArgumentParser:
     rest.add_argument("--force", action="store_true", help="replace an existing --db")
     rest.add_argument("--check", action="store_true", help="only check the backup; change nothing")
 
+    scrape = sub.add_parser(
+        "scrape", help="read one /metrics page (URL, file or -) and show what gpuledger would store from it",
+        description="Read one /metrics page and say what gpuledger makes of it, like `promtool check metrics`: "
+                    "the exporters recognised by the families on the page (dcgm-exporter, kube-state-metrics, "
+                    "Kueue, KAI, HAMi, vLLM, Triton, TGI, SGLang and its router, a training job's "
+                    "gpuledger_train_* counters), the rows it would store per figure, and every line or series "
+                    "it skipped, by reason, with examples. Nothing is stored. Exit status: 0 when something was "
+                    "recognised, 1 when nothing was, 2 when the page could not be read.",
+        epilog="Examples: `gpuledger scrape http://vllm:8000/metrics`, `curl -s http://node:9400/metrics | "
+               "gpuledger scrape - --json`.")
+    scrape.add_argument("source", metavar="URL|FILE",
+                        help="an http:// or https:// URL, a file holding a page, or - for standard input")
+    scrape.add_argument("--json", action="store_true",
+                        help="print one JSON object: kind (list), rows, skipped (reason -> count), examples")
+    scrape.add_argument("--timeout", type=_positive, default=10.0, metavar="S",
+                        help="seconds to wait for a URL to answer (default 10); pages over 50 MB are refused")
+
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
     dash.add_argument("--host", default="127.0.0.1")
@@ -394,6 +412,11 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
                                              "workload class (training, fine_tuning, batch_inference, "
                                              "online_inference, interactive, agentic; default: from the priority "
                                              "class, the pod's owner and name)")
+        p.add_argument("--apps-from", choices=APP_SOURCES, default="config",
+                       help="where to read inference servers' own metrics (vLLM, Triton, TGI, SGLang) for cost per "
+                            "million tokens and latency SLOs (default config: the [[apps.targets]] of --config, none "
+                            "when it lists none; prometheus: their series in --prometheus-url, from --since back on "
+                            "the first read, at most 6h; none: not read). Every [apps] interval_s (default 30)")
 
 
 def _make_source(args: argparse.Namespace, config: Config) -> Source | None:
@@ -756,7 +779,8 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
                     trusted_proxies=args.trusted_proxy, limits=_connection_limits(args),
                     tls=tls)
     jobs = _job_loop(args, store)
-    serving = Serving(store, config, api, args.reports, source, args.interval, jobs=jobs)
+    serving = Serving(store, config, api, args.reports, source, args.interval, jobs=jobs,
+                      apps=_app_loop(args, config, store))
     url = serving.url
     what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
     pushes = "reads open to all" if args.open_reads else "reads need a token"
@@ -777,6 +801,20 @@ def _job_loop(args: argparse.Namespace, store: Store) -> Any:
     from gpuledger.deploy.job_loop import JobLoop
     return JobLoop(PrometheusLifecycle(args.prometheus_url, args.team_label, since=args.since,
                                        class_label=args.class_label), store, args.jobs_interval)
+
+
+def _app_loop(args: argparse.Namespace, config: Config, store: Store) -> Any:
+    """The loop reading inference servers' metrics (`--apps-from`), or None when there is nothing to read."""
+    from gpuledger.deploy.app_loop import AppLoop
+    if args.apps_from == "prometheus":
+        from gpuledger.collector.apps.prometheus_apps import PrometheusApps
+        source: Any = PrometheusApps(args.prometheus_url, since=min(args.since, timedelta(hours=6)))
+    elif args.apps_from == "config" and config.apps.targets:
+        from gpuledger.collector.apps.targets import TargetsSource
+        source = TargetsSource(config.apps.targets)
+    else:
+        return None
+    return AppLoop(source, store, config.attributor(), config.apps.interval_s, config.apps.aliases)
 
 
 def _connection_limits(args: argparse.Namespace) -> Any:
@@ -924,11 +962,23 @@ def cmd_restore(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_scrape(args: argparse.Namespace, config: Config) -> int:
+    """`scrape URL|FILE|-`: what gpuledger would store from one /metrics page; 1 when nothing was recognised."""
+    from gpuledger.collector.page_check import check_page, fetch_page, summary
+    answer = check_page(fetch_page(args.source, args.timeout))  # an unreadable page: InputError, exit 2
+    if args.json:
+        json.dump(answer, sys.stdout, indent=1, allow_nan=False)
+        print()
+    else:
+        print("\n".join(summary(answer, args.source)))
+    return 0 if answer["kind"] else 1
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
-    "backup": cmd_backup, "restore": cmd_restore,
+    "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape,
 }
 
 

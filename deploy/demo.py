@@ -32,9 +32,11 @@ class DemoError(GpuledgerError):
 
 
 DEMO_MARK = "demo"  # meta key set in every database the demo builds
-# the demo's latency objectives for the models its services run, unless the config sets its own: the time-sliced
-# service and the slower of the others miss them, the rest meet them
-DEMO_SLOS = {model: Slo(ttft_p95_s=0.25, tpot_p95_s=0.1, e2e_p95_s=15.0) for model in MODELS}
+# the demo's latency objectives for the models its services run, unless the config sets its own: interactive chat
+# models held to a tight one (the time-sliced service and the slower of the others miss it), a batch-style
+# assistant to a loose one it meets with room to spare (so it can be right-sized)
+DEMO_SLOS = {model: Slo(ttft_p95_s=0.25, tpot_p95_s=0.1, e2e_p95_s=15.0) for model in MODELS[::2]} | {
+    MODELS[1]: Slo(ttft_p95_s=0.6, tpot_p95_s=0.25, e2e_p95_s=40.0)}
 
 
 def _check_is_demo_db(path: Path) -> None:

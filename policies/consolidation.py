@@ -173,9 +173,13 @@ def _latency_sensitive(job: str, team: str | None, names: tuple[str, ...]) -> bo
     return (team or "").lower() in wanted or job.split("/", 1)[0].lower() in wanted
 
 
-def separate_advice(store: Store, config: Config, at: datetime, latest: datetime) -> list[Recommendation]:
+def separate_advice(store: Store, config: Config, at: datetime, latest: datetime,
+                    missed: dict[str, dict] | None = None) -> list[Recommendation]:
     """Latency-sensitive jobs sharing a GPU with other work: move them to a GPU of their own (a free one of the
-    same model, when there is one)."""
+    same model, when there is one). Latency-sensitive: named so by the config (`[placement] latency_sensitive`),
+    or measured so: serving a service that missed its SLO (`missed`, policies/inference_advice.py missed_slos),
+    whose latency then is the advice's evidence."""
+    missed = missed or {}
     held = holders(store, latest + timedelta(microseconds=1))
     running = held[held["allocated"] & held["job_id"].notna()]
     if running.empty:
@@ -186,21 +190,27 @@ def separate_advice(store: Store, config: Config, at: datetime, latest: datetime
         if sharers["job_id"].nunique() < 2:
             continue
         sensitive = [r for r in sharers.itertuples(index=False)
-                     if _latency_sensitive(str(r.job_id), r.team, config.placement.latency_sensitive)]
+                     if _latency_sensitive(str(r.job_id), r.team, config.placement.latency_sensitive)
+                     or str(r.job_id) in missed]
         others = sorted({str(j) for j in sharers["job_id"]} - {str(r.job_id) for r in sensitive})
         if not sensitive or not others:
             continue
         target = next((n for n in sorted(free, key=lambda n: (n != node, n)) if model[n] == model[node] and free[n]),
                       None)
         for job in sensitive:
+            slo = missed.get(str(job.job_id))
+            measured = (f"; it missed its SLO ({', '.join(slo['slo_missed'])}: "
+                        + ", ".join(f"{k} {slo['measured'][k]:.3g}s over {slo['slo'][k]:g}s" for k in slo["slo_missed"]
+                                    if slo["measured"].get(k) is not None) + ")") if slo else ""
             out.append(Recommendation(
                 kind="separate", team=str(job.team), gpu_model=model[node], job_id=str(job.job_id),
                 action={"from_gpu": gpu, "node": node, "to_node": target},
                 evidence={"shares_gpu_with": others, "share_held": float(job.fraction),
                           "free_gpus_of_model": sum(len(free[n]) for n in free if model[n] == model[node]),
                           "latency_sensitive": list(config.placement.latency_sensitive), "at": latest,
-                          "job_teams": _job_teams(held, [str(job.job_id), *others])},
+                          "job_teams": _job_teams(held, [str(job.job_id), *others]),
+                          "measured_latency": slo},
                 reason=(f"{job.job_id} is latency-sensitive and shares GPU {gpu} on {node} with "
-                        f"{', '.join(others)}; " + (f"a free {model[node]} GPU on {target} would give it one of its "
+                        f"{', '.join(others)}{measured}; " + (f"a free {model[node]} GPU on {target} would give it one of its "
                                                    "own" if target else f"no {model[node]} GPU is free now"))))
     return out

@@ -20,6 +20,7 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import interval_at
 from gpuledger.analytics.waste import idle_runs, oversized_jobs
 from gpuledger.policies.efficiency_advice import efficiency_advice
+from gpuledger.policies.inference_advice import missed_slos, rightsize_advice
 from gpuledger.policies.consolidation import colocate_advice, consolidate_advice, separate_advice
 from gpuledger.policies.quota import HOURS_PER_WEEK
 from gpuledger.policies.recommendation import Recommendation
@@ -108,6 +109,8 @@ def placement_advice(store: Store, config: Config, at: datetime) -> list[Recomme
     reclaim = reclaim_advice(store, config, start, at, read) if read is not None else []
     resize = resize_advice(store, config, start, at, read, {r.job_id for r in reclaim}) if read is not None else []
     efficiency = efficiency_advice(store, config, start, at, read) if read is not None else []
-    return (reclaim + resize + efficiency
+    resized = {r.job_id for r in reclaim + resize}
+    services = rightsize_advice(store, config, at, read, resized) if read is not None else []
+    return (reclaim + resize + services + efficiency
             + consolidate_advice(store, config, at, latest) + colocate_advice(store, config, at, latest)
-            + separate_advice(store, config, at, latest))
+            + separate_advice(store, config, at, latest, missed_slos(store, config, at)))

@@ -82,3 +82,12 @@ def test_label_string_containing_braces_is_parsed():
     result = parse('m{path="/a/{id}/b",x="}"} 7\n')
     assert not result.errors
     assert result.samples[0][1] == {"path": "/a/{id}/b", "x": "}"} and result.samples[0][2] == 7.0
+
+
+def test_openmetrics_float_second_timestamps_are_read_not_dropped():
+    """OpenMetrics writes float seconds where Prometheus' text format writes integer milliseconds: both are one
+    instant, and neither sample is lost as a bad value."""
+    result = parse("a 1 1700000000123\nb 2 1700000000.123\nc 3 1700000000\nd 4 NaN_time\n")
+    stamps = {name: ts for name, _, _, ts in result.samples}
+    assert stamps == {"a": 1700000000123, "b": 1700000000123, "c": 1700000000000}
+    assert result.errors["bad_value"] == 1

@@ -15,6 +15,8 @@ import requests
 
 from gpuledger.collector.source import SourceError
 
+# where `serve --apps-from` reads inference servers' metrics: the config's targets, a Prometheus, or nowhere
+APP_SOURCES = ("config", "prometheus", "none")
 MAX_PAGE_BYTES = 50 * 1024 * 1024  # vLLM with many LoRA adapters writes a few MB; 50 MB is far past any real page
 
 
@@ -26,6 +28,7 @@ class PageRead:
     namespace: str | None = None
     pod: str | None = None
     job_id: str | None = None
+    at: datetime | None = None  # when it was read, where not at the read's instant (a scrape read from Prometheus)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from gpuledger.analytics import fragmentation as frag
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.health import health_totals
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.inference import service_table, team_inference
 from gpuledger.analytics.usage import node_gauges, team_gauges
 from gpuledger.analytics.windows import utc_now
 from gpuledger.analytics.workloads import workload_summary
@@ -58,6 +59,27 @@ QUEUE_GAUGES = (
     ("gang_jobs_waiting", "gpuledger_team_gang_jobs_waiting", "Waiting jobs of several GPUs or pods that must start "
                                                               "together"),
     ("gang_gpus_waiting", "gpuledger_team_gang_gpus_waiting", "GPUs those gang jobs wait for, all at once"),
+)
+# per inference service (server kind, model served, team) over the last hour (analytics/inference.py)
+SERVICE_GAUGES = (
+    ("cost_per_million_tokens", "gpuledger_service_cost_per_million_tokens_usd", "GPU cost of the service's pods "
+                                                                                 "per million prompt + generated "
+                                                                                 "tokens, USD, last hour"),
+    ("cost_per_thousand_requests", "gpuledger_service_cost_per_thousand_requests_usd", "GPU cost per thousand "
+                                                                                       "requests, USD, last hour"),
+    ("generation_tokens_per_s", "gpuledger_service_generation_tokens_per_second", "Tokens generated per second, "
+                                                                                  "last hour"),
+    ("requests_per_s", "gpuledger_service_requests_per_second", "Requests finished per second, last hour"),
+    ("ttft_p95_s", "gpuledger_service_ttft_p95_seconds", "Time to first token, 95th percentile, last hour"),
+    ("tpot_p95_s", "gpuledger_service_tpot_p95_seconds", "Time per output token, 95th percentile, last hour"),
+    ("e2e_p95_s", "gpuledger_service_e2e_p95_seconds", "End-to-end request latency, 95th percentile, last hour"),
+    ("slo_missed_now", "gpuledger_service_slo_missed", "1 when the service missed its latency objective over the "
+                                                       "last hour, 0 when it met it; no series without an SLO"),
+)
+TEAM_INFERENCE_GAUGES = (
+    ("cost_per_million_tokens", "gpuledger_team_cost_per_million_tokens_usd", "GPU cost of the team's inference "
+                                                                              "services per million tokens, USD, "
+                                                                              "last hour"),
 )
 FAIRSHARE = "gpuledger_team_fairshare"
 HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total
@@ -99,6 +121,15 @@ class StoreGauges(Collector):
             health.add_metric([str(node), str(kind)], float(events))
         families.append(health)
         families += _fragmentation(self.store, end)
+        services = service_table(self.store, end - WINDOW, end, self.config.slo)
+        if not services.empty:
+            services["slo_missed_now"] = services["slo_status"].map({"missed": 1.0, "met": 0.0})
+        else:
+            services = services.assign(**{c: pd.Series(dtype=float) for c, _, _ in SERVICE_GAUGES},
+                                       kind=pd.Series(dtype=object), service=pd.Series(dtype=object),
+                                       team=pd.Series(dtype=object))
+        families += _gauges(services, ("kind", "service", "team"), SERVICE_GAUGES)
+        families += _gauges(team_inference(services), "team", TEAM_INFERENCE_GAUGES)
         return families
 
 

@@ -52,9 +52,21 @@ class JobSourceState(BaseModel):
     seconds_since_read: float | None = Field(description="since the last stored read; null: none yet")
 
 
+class AppSourceState(BaseModel):
+    source: str = Field(description="where inference servers' metrics are read")
+    reads: int = Field(description="reads stored so far")
+    failures: int = Field(description="reads that failed as a whole")
+    last_error: str | None = Field(description="why the last read failed, while reads fail")
+    skipped: dict[str, int] = Field(description="what the last read skipped, by reason (bad lines, families of "
+                                                "an unknown version, counters that went negative, ...)")
+    unreachable: list[str] = Field(description="targets the last read could not read, and why")
+    seconds_since_read: float | None = Field(description="since the last stored read; null: none yet")
+
+
 class Health(BaseModel):
-    status: Literal["ok", "degraded"] = Field(description="degraded: the server's collection, or its job lifecycle "
-                                                          "reads, keep failing (3 intervals or more)")
+    status: Literal["ok", "degraded"] = Field(description="degraded: the server's collection, its job lifecycle or "
+                                                          "its inference metrics reads keep failing (3 intervals "
+                                                          "or more)")
     reason: str | None = Field(None, description="why it is degraded")
     samples: int = Field(description="samples stored")
     latest_sample: datetime | None = Field(description="newest sample instant; null for an empty store")
@@ -66,6 +78,8 @@ class Health(BaseModel):
                                                  "Retry-After until it has caught up")
     job_source: JobSourceState | None = Field(None, description="the job lifecycle reader (`serve --jobs-from`); "
                                                                 "null: none runs")
+    app_source: AppSourceState | None = Field(None, description="the inference servers' metrics reader (`serve "
+                                                                "--apps-from`, the demo's); null: none runs")
 
 
 class Liveness(BaseModel):

@@ -51,9 +51,13 @@ def healthz(request: Request, store: StoreDep) -> dict:
     jobs = getattr(request.app.state, "job_source", None)
     if healthy and jobs is not None:
         healthy, reason = jobs.health()
+    apps = getattr(request.app.state, "app_source", None)
+    if healthy and apps is not None:
+        healthy, reason = apps.health()
     return {"status": "ok" if healthy else "degraded", "reason": reason, "samples": store.sample_count(),
             "latest_sample": json_safe(store.newest_sample()),
             "job_source": jobs.state() if jobs is not None else None,
+            "app_source": apps.state() if apps is not None else None,
             **json_safe(fold_state(store))}
 
 
