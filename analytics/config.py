@@ -21,6 +21,7 @@ import tomllib
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.database import Retention
 from gpuledger.analytics.store.rollups import DEFAULT_IDLE_UTIL_PCT, MINUTE_DAYS, RAW_DAYS
+from gpuledger.collector.apps.figures import FIGURES, SERVER_KINDS
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.gpu_catalog import DEFAULT_RATES
@@ -180,6 +181,7 @@ class AppsConfig:
     targets: list[AppTarget] = field(default_factory=list)
     interval_s: float = 30.0
     aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # server kind -> {family name: figure}
+    triton_ensembles: tuple[str, ...] = ()  # Triton models that are ensembles though their names do not say so
 
 
 # the file's sections of settings, each the dataclass whose fields are its keys (in the order the loader reads them)
@@ -440,7 +442,7 @@ def _positive(where: str, key: str, value: Any) -> float:
 
 def _apps(section: dict) -> AppsConfig:
     """`[apps]`: targets (each a table with a url, and the pod or job it serves), interval_s and aliases."""
-    _known_keys("apps", section, ("targets", "interval_s", "aliases"))
+    _known_keys("apps", section, ("targets", "interval_s", "aliases", "triton_ensembles"))
     targets = []
     for i, spec in enumerate(section.get("targets", [])):
         where = f"apps.targets[{i}]"
@@ -460,4 +462,15 @@ def _apps(section: dict) -> AppsConfig:
     if not isinstance(aliases, dict) or not all(isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
                                                 for v in aliases.values()):
         raise ConfigError("[apps.aliases] must map a server kind to a table of family name = figure")
-    return AppsConfig(targets=targets, interval_s=interval, aliases={k: dict(v) for k, v in aliases.items()})
+    for kind, names in aliases.items():
+        if kind not in SERVER_KINDS:
+            raise ConfigError(f"[apps.aliases.{kind}]: no such server; expected one of {list(SERVER_KINDS)}")
+        for family, figure in names.items():
+            if figure.split("*")[0].strip() not in FIGURES:
+                raise ConfigError(f"[apps.aliases.{kind}] {family} = {figure!r}: no such figure; expected one of "
+                                  f"{sorted(FIGURES)} (optionally '*scale')")
+    ensembles = section.get("triton_ensembles", [])
+    if not isinstance(ensembles, list) or not all(isinstance(e, str) and e for e in ensembles):
+        raise ConfigError("[apps] triton_ensembles must be a list of Triton model names")
+    return AppsConfig(targets=targets, interval_s=interval, aliases={k: dict(v) for k, v in aliases.items()},
+                      triton_ensembles=tuple(ensembles))

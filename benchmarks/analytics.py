@@ -9,6 +9,10 @@ and each endpoint the dashboard calls is requested --calls times over HTTP (p50 
 recommender's evaluation and the weekly report run in process. The baseline, in the same run, is DuckDB's own
 `SELECT team, gpu_model, sum(interval_s * gpu_fraction) ... GROUP BY ALL` over every raw row.
 
+The simulated cluster's serving jobs run vLLM servers whose pages are read every 5 minutes over the window (issue
+23), so /v1/inference and the report's inference section are measured on a week of them; /v1/efficiency reads the
+profiling rollups every sample carries.
+
 With --jobs N (default 25 per GPU), the scheduler's tables are sized like a busy cluster's week (issue 22): N job
 records over the window from a Slurm-like source (waits, runs, outcomes, gangs, what waits now, with their events)
 and a Kueue and a KAI read every 5 minutes for a queue per team and GPU model, so /v1/workloads, its queue page and
@@ -45,7 +49,9 @@ from gpuledger.analytics.windows import iso_week, utc_now
 from gpuledger.collector.jobs.kai import kai_rows
 from gpuledger.collector.jobs.kueue import kueue_rows
 from gpuledger.collector.jobs.lifecycle import events_of, jobs_frame
+from gpuledger.collector.apps.simulated import SimulatedApps
 from gpuledger.collector.simulator import cluster_of
+from gpuledger.deploy.app_loop import store_read
 from gpuledger.deploy.server import ApiServer, weekly_report
 from gpuledger.policies.recommender import evaluate
 
@@ -61,11 +67,13 @@ DASHBOARD = (
     ("/v1/nodes", {}),
     ("/v1/workloads", {"days": 7}),
     ("/v1/workloads/queues", {"days": 7}),
+    ("/v1/efficiency", {"days": 7}),
+    ("/v1/inference", {"days": 7}),
 )
 
 
 def build(target: str, gpus: int, days: float, interval_s: float,
-          lake_data: str | None = None) -> tuple[Store, int, float]:
+          lake_data: str | None = None) -> tuple[Store, int, float, object]:
     now = utc_now().replace(minute=0, second=0, microsecond=0)
     sim = cluster_of(max(1, gpus // 8), days=days, now=now)
     store = Store(target, lake_data=lake_data if is_lake(target) else None)
@@ -78,7 +86,7 @@ def build(target: str, gpus: int, days: float, interval_s: float,
         rows += store.append_samples(table)
     store.upsert_jobs(sim.jobs_frame(now))
     store.checkpoint_if_due(min_wal_bytes=0)
-    return store, rows, time.perf_counter() - started
+    return store, rows, time.perf_counter() - started, sim
 
 
 def busy_week(store: Store, teams: list[str], models: list[str], jobs: int, days: float, now: datetime) -> int:
@@ -133,6 +141,24 @@ def busy_week(store: Store, teams: list[str], models: list[str], jobs: int, days
         reads += [kueue_rows(samples, read).rows, kai_rows(samples, read).rows]
         read += timedelta(minutes=5)
     return stored + store.record_queue_metrics(pd.concat(reads, ignore_index=True))
+
+
+APP_READ_S = 300.0  # the inference services' pages: one read every 5 minutes over the window
+
+
+def inference_week(store: Store, sim, days: float, now: datetime) -> tuple[int, int]:
+    """The simulated cluster's serving jobs as vLLM servers (collector/apps/simulated.py), their pages read every
+    APP_READ_S over the window through the same readers and store as a live server: (pages, rows stored)."""
+    source = SimulatedApps(sim.services())
+    attributor = Config().attributor()
+    pages = rows = 0
+    t = now - timedelta(days=days)
+    while t < now:
+        read = source.read(t)
+        rows += store_read(store, read, attributor)[0]
+        pages += len(read.pages)
+        t += timedelta(seconds=APP_READ_S)
+    return pages, rows
 
 
 def fold(store: Store) -> float:
@@ -238,8 +264,13 @@ def main(argv: list[str] | None = None) -> int:
                 existing.close()
             print(f"building {args.gpus} GPUs x {args.days:g} days at {args.interval:g} s"
                   f"{' on DuckLake' if lake else ''}...", flush=True)
-            store, rows, build_s = build(target, args.gpus, args.days, args.interval, args.lake_data)
+            store, rows, build_s, sim = build(target, args.gpus, args.days, args.interval, args.lake_data)
             print(f"  {rows:,} samples in {build_s:.0f} s ({rows / build_s:,.0f} rows/s)")
+            began = time.perf_counter()
+            pages, app_rows = inference_week(store, sim, args.days, utc_now().replace(minute=0, second=0,
+                                                                                        microsecond=0))
+            print(f"  inference services: {len(sim.services()):,} vLLM servers, {pages:,} pages read every "
+                  f"{APP_READ_S / 60:g} min: {app_rows:,} rows in {time.perf_counter() - began:.0f} s")
             jobs = 25 * args.gpus if args.jobs is None else args.jobs
             if jobs:
                 teams = list(store.team_table()["team"])

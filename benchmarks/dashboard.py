@@ -20,14 +20,14 @@ import requests
 
 from gpuledger.analytics.config import Config
 from gpuledger.deploy.dashboard_proc import start_dashboard
-from gpuledger.deploy.demo import build_demo_store
+from gpuledger.deploy.demo import DEMO_SLOS, build_demo_store
 from gpuledger.deploy.server import ApiServer
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 # tab -> a text that shows once the page has rendered
 PAGES = {"Overview": "Cost per day by team", "Teams": "Cost by GPU model", "Jobs": "Search job id",
-         "Workloads": "Scheduler and telemetry: where they disagree",
+         "Workloads": "Scheduler and telemetry: where they disagree", "Inference": "Services against their SLOs",
          "Cost & waste": "Waste per team", "Fairshare": "Fairshare factor per team",
          "Recommendations": "Decision history", "GPU health": "GPU health events", "Nodes": "Fragmentation: idle GPU"}
 
@@ -45,8 +45,9 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
     with tempfile.TemporaryDirectory() as tmp:
-        store, _ = build_demo_store(Path(tmp) / "demo.duckdb", Config(), args.days, 7, 60.0, echo=lambda _: None)
-        api = ApiServer(store, Config(), port=0, token="bench", open_reads=True)
+        config = Config(slo=dict(DEMO_SLOS))  # as `gpuledger demo` runs it
+        store, _ = build_demo_store(Path(tmp) / "demo.duckdb", config, args.days, 7, 60.0, echo=lambda _: None)
+        api = ApiServer(store, config, port=0, token="bench", open_reads=True)
         url = api.start()
         baseline = []
         for _ in range(5):
@@ -93,7 +94,7 @@ def main() -> None:
                 print(f"{'window change':16} {redraw:6.2f} {redraw / base:11.1f}")
                 if args.screenshots:  # and the weekly report, as a team lead and an admin open it
                     from gpuledger.deploy.server import weekly_report
-                    files = weekly_report(store, Config(), Path(tmp) / "reports", "current")
+                    files = weekly_report(store, config, Path(tmp) / "reports", "current")
                     for name, path in (("report", files.html), ("report-team", files.team_pages.get("nlp"))):
                         if path:
                             page.goto(path.resolve().as_uri())

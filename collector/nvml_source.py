@@ -4,6 +4,11 @@ Every field read is guarded: NVMLError_NotSupported (common on MIG instances, co
 boards and older drivers) drops that field for that device from then on, and the rest of
 the sample is still emitted. Cumulative NVLink counters are turned into rates here, since
 a rate across a counter reset would be negative traffic.
+
+The profiling columns (sm_active, sm_occupancy, tensor_active, dram_active) come from NVML's GPM
+(GPU Performance Monitoring, Hopper and later): a GPM metric is computed from two samples, so the
+source keeps each GPU's previous sample and the first collect after start reads them as NULL. A GPU,
+driver or nvidia-ml-py without GPM leaves them NULL, never 0, as DCGM-less Ampere nodes always did.
 """
 from __future__ import annotations
 
@@ -23,11 +28,28 @@ from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model, vgpu_share
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.proc_attribution import describe_process
-from gpuledger.collector.samples import PROCESS_SCHEMA, rows_to_table
+from gpuledger.collector.samples import PROCESS_SCHEMA, PROFILING_FIELDS, rows_to_table
 from gpuledger.collector.source import Source, SourceError
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
+
+# GPM metrics read into sample columns: (pynvml constant, column). nvml.h documents the *_UTIL and *_OCCUPANCY ones
+# as percent 0.0 - 100.0 (stored as fractions, like DCGM's DCP fields) and the *_PER_SEC ones as MiB/s (stored as
+# bytes/s). Names missing from an older nvidia-ml-py are skipped, not guessed.
+GPM_FRACTIONS = (("NVML_GPM_METRIC_SM_UTIL", "sm_active"), ("NVML_GPM_METRIC_SM_OCCUPANCY", "sm_occupancy"),
+                 ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", "tensor_active"), ("NVML_GPM_METRIC_DRAM_BW_UTIL", "dram_active"))
+GPM_RATES = (("NVML_GPM_METRIC_PCIE_TX_PER_SEC", "pcie_tx_bps"), ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "pcie_rx_bps"),
+             ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bps"),
+             ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_bps"))
+# what the GPM path needs from pynvml: an nvidia-ml-py from before GPM lacks them all
+GPM_API = ("nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet", "nvmlGpmSampleFree",
+           "nvmlGpmMetricsGet", "c_nvmlGpmMetricsGet_t", "NVML_GPM_METRICS_GET_VERSION")
+# nvml.h: the two samples of a GPM metric must be more than 100 ms apart (the counters' internal refresh rate)
+GPM_MIN_GAP_S = 0.1
+# answers of nvmlGpmQueryDeviceSupport that will not change while the agent runs: no GPM on this GPU for good
+_GPM_FOR_GOOD = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission",
+                 "NVMLError_ArgumentVersionMismatch")
 
 
 def _text(value: Any) -> str:
@@ -58,6 +80,13 @@ class NvmlSource(Source):
         self._last_xid: dict[str, int] = {}  # GPU UUID -> last XID seen, kept like DCGM's XID field (0: none)
         self.rates = RateTracker(interval_s)
         self.processes: pa.Table = PROCESS_SCHEMA.empty_table()  # the last collect's, for process_rows
+        self.gpm_support: dict[str, bool] = {}  # GPU UUID -> GPM usable there, asked once per GPU
+        self._gpm_metrics: list[tuple[int, str]] | None = None  # (metric id, column) this pynvml has; [] = no GPM
+        self._gpm_prev: dict[tuple[str, int | None], tuple[Any, float]] = {}  # (GPU, GPU instance) -> (sample, t)
+        self._gpm_seen: set[tuple[str, int | None]] = set()  # keys sampled this collect; the rest are freed
+        self._gpm_failed: set[tuple[str, str]] = set()  # (GPU or MIG UUID, column) whose failure was logged
+        self.gpm_min_gap_s = GPM_MIN_GAP_S
+        self.clock: Callable[[], float] = time.monotonic  # when GPM samples are taken (tests drive their own)
 
     def _init(self) -> None:
         if not self._initialised:
@@ -70,6 +99,8 @@ class NvmlSource(Source):
 
     def close(self) -> None:
         if self._initialised:
+            for key in list(self._gpm_prev):  # before nvmlShutdown, while NVML can still free them
+                self._gpm_drop(key)
             if self._xid_events is not None:
                 try:
                     self.nvml.nvmlEventSetFree(self._xid_events)
@@ -106,6 +137,7 @@ class NvmlSource(Source):
         except nvml.NVMLError as exc:
             SCRAPE_ERRORS.labels(source="nvml", reason="device_count").inc()
             raise SourceError(f"NVML cannot count devices: {exc}") from exc
+        self._gpm_seen = set()
         for index in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -126,8 +158,11 @@ class NvmlSource(Source):
                 continue
             row = dict(base, gpu_fraction=vgpu_share(model_name) or 1.0)  # a vGPU guest holds part of its card
             self._fill_device(handle, uuid, row, now.timestamp())
+            self._fill_gpm(handle, uuid, row, None, uuid)
             self._attribute(handle, uuid, row, procs)
             rows.append(row)
+        for key in set(self._gpm_prev) - self._gpm_seen:  # a GPU gone, or a MIG instance destroyed
+            self._gpm_drop(key)
         SCRAPE_SECONDS.labels(source="nvml").observe(time.perf_counter() - started)
         self.processes = rows_to_table(procs, PROCESS_SCHEMA)
         SAMPLES_READ.labels(source="nvml").inc(len(rows))
@@ -281,6 +316,146 @@ class NvmlSource(Source):
             row = dict(base, mig_profile=profile, mig_instance=instance,
                        gpu_fraction=mig_fraction(model, profile))
             self._fill_memory(mig, mig_uuid, row)
+            if instance is not None and hasattr(nvml, "nvmlGpmMigSampleGet"):
+                self._fill_gpm(handle, uuid, row, int(instance), mig_uuid)
             self._attribute(mig, mig_uuid, row, procs)
             rows.append(row)
         return rows
+
+    # GPM: GPU Performance Monitoring (NVML, Hopper and later)
+
+    def _gpm_metric_ids(self) -> list[tuple[int, str]]:
+        """The (metric id, column) pairs this nvidia-ml-py can ask for; [] when it predates GPM altogether, which
+        is said once, since an old library on a Hopper node is worth knowing about but not worth a warning a
+        collect."""
+        if self._gpm_metrics is None:
+            nvml = self.nvml
+            missing = [name for name in GPM_API if not hasattr(nvml, name)]
+            if missing:
+                log.info("NVML: this nvidia-ml-py has no GPM (%s missing): profiling columns stay empty",
+                         ", ".join(missing))
+                self._gpm_metrics = []
+            else:
+                self._gpm_metrics = [(int(getattr(nvml, name)), column) for name, column in GPM_FRACTIONS + GPM_RATES
+                                     if hasattr(nvml, name)]
+        return self._gpm_metrics
+
+    def _gpm_ready(self, handle: Any, uuid: str) -> bool:
+        """Whether GPM can be read on this GPU, asked once: the answer is the GPU's architecture and the driver's,
+        which do not change while the agent runs. A passing error (GPU busy, lost) is not kept, so the next
+        collect asks again."""
+        if uuid in self.gpm_support:
+            return self.gpm_support[uuid]
+        if not self._gpm_metric_ids():
+            self.gpm_support[uuid] = False
+            return False
+        nvml = self.nvml
+        for_good = tuple(getattr(nvml, name) for name in _GPM_FOR_GOOD if hasattr(nvml, name))
+        try:
+            supported = bool(nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+        except for_good as exc:  # an old driver (Function Not Found), a GPU or user without profiling
+            log.info("NVML: GPM unavailable on %s (%s): profiling columns stay empty", uuid, exc)
+            supported = False
+        except nvml.NVMLError as exc:
+            SCRAPE_ERRORS.labels(source="nvml", reason="error:gpm_support").inc()
+            log.warning("NVML: asking %s for GPM support failed: %s", uuid, exc)
+            return False
+        else:
+            if not supported:
+                log.info("NVML: %s has no GPM (before Hopper): profiling columns stay empty", uuid)
+        self.gpm_support[uuid] = supported
+        return supported
+
+    def _fill_gpm(self, handle: Any, uuid: str, row: dict[str, Any], instance: int | None, who: str) -> None:
+        """Take a GPM sample of the GPU (or of its GPU instance `instance`, read through the parent's `handle`)
+        and fill `row` from it and the previous one.
+
+        The profiling fractions are only read here. For the PCIe and NVLink columns NVML's own readings, filled
+        before, win where they exist: those series were stored from them before GPM was read, and a mid-series
+        switch of source would show as a step that no workload made; GPM fills them where those readings are
+        absent. A MIG row gets the four fractions only, since PCIe and NVLink belong to the whole card.
+        """
+        if not self._gpm_ready(handle, uuid):
+            return
+        key = (uuid, instance)
+        self._gpm_seen.add(key)
+        now = self.clock()
+        previous = self._gpm_prev.get(key)
+        if previous is not None and now - previous[1] < self.gpm_min_gap_s:
+            return  # too soon for new counters: keep the older sample, the next collect measures from it
+        sample = self._gpm_sample(handle, instance, who)
+        if sample is None:
+            self._gpm_drop(key)  # start again: a value always covers one gap between two collects
+            return
+        self._gpm_prev[key] = (sample, now)
+        if previous is None:
+            return  # the first sample only primes
+        try:
+            if now - previous[1] > self.rates.max_gap_s:
+                return  # an average over a long silence would smear a burst across it, as RateTracker says
+            metrics = self._gpm_metric_ids()
+            if instance is not None:
+                metrics = [(mid, column) for mid, column in metrics if column in PROFILING_FIELDS]
+            for column, value in self._gpm_values(who, previous[0], sample, metrics).items():
+                if column in PROFILING_FIELDS or row.get(column) is None:
+                    row[column] = value
+        finally:
+            self._gpm_free(previous[0])
+
+    def _gpm_sample(self, handle: Any, instance: int | None, who: str) -> Any:
+        """A new GPM sample of the GPU or of one of its GPU instances, or None (the buffer freed again)."""
+        nvml = self.nvml
+        field = "gpm_sample" if instance is None else "gpm_mig_sample"
+        if (who, field) in self._unsupported or (who, "gpm_metrics") in self._unsupported:
+            return None
+        sample = self._read(who, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
+        if sample is None:
+            return None
+        if instance is None:
+            taken = self._read(who, field, lambda: nvml.nvmlGpmSampleGet(handle, sample))
+        else:
+            taken = self._read(who, field, lambda: nvml.nvmlGpmMigSampleGet(handle, instance, sample))
+        if taken is None:
+            self._gpm_free(sample)
+            return None
+        return sample
+
+    def _gpm_values(self, who: str, older: Any, newer: Any, metrics: list[tuple[int, str]]) -> dict[str, float]:
+        """The columns GPM computes from two samples; a metric NVML could not compute (its own nvmlReturn) is left
+        out, so that column alone stays NULL."""
+        nvml = self.nvml
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metrics)
+        request.sample1, request.sample2 = older, newer  # sample1 the earlier: metrics are rates from 1 to 2
+        for i, (metric_id, _) in enumerate(metrics):
+            request.metrics[i].metricId = metric_id
+        if self._read(who, "gpm_metrics", lambda: nvml.nvmlGpmMetricsGet(request)) is None:
+            return {}
+        out: dict[str, float] = {}
+        for i, (_, column) in enumerate(metrics):
+            metric = request.metrics[i]
+            value = float(metric.value)
+            if metric.nvmlReturn != nvml.NVML_SUCCESS or not math.isfinite(value):
+                if (who, column) not in self._gpm_failed:
+                    self._gpm_failed.add((who, column))
+                    log.info("NVML: GPM cannot compute %s on %s (return %d); leaving it empty", column, who,
+                             metric.nvmlReturn)
+                continue
+            if column in PROFILING_FIELDS:
+                out[column] = min(max(value / 100.0, 0.0), 1.0)  # percent 0..100 -> fraction
+            elif value >= 0:
+                out[column] = value * MIB  # MiB/s -> bytes/s
+        return out
+
+    def _gpm_free(self, sample: Any) -> None:
+        try:
+            self.nvml.nvmlGpmSampleFree(sample)
+        except self.nvml.NVMLError as exc:
+            log.warning("NVML: freeing a GPM sample failed: %s", exc)
+
+    def _gpm_drop(self, key: tuple[str, int | None]) -> None:
+        """Forget (and free) the previous sample of `key`, so the next collect primes afresh."""
+        previous = self._gpm_prev.pop(key, None)
+        if previous is not None:
+            self._gpm_free(previous[0])

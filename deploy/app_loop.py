@@ -11,7 +11,7 @@ import logging
 import time
 from collections import Counter
 from datetime import datetime
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, Sequence
 
 import pandas as pd
 
@@ -32,18 +32,20 @@ class AppSource(Protocol):
 
 
 def store_read(store: Store, read: AppRead, attributor: Attributor,
-               aliases: Mapping[str, Mapping[str, str]] | None = None) -> tuple[int, Counter, list[str]]:
-    """One read's pages, parsed, attributed and stored: (rows stored, what was skipped by reason, kinds seen)."""
+               aliases: Mapping[str, Mapping[str, str]] | None = None,
+               ensembles: Sequence[str] = ()) -> tuple[int, Counter, list[str]]:
+    """One read's pages, parsed, attributed and stored: (rows stored, what was skipped by reason, kinds seen).
+    `ensembles`: Triton models to leave out as ensembles though their names do not say so."""
     frames, skipped, kinds = [], Counter(), []
     for fetched in read.pages:
-        parsed = read_page(fetched.text, aliases=aliases)
+        parsed = read_page(fetched.text, aliases=aliases, ensembles=ensembles)
         skipped.update(parsed.skipped)
         if not parsed.kinds:
             skipped["not_an_inference_page"] += 1
             continue
         kinds += [k for k in parsed.kinds if k not in kinds]
-        frames.append(page_rows(parsed.rows, fetched.at or read.at, fetched.target, attributor, fetched.namespace, fetched.pod,
-                                fetched.job_id, skipped))
+        frames.append(page_rows(parsed.rows, fetched.at or read.at, fetched.target, attributor, fetched.namespace,
+                                fetched.pod, fetched.job_id, skipped))
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=APP_COLUMNS)
     return store.record_app_samples(rows), skipped, kinds
 
@@ -53,16 +55,17 @@ class AppLoop(PollingLoop):
     failing = "reading inference metrics from"
 
     def __init__(self, source: AppSource, store: Store, attributor: Attributor, interval_s: float = 30.0,
-                 aliases: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 aliases: Mapping[str, Mapping[str, str]] | None = None, ensembles: Sequence[str] = ()) -> None:
         super().__init__(f"apps-{source.name}", source.name, interval_s)
         self.source, self.store, self.attributor, self.aliases = source, store, attributor, aliases
+        self.ensembles = tuple(ensembles)
         self.reads = 0
         self.skipped: Counter = Counter()  # what the last read skipped, by reason
         self.unreachable: list[str] = []  # targets the last read could not read
 
     def read_once(self, at: datetime | None = None) -> int:
         read = self.source.read() if at is None else self.source.read(at)  # type: ignore[call-arg]
-        rows, skipped, kinds = store_read(self.store, read, self.attributor, self.aliases)
+        rows, skipped, kinds = store_read(self.store, read, self.attributor, self.aliases, self.ensembles)
         if self.reads == 0 or read.errors != self.unreachable:
             log.info("%s: %d page(s) of %s, %d row(s) stored%s%s", self.source.name, len(read.pages),
                      ", ".join(kinds) or "no known server", rows, f"; skipped {dict(skipped)}" if skipped else "",

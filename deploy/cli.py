@@ -360,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print one JSON object: kind (list), rows, skipped (reason -> count), examples")
     scrape.add_argument("--timeout", type=_positive, default=10.0, metavar="S",
                         help="seconds to wait for a URL to answer (default 10); pages over 50 MB are refused")
+    scrape.add_argument("--config", type=Path, help="a site config whose [apps] aliases and triton_ensembles apply "
+                                                    "(check a name you taught it)")
 
     dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
     dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
@@ -814,7 +816,8 @@ def _app_loop(args: argparse.Namespace, config: Config, store: Store) -> Any:
         source = TargetsSource(config.apps.targets)
     else:
         return None
-    return AppLoop(source, store, config.attributor(), config.apps.interval_s, config.apps.aliases)
+    return AppLoop(source, store, config.attributor(), config.apps.interval_s, config.apps.aliases,
+                   config.apps.triton_ensembles)
 
 
 def _connection_limits(args: argparse.Namespace) -> Any:
@@ -965,7 +968,9 @@ def cmd_restore(args: argparse.Namespace, config: Config) -> int:
 def cmd_scrape(args: argparse.Namespace, config: Config) -> int:
     """`scrape URL|FILE|-`: what gpuledger would store from one /metrics page; 1 when nothing was recognised."""
     from gpuledger.collector.page_check import check_page, fetch_page, summary
-    answer = check_page(fetch_page(args.source, args.timeout))  # an unreadable page: InputError, exit 2
+    # the config's aliases and Triton ensembles apply, so a name taught there is checked as the server reads it
+    answer = check_page(fetch_page(args.source, args.timeout), aliases=config.apps.aliases,
+                        ensembles=config.apps.triton_ensembles)  # an unreadable page: InputError, exit 2
     if args.json:
         json.dump(answer, sys.stdout, indent=1, allow_nan=False)
         print()

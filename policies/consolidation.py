@@ -209,8 +209,9 @@ def separate_advice(store: Store, config: Config, at: datetime, latest: datetime
                           "free_gpus_of_model": sum(len(free[n]) for n in free if model[n] == model[node]),
                           "latency_sensitive": list(config.placement.latency_sensitive), "at": latest,
                           "job_teams": _job_teams(held, [str(job.job_id), *others]),
-                          "measured_latency": slo},
+                          **({"measured_latency": slo} if slo else {})},
                 reason=(f"{job.job_id} is latency-sensitive and shares GPU {gpu} on {node} with "
-                        f"{', '.join(others)}{measured}; " + (f"a free {model[node]} GPU on {target} would give it one of its "
-                                                   "own" if target else f"no {model[node]} GPU is free now"))))
+                        f"{', '.join(others)}{measured}; "
+                        + (f"a free {model[node]} GPU on {target} would give it one of its own" if target
+                           else f"no {model[node]} GPU is free now"))))
     return out

@@ -53,7 +53,7 @@ def missed_slos(store: Store, config: Config, at: datetime) -> dict[str, dict]:
     services = service_table(store, at - SERVICE_WINDOW, at, config.slo)
     out: dict[str, dict] = {}
     for row in services[services["slo_status"] == "missed"].itertuples(index=False) if len(services) else []:
-        measured = {k: _f(getattr(row, _column(k))) for k in row.slo}
+        measured = {k: v for k in row.slo if (v := _f(getattr(row, _column(k)))) is not None}
         for job in _jobs_of(store, row, at):
             out[job] = {"service": row.service, "server": row.kind, "slo": row.slo, "measured": measured,
                         "slo_missed": list(row.slo_missed)}
@@ -108,7 +108,7 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
                 action={"move_to": fit["target"], "target_kind": fit["kind"], "from": job.gpu_model,
                         "gpus": int(job.gpus), "per_gpu": True, "target_gpu_fraction": fit["gpu_fraction"],
                         "gpus_freed": freed},
-                evidence={"service": row.service, "server": row.kind, "slo": bounds, "measured": measured,
+                evidence=_known({"service": row.service, "server": row.kind, "slo": bounds, "measured": measured,
                           "kv_cache_usage_max": kv, "weights_mib": weights,
                           "weights_assumption": f"{BYTES_PER_PARAMETER:g} bytes per parameter (BF16) from the "
                                                 "parameter count in the model's name",
@@ -117,7 +117,7 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
                           "cost_per_million_tokens": float(row.cost_per_million_tokens),
                           "projected_cost_per_million_tokens": projected,
                           "projection_assumption": "the same tokens per second on the target",
-                          "effect_usd_per_week": saving},
+                          "effect_usd_per_week": saving}),
                 reason=(f"{row.service} ({row.kind}) in {job.job_id} runs far inside its SLO ("
                         + ", ".join(f"{k.replace('_s', '')} {v:.3g}s of {bounds[k]:g}s" for k, v in measured.items())
                         + f") on {int(job.gpus)} × {job.gpu_model}; weights and the KV cache it filled "
@@ -141,6 +141,11 @@ def _jobs_of(store: Store, service: object, at: datetime) -> list[str]:
                         {"start": at - SERVICE_WINDOW, "end": at, "kind": service.kind, "service": service.service,
                          "team": service.team})
     return sorted(str(j) for j in found["job_id"])
+
+
+def _known(evidence: dict) -> dict:
+    """The evidence without figures that could not be computed (no rate for the target card: no projection)."""
+    return {k: v for k, v in evidence.items() if v is not None}
 
 
 def _f(value: object) -> float | None:

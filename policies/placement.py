@@ -83,7 +83,7 @@ def resize_advice(store: Store, config: Config, start: datetime, at: datetime, l
                       "peak_mem_fraction": float(row.peak_mem_mib / row.mem_total_mib),
                       "mean_util_pct": float(row.mean_util_pct), "p95_util_pct": float(row.p95_util_pct),
                       "compute_pct": float(row.compute_pct), "compute_signal": row.compute_signal,
-                      "sm_active": None if pd.isna(row.sm_active) else float(row.sm_active),
+                      **({} if pd.isna(row.sm_active) else {"sm_active": float(row.sm_active)}),
                       "gpu_hours": float(row.gpu_hours), "cost_usd": float(row.cost_usd),
                       "effect_usd_per_week": saving},
             reason=(f"{row.job_id} peaked at {row.peak_mem_mib / 1024:.1f} GiB of {row.mem_total_mib / 1024:.0f} GiB "

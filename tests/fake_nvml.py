@@ -3,9 +3,21 @@
 Only device functions are replaced. Constants, error classes (NVMLError_NotSupported, ...)
 and the ctypes result structures are the real ones from nvidia-ml-py, so NvmlSource sees
 exactly the types and exceptions it would see on a real node.
+
+GPM (nvmlGpm*) is faked the same way: samples are real `c_nvmlGpmSample_t` pointers (to
+buffers the fake owns), so they fit the real `c_nvmlGpmMetricsGet_t` the source fills, and a
+metric is computed from what the GPU did between its two samples (`FakeGpmActivity.run`), so a
+source that reused or leaked samples reads wrong values or fails the alloc/free count. Stricter
+than NVML documents, it refuses a sample1 taken after sample2 (Invalid Argument), and a sample
+freed twice fails the test (AssertionError) where the real library would corrupt memory.
+`FakeNvml(gpm_library=False)` is an nvidia-ml-py from before GPM (the names are absent: the
+module raises AttributeError); `gpm_driver=False` a new one on a driver without GPM (every
+nvmlGpm* raises NVMLError_FunctionNotFound, as pynvml's _nvmlGetFunctionPointer does).
 """
 from __future__ import annotations
 
+import ctypes
+import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +25,32 @@ from typing import Any
 import pynvml
 
 MIB = 1024 * 1024
+# names of GPU models whose NVML answers isSupportedDevice=1 (Hopper and later), for FakeGpu(gpm=None)
+HOPPER_OR_LATER = re.compile(r"\b(?:G?H(?:100|200|800|20)|G?B(?:100|200|300))\b")
+GPM_NAMES = ("nvmlGpm", "NVML_GPM_", "c_nvmlGpm", "struct_c_nvmlGpm")  # what an nvidia-ml-py before GPM lacks
+
+
+@dataclass
+class FakeGpmActivity:
+    """What a GPU (or a MIG instance) did, as GPM's counters see it: per metric the integral of its value over
+    the GPU's own time, so a metric between two samples is (counter2 - counter1) / (time2 - time1)."""
+
+    clock_s: float = 0.0
+    integrals: dict[int, float] = field(default_factory=dict)  # GPM metric id -> value x seconds so far
+
+    def run(self, seconds: float, values: dict[int, float]) -> None:
+        """The GPU spends `seconds` at `values` (GPM metric id -> percent or MiB/s; others 0)."""
+        self.clock_s += seconds
+        for metric_id, value in values.items():
+            self.integrals[metric_id] = self.integrals.get(metric_id, 0.0) + value * seconds
+
+
+@dataclass
+class FakeGpmSample:
+    owner: int  # id() of the FakeGpu or FakeMig sampled
+    taken: int  # the fake's count of samples read when this one was: which of two samples is the earlier
+    clock_s: float
+    integrals: dict[int, float]
 
 
 @dataclass
@@ -23,6 +61,7 @@ class FakeMig:
     memory_mb: int
     used_mib: float
     processes: list[tuple[int, float]] = field(default_factory=list)  # (pid, used MiB)
+    activity: FakeGpmActivity = field(default_factory=FakeGpmActivity)  # read by nvmlGpmMigSampleGet
 
 
 @dataclass
@@ -47,6 +86,12 @@ class FakeGpu:
     ecc_corrected: int = 0  # volatile ECC counts since boot
     ecc_uncorrected: int = 0
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # (correctable, uncorrectable, pending, failure)
+    gpm: bool | None = None  # nvmlGpmQueryDeviceSupport's isSupportedDevice; None: Hopper or later by the name
+    activity: FakeGpmActivity = field(default_factory=FakeGpmActivity)
+    gpm_failing: dict[int, int] = field(default_factory=dict)  # GPM metric id -> the nvmlReturn NVML gives it
+
+    def gpm_supported(self) -> bool:
+        return self.gpm if self.gpm is not None else bool(HOPPER_OR_LATER.search(self.name))
 
 
 @dataclass
@@ -58,11 +103,18 @@ class FakeEventSet:
 class FakeNvml:
     """Module-like object: attribute lookups fall back to the real pynvml for constants and errors."""
 
-    def __init__(self, gpus: list[FakeGpu]) -> None:
+    def __init__(self, gpus: list[FakeGpu], gpm_library: bool = True, gpm_driver: bool = True) -> None:
         self.gpus = gpus
         self.initialised = False
         self.init_error: int | None = None
         self.event_sets: list[FakeEventSet] = []
+        self.gpm_library = gpm_library  # False: an nvidia-ml-py without the GPM names
+        self.gpm_driver = gpm_driver  # False: a driver whose libnvidia-ml has no nvmlGpm* symbols
+        self.gpm_samples: dict[int, FakeGpmSample | None] = {}  # address -> what it holds (None: not yet read)
+        self._gpm_buffers: dict[int, ctypes.Array] = {}  # keeps every live sample's memory (and address) owned
+        self.gpm_allocs = 0
+        self.gpm_frees = 0
+        self.gpm_reads = 0
 
     def raise_xid(self, gpu: FakeGpu, code: int) -> None:
         """The driver reports XID `code` on `gpu`: every event set it is registered with gets it."""
@@ -72,9 +124,16 @@ class FakeNvml:
                                                       eventData=code, gpuInstanceId=0xFFFFFFFF,
                                                       computeInstanceId=0xFFFFFFFF))
 
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith(GPM_NAMES) and not object.__getattribute__(self, "gpm_library"):
+            raise AttributeError(f"module 'pynvml' has no attribute '{name}'")  # as an old nvidia-ml-py says
+        return object.__getattribute__(self, name)
+
     def __getattr__(self, name: str) -> Any:
-        if name.startswith(("nvmlDevice", "nvmlEventSet")) or name in ("nvmlInit", "nvmlShutdown"):
+        if name.startswith(("nvmlDevice", "nvmlEventSet", "nvmlGpm")) or name in ("nvmlInit", "nvmlShutdown"):
             raise AttributeError(f"fake NVML does not implement {name}")
+        if name.startswith(GPM_NAMES) and not self.gpm_library:  # GPM's constants and structs, too
+            raise AttributeError(f"module 'pynvml' has no attribute '{name}'")
         return getattr(pynvml, name)
 
     def _check(self, fn: str, target: Any) -> None:
@@ -220,3 +279,87 @@ class FakeNvml:
     def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
         self._check("nvmlEventSetFree", None)
         self.event_sets.remove(event_set)
+
+    # GPM
+
+    def live_gpm_samples(self) -> int:
+        """Samples allocated and not yet freed."""
+        return len(self.gpm_samples)
+
+    def _gpm_check(self, fn: str, target: Any) -> None:
+        if not self.gpm_driver:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        self._check(fn, target)
+
+    def _gpm_address(self, sample: Any) -> int:
+        address = ctypes.cast(sample, ctypes.c_void_p).value
+        if address not in self.gpm_samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # freed, or never allocated here
+        return address
+
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeGpu) -> Any:
+        self._gpm_check("nvmlGpmQueryDeviceSupport", handle)
+        return pynvml.c_nvmlGpmSupport_t(version=pynvml.NVML_GPM_SUPPORT_VERSION,
+                                         isSupportedDevice=int(handle.gpm_supported()))
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._gpm_check("nvmlGpmSampleAlloc", None)
+        buffer = ctypes.create_string_buffer(16)
+        address = ctypes.addressof(buffer)
+        self._gpm_buffers[address] = buffer
+        self.gpm_samples[address] = None
+        self.gpm_allocs += 1
+        return ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self._gpm_check("nvmlGpmSampleFree", None)
+        address = ctypes.cast(sample, ctypes.c_void_p).value
+        assert address in self.gpm_samples, "a GPM sample freed twice, or one NVML never allocated"
+        del self.gpm_samples[address]
+        del self._gpm_buffers[address]
+        self.gpm_frees += 1
+
+    def _gpm_read(self, sample: Any, target: FakeGpu | FakeMig) -> Any:
+        self.gpm_reads += 1
+        self.gpm_samples[self._gpm_address(sample)] = FakeGpmSample(
+            owner=id(target), taken=self.gpm_reads, clock_s=target.activity.clock_s,
+            integrals=dict(target.activity.integrals))
+        return sample
+
+    def nvmlGpmSampleGet(self, device: FakeGpu, sample: Any) -> Any:
+        self._gpm_check("nvmlGpmSampleGet", device)
+        if not device.gpm_supported():
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self._gpm_read(sample, device)
+
+    def nvmlGpmMigSampleGet(self, device: FakeGpu, gpu_instance_id: int, sample: Any) -> Any:
+        self._gpm_check("nvmlGpmMigSampleGet", device)
+        if not device.gpm_supported():
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        mig = next((m for m in device.migs or [] if m.gi_id == gpu_instance_id), None)
+        if mig is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return self._gpm_read(sample, mig)
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        self._gpm_check("nvmlGpmMetricsGet", None)
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        first = self.gpm_samples[self._gpm_address(request.sample1)]
+        second = self.gpm_samples[self._gpm_address(request.sample2)]
+        if first is None or second is None or first.owner != second.owner:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if second.taken <= first.taken:  # stricter than NVML documents: sample1 must be the earlier one
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        owner = next((g for g in self.gpus if id(g) == first.owner), None)
+        failing = owner.gpm_failing if owner is not None else {}
+        elapsed = second.clock_s - first.clock_s
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            if metric.metricId in failing:
+                metric.nvmlReturn, metric.value = failing[metric.metricId], 0.0
+                continue
+            done = second.integrals.get(metric.metricId, 0.0) - first.integrals.get(metric.metricId, 0.0)
+            metric.nvmlReturn = pynvml.NVML_SUCCESS
+            metric.value = done / elapsed if elapsed else 0.0
+        return request

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from gpuledger.analytics.config import (DEFAULT_RATES, FAIRSHARE_ALGORITHMS, SECTION_TYPES, SETTINGS, Config,
-                                       ConfigError, FairshareConfig, PlacementConfig, QuotaConfig, RetentionConfig,
-                                       WasteConfig, load_config, section_keys)
+                                       ConfigError, EfficiencyConfig, FairshareConfig, PlacementConfig, QuotaConfig,
+                                       RetentionConfig, WasteConfig, load_config, section_keys)
 
 
 def test_defaults_need_no_file():
@@ -70,7 +70,8 @@ def test_each_section_is_a_frozen_dataclass_whose_fields_are_the_file_keys(tmp_p
     """The file's keys and the attribute names are one list: a section's dataclass fields are exactly the keys
     the loader accepts for it, and every one has a bound."""
     assert SECTION_TYPES == {"waste": WasteConfig, "fairshare": FairshareConfig, "quota": QuotaConfig,
-                             "retention": RetentionConfig, "placement": PlacementConfig}
+                             "retention": RetentionConfig, "placement": PlacementConfig,
+                             "efficiency": EfficiencyConfig}
     config = Config()
     for section, kind in SECTION_TYPES.items():
         names = [f.name for f in fields(kind)]
@@ -117,3 +118,30 @@ def test_every_key_of_every_section_round_trips_into_its_attribute(tmp_path):
     assert config.fairshare.algorithm in FAIRSHARE_ALGORITHMS and config.retention.levels().raw_days == 10.0
     default = Config()
     assert all(getattr(getattr(default, s), n) != v for (s, n), v in want.items())  # each key really moved
+
+
+def test_apps_and_slo_sections_are_checked(tmp_path):
+    """[apps] targets need an http(s) url and real pod names; aliases name a known server and figure; an SLO is a
+    table of positive seconds: each mistake is one line naming the key."""
+    from gpuledger.analytics.config import ConfigError, load_config
+    good = tmp_path / "good.toml"
+    good.write_text('[apps]\ninterval_s = 10\n[[apps.targets]]\nurl = "http://10.0.0.1:8000/metrics"\n'
+                    'namespace = "nlp"\npod = "vllm-0"\n[apps.aliases.vllm]\n"vllm:new_total" = "prompt_tokens"\n'
+                    '[slo."meta-llama/Llama-3.1-8B-Instruct"]\nttft_p95_s = 0.25\n')
+    config = load_config(good)
+    assert config.apps.targets[0].pod == "vllm-0" and config.apps.interval_s == 10
+    assert config.slo["meta-llama/Llama-3.1-8B-Instruct"].ttft_p95_s == 0.25
+    for body, message in (
+            ('[[apps.targets]]\nurl = "file:///etc/passwd"\n', "http"),
+            ('[[apps.targets]]\nurl = "http://x/metrics"\npod = "bad pod!"\n', "pod"),
+            ('[[apps.targets]]\nurl = "http://x/metrics"\nport = 1\n', "port"),
+            ('[apps.aliases.nginx]\n"a" = "requests"\n', "no such server"),
+            ('[apps.aliases.vllm]\n"a" = "joules"\n', "no such figure"),
+            ('[slo.x]\nttft_p95_s = -1\n', "ttft_p95_s"),
+            ('[slo.x]\nttft_p95_s = 0\n', "positive"),
+            ('[slo.x]\nlatency = 1\n', "latency"),
+            ('[apps]\ninterval_s = 0\n', "interval_s")):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(body)
+        with pytest.raises(ConfigError, match=message):
+            load_config(bad)

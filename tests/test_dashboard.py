@@ -35,8 +35,8 @@ def app_against(monkeypatch, url: str) -> AppTest:
     return at
 
 
-PAGES = ["Overview", "Teams", "Jobs", "Workloads", "Cost & waste", "Fairshare", "Recommendations", "GPU health",
-         "Nodes"]
+PAGES = ["Overview", "Teams", "Jobs", "Workloads", "Inference", "Cost & waste", "Fairshare", "Recommendations",
+         "GPU health", "Nodes"]
 
 
 def show(at: AppTest, page: str) -> AppTest:

@@ -228,7 +228,7 @@ def test_every_kind_of_advice_reads_in_words(monkeypatch, live_api):
 
 
 def test_tables_have_readable_labels_and_no_none(monkeypatch, live_api):
-    for page in ("Jobs", "Workloads", "Cost & waste", "Nodes", "Recommendations"):
+    for page in ("Jobs", "Workloads", "Inference", "Cost & waste", "Nodes", "Recommendations"):
         at = app_on(monkeypatch, live_api, page)
         for table in at.dataframe:
             frame = table.value
@@ -262,7 +262,8 @@ def test_the_busy_header_is_the_threshold_count_the_advice_uses(monkeypatch, liv
 def test_every_table_shows_the_blank_mark_for_missing_numbers(monkeypatch, live_api):
     """A missing number (no utilisation reading, no rate) is the blank mark the table's help explains, not
     Streamlit's grey 'None'."""
-    for page in ("Jobs", "Workloads", "Cost & waste", "Nodes", "Recommendations", "GPU health", "Fairshare"):
+    for page in ("Jobs", "Workloads", "Inference", "Cost & waste", "Nodes", "Recommendations", "GPU health",
+                 "Fairshare"):
         at = app_on(monkeypatch, live_api, page)
         assert at.dataframe, page
         assert all(table.proto.placeholder == charts.BLANK for table in at.dataframe), page
@@ -285,7 +286,8 @@ def test_every_page_renders_without_an_exception_in_chromium(live_api, tmp_path)
             page.goto(url)
             page.get_by_text("Cluster utilization over time").wait_for(timeout=60_000)
             every_page = {"Overview": "Cost per day by team", "Teams": "Cost by GPU model", "Jobs": "Search job id",
-                          "Workloads": "Waiting now", "Cost & waste": "Waste per team",
+                          "Workloads": "Waiting now", "Inference": "Services against their SLOs",
+                          "Cost & waste": "Waste per team",
                           "Fairshare": "Fairshare factor per team",
                           "Recommendations": "Decision history", "GPU health": "GPU health events",
                           "Nodes": "Agents pushing to this server"}

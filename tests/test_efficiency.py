@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuledger.analytics.config import Config, EfficiencyConfig, WasteConfig
-from gpuledger.analytics.efficiency import job_efficiency, team_efficiency
+from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS, job_efficiency, team_efficiency
 from gpuledger.analytics.waste import oversized_jobs
 from gpuledger.deploy.api import create_app
 from gpuledger.policies.recommender import evaluate
@@ -36,6 +36,9 @@ def _jobs(store) -> None:
         gpu_rows("n1", 4, "H100", HOURS * 60, util=90.0, job="cv/fp32", team="cv", mem_used=60000, sm_active=0.7,
                  tensor_active=0.0, dram_active=0.3),
         gpu_rows("n2", 0, "H100", HOURS * 60, util=99.0, job="cv/blind", team="cv", mem_used=60000),
+        # SMs starved while DRAM is busy: memory-bandwidth bound
+        gpu_rows("n2", 2, "H100", HOURS * 60, util=90.0, job="ml/membound", team="ml", mem_used=60000,
+                 sm_active=0.15, tensor_active=0.05, dram_active=0.85),
         # memory-light and busy by GPU_UTIL, but a tenth of its SMs work: by SM activity it fits a small slice
         gpu_rows("n2", 1, "H100", HOURS * 60, util=100.0, job="cv/small", team="cv", mem_used=3000, sm_active=0.1,
                  tensor_active=0.05, dram_active=0.05),
@@ -52,6 +55,7 @@ def test_a_busy_but_starved_job_is_flagged_and_unreported_fields_stay_unknown(st
     assert jobs.loc["ml/starved", "util_on_profiled_pct"] == pytest.approx(98.0)
     assert jobs.loc["ml/starved", "pcie_gb"] == pytest.approx(2 * 3e9 * HOURS * 3600 / 1e9)
     assert jobs.loc["ml/comm", "flags"] == ["communication_bound"]
+    assert jobs.loc["ml/membound", "flags"] == ["memory_bandwidth_bound"]
     assert jobs.loc["ml/fine", "flags"] == []
     assert jobs.loc["cv/fp32", "flags"] == ["tensor_cores_idle"]
     blind = jobs.loc["cv/blind"]
@@ -59,8 +63,8 @@ def test_a_busy_but_starved_job_is_flagged_and_unreported_fields_stay_unknown(st
     for field in ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "profiling_coverage", "pcie_gb"):
         assert blind[field] is None or blind[field] != blind[field], field  # null, never 0
     teams = team_efficiency(store, T0, END).set_index("team")
-    # ml: 2 starved GPUs at 0.05, comm at 0.1, fine at 0.8, over equal time
-    assert teams.loc["ml", "sm_active"] == pytest.approx((0.05 * 2 + 0.1 + 0.8) / 4)
+    # ml: 2 starved GPUs at 0.05, comm at 0.1, fine at 0.8, membound at 0.15, over equal time
+    assert teams.loc["ml", "sm_active"] == pytest.approx((0.05 * 2 + 0.1 + 0.8 + 0.15) / 5)
     # cv: the blind GPU has no reading, so the mean is over the two that read it, and the coverage says so
     assert teams.loc["cv", "sm_active"] == pytest.approx((0.7 + 0.1) / 2)
     assert teams.loc["cv", "profiling_coverage"] == pytest.approx(2 / 3)
@@ -113,9 +117,10 @@ def test_the_api_and_metrics_show_profiling_and_leave_unreported_fields_out(stor
     client = TestClient(create_app(store, Config(), open_reads=True))
     body = client.get("/v1/efficiency", params={"days": 1, "end": END.isoformat()}).json()
     flagged = {(r["team"], r["flag"]) for r in body["flagged"]}
-    # cv/small is starved too: 100% GPU_UTIL, 10% SM active
+    # cv/small is starved too: 100% GPU_UTIL, 10% SM active; every flag is served
     assert flagged == {("ml", "input_pipeline_bound"), ("ml", "communication_bound"), ("cv", "tensor_cores_idle"),
-                       ("cv", "input_pipeline_bound")}
+                       ("cv", "input_pipeline_bound"), ("ml", "memory_bandwidth_bound")}
+    assert {flag for _, flag in flagged} == set(body["flags"]) == set(EFFICIENCY_FLAGS)
     jobs = {r["job_id"]: r for r in client.get("/v1/jobs", params={"days": 1, "end": END.isoformat()}).json()}
     assert jobs["ml/starved"]["sm_active"] == pytest.approx(0.05) and jobs["cv/blind"]["sm_active"] is None
     gpus = client.get("/v1/gpus", params={"days": 1, "end": END.isoformat(), "bucket_minutes": 60}).json()
