@@ -434,6 +434,8 @@ def _slos(section: dict) -> dict[str, Slo]:
 
 
 def _positive(where: str, key: str, value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+        raise ConfigError(f"[{where}] {key} must be a positive number of seconds, got {value!r}")
     number = _number(where, key, value)
     if number <= 0:
         raise ConfigError(f"[{where}] {key} must be a positive number of seconds, got {value!r}")
@@ -466,6 +468,8 @@ def _apps(section: dict) -> AppsConfig:
         if kind not in SERVER_KINDS:
             raise ConfigError(f"[apps.aliases.{kind}]: no such server; expected one of {list(SERVER_KINDS)}")
         for family, figure in names.items():
+            if not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", family):
+                raise ConfigError(f"[apps.aliases.{kind}] {family!r}: not a metric name (letters, digits, _ and :)")
             if figure.split("*")[0].strip() not in FIGURES:
                 raise ConfigError(f"[apps.aliases.{kind}] {family} = {figure!r}: no such figure; expected one of "
                                   f"{sorted(FIGURES)} (optionally '*scale')")

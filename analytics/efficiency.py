@@ -115,6 +115,14 @@ def flagged_by_team(jobs: pd.DataFrame) -> pd.DataFrame:
             .agg(jobs=("gpu_hours", "size"), gpu_hours=("gpu_hours", "sum"), cost_usd=("cost_usd", "sum")))
 
 
+def running_jobs(store: Store, start: datetime, end: datetime, latest: datetime) -> set[str]:
+    """The jobs of [start, end) whose evidence reaches `latest`: the ones still running, that advice can change."""
+    running = store.query_usage(
+        "SELECT DISTINCT job_id FROM usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct) "
+        "WHERE allocated AND job_id IS NOT NULL AND end_ts >= $latest", {"start": start, "end": end, "latest": latest})
+    return set(running["job_id"])
+
+
 def _num(value: object) -> float | None:
     """A reading as a float, or None where it is missing (NULL or NaN): a missing value never passes a threshold."""
     if value is None or pd.isna(value):

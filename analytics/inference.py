@@ -18,7 +18,7 @@ How the numbers are made, so anyone can check them:
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pandas as pd
 
@@ -38,15 +38,21 @@ SLO_STATUSES = ("met", "missed", "unknown")
 NO_GPU_SAMPLES = "no GPU samples for its pods in the window: its cost is unknown"
 KEY = ["kind", "service", "team"]
 
+# the rows of [start, end), each billed to its pod's team as the pod's job record says (a team label, a namespace
+# mapping: the team its GPU samples are billed to), the page's namespace's team only where no record says
+APP_ROWS = """(SELECT a.* REPLACE (coalesce(j.team, a.team, $unattributed) AS team)
+    FROM app_samples a LEFT JOIN (SELECT job_id, any_value(team) AS team FROM jobs GROUP BY job_id) j
+         ON j.job_id = a.job_id
+    WHERE a.ts >= $start AND a.ts < $end)"""
+
 # the increase of every counter part of every series in [start, end), reset-aware (see the module's docstring)
-_INCREASES = """
+_INCREASES = f"""
     WITH s AS (
-        SELECT kind, service, coalesce(team, $unattributed) AS team, namespace, pod, job_id, figure, part, le, ts,
+        SELECT kind, service, team, namespace, pod, job_id, figure, part, le, ts,
                value, lag(value) OVER (PARTITION BY target, kind, service, instance, namespace, pod, figure, part, le
                                        ORDER BY ts) AS prev
-        FROM app_samples
-        WHERE ts >= $start AND ts < $end AND ($team IS NULL OR coalesce(team, $unattributed) = $team)
-          AND figure IN (SELECT unnest($counted))
+        FROM {APP_ROWS}
+        WHERE ($team IS NULL OR team = $team) AND figure IN (SELECT unnest($counted))
     )
     SELECT kind, service, team, figure, part, le,
            sum(CASE WHEN value >= prev THEN value - prev ELSE value END) AS increase
@@ -61,17 +67,20 @@ def service_table(store: Store, start: datetime, end: datetime, slos: dict[str, 
     million tokens and per thousand requests, and the SLO's status. A figure the service does not report is null."""
     params = {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED}
     base = store.query(f"""
-        SELECT kind, service, coalesce(team, $unattributed) AS team, count(DISTINCT pod) AS pods,
+        SELECT kind, service, team, count(DISTINCT pod) AS pods,
                list(DISTINCT coalesce(job_id, namespace || '/' || pod)) FILTER (WHERE pod IS NOT NULL) AS jobs,
                min(ts) AS first_ts, max(ts) AS last_ts,
                {", ".join(f"avg(value) FILTER (WHERE figure = '{g}') AS {g}" for g in GAUGES)},
                max(value) FILTER (WHERE figure = 'kv_cache_usage') AS kv_cache_usage_max
-        FROM app_samples
-        WHERE ts >= $start AND ts < $end AND ($team IS NULL OR coalesce(team, $unattributed) = $team)
+        FROM {APP_ROWS}
+        WHERE $team IS NULL OR team = $team
         GROUP BY ALL ORDER BY kind, service, team""", params)
     if base.empty:
         return base
-    base["seconds"] = (base["last_ts"] - base["first_ts"]).dt.total_seconds()
+    spans = store.query(f"""
+        SELECT kind, service, team, target, epoch(min(ts)) AS lo, epoch(max(ts)) AS hi FROM {APP_ROWS}
+        WHERE $team IS NULL OR team = $team GROUP BY ALL""", params)
+    base = base.merge(_read_seconds(spans), on=KEY, how="left")
     inc = store.query(_INCREASES, params | {"counted": [*COUNTERS, *LATENCIES]})
     counters = inc[inc["part"] == "value"].pivot_table(index=KEY, columns="figure", values="increase",
                                                        aggfunc="sum")
@@ -93,6 +102,23 @@ def service_table(store: Store, start: datetime, end: datetime, slos: dict[str, 
     out = _with_cost(store, start, end, out)
     out = _with_slo(out, slos or {})
     return out.drop(columns=["jobs"])
+
+
+def _read_seconds(spans: pd.DataFrame) -> pd.DataFrame:
+    """Per service: the seconds some target of it was read (the union of each target's first-to-last read), what
+    its rates are over: two pods that ran at different times are not averaged over the gap between them."""
+    rows = []
+    for key, group in spans.groupby(KEY):
+        total, end = 0.0, None
+        for lo, hi in sorted(zip(group["lo"], group["hi"])):
+            if end is None or lo > end:
+                total += hi - lo
+                end = hi
+            elif hi > end:
+                total += hi - end
+                end = hi
+        rows.append(dict(zip(KEY, key), seconds=total))
+    return pd.DataFrame(rows, columns=[*KEY, "seconds"])
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]], total: float | None = None) -> float | None:
@@ -188,7 +214,9 @@ def _with_slo(services: pd.DataFrame, slos: dict[str, Slo]) -> pd.DataFrame:
 
 def unknown_slo_names(store: Store, slos: dict[str, Slo]) -> list[str]:
     """SLO names that match no service or team ever read: said to the admin, never silently ignored."""
-    seen = store.query("SELECT DISTINCT service, coalesce(team, $u) AS team FROM app_samples", {"u": UNATTRIBUTED})
+    seen = store.query(f"SELECT DISTINCT service, team FROM {APP_ROWS}",
+                       {"unattributed": UNATTRIBUTED, "start": datetime.min.replace(tzinfo=timezone.utc),
+                        "end": datetime.max.replace(tzinfo=timezone.utc)})
     known = set(seen["service"]) | set(seen["team"])
     return sorted(name for name in slos if name not in known)
 
@@ -211,3 +239,13 @@ def team_inference(services: pd.DataFrame) -> pd.DataFrame:
                      "cost_per_million_tokens": cost / (tokens / 1e6) if cost is not None and tokens > 0 else None,
                      "services_without_cost": int((~g["costed"]).sum())})
     return pd.DataFrame(rows)
+
+
+def service_jobs(store: Store, kind: str, service: str, team: str, start: datetime, end: datetime) -> list[str]:
+    """The jobs (pods) that served one service in [start, end): the jobs its GPU cost and placement advice are of."""
+    found = store.query(f"""
+        SELECT DISTINCT coalesce(job_id, namespace || '/' || pod) AS job_id FROM {APP_ROWS}
+        WHERE kind = $kind AND service = $service AND team = $team AND pod IS NOT NULL""",
+                        {"start": start, "end": end, "kind": kind, "service": service, "team": team,
+                         "unattributed": UNATTRIBUTED})
+    return sorted(str(j) for j in found["job_id"])

@@ -61,6 +61,13 @@ HEADERS = {
     "unpriced_gpu_hours": "Unpriced GPU-hours", "usd_per_gpu_hour": "Rate (USD / GPU-hour)",
     "longest_idle_minutes": "Longest idle stretch (min)", "mean_util_pct": "Mean utilisation (%)",
     "idle_share": "Idle share", "allocated_gpu_hours": "GPU-hours allocated",
+    "service": "Service (model served)", "slo_status": "SLO", "cost_per_million_tokens": "Cost per million tokens",
+    "cost_per_thousand_requests": "Cost per thousand requests", "requests_per_s": "Requests / s",
+    "generation_tokens_per_s": "Generated tokens / s", "ttft_p95_ms": "Time to first token p95 (ms)",
+    "tpot_p95_ms": "Time per output token p95 (ms)", "e2e_p95_ms": "Latency p95 (ms)",
+    "cost_note": "Cost note", "services": "Services", "requests": "Requests", "tokens": "Tokens",
+    "services_without_cost": "Services without GPU samples", "flags": "Flags",
+    "util_on_profiled_pct": "GPU utilisation (%)", "sm_active": "SM active", "tensor_active": "Tensor active",
 }
 # columns that rest on utilisation readings: an empty cell there says so (unknown is never zero)
 UTILISATION_COLUMNS = {"used_gpu_hours", "efficiency", "mean_util_pct", "p95_util_pct", "idle_share",
@@ -105,7 +112,7 @@ def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.D
 <h2>Queue and outcomes</h2>
 {_queue(work.drop(columns="team"))}
 <h2>Inference: cost per million tokens</h2>
-{_inference(services, None)}
+{_inference(services)}
 <h2>Efficiency beyond utilisation</h2>
 {_flagged(flagged)}
 <h2>Recommendations</h2>
@@ -127,7 +134,9 @@ def _safe(name: str) -> str:
 
 
 def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, ...] = (),
-           percent: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> str:
+           percent: tuple[str, ...] = (), headers: dict[str, str] | None = None,
+           whole: tuple[str, ...] = ()) -> str:
+    """`whole`: columns shown without decimals (milliseconds)."""
     if frame.empty:
         return "<p><em>No data in this window.</em></p>"
     named = {**HEADERS, **(headers or {})}
@@ -142,6 +151,8 @@ def _table(frame: pd.DataFrame, money: tuple[str, ...] = (), hours: tuple[str, .
                 text = ", ".join(map(str, value)) if not isinstance(value, dict) else str(value)
             elif col in money:
                 text = f"${value:,.2f}"
+            elif col in whole:
+                text = f"{float(value):,.0f}"
             elif col in percent:
                 text = f"{value:+.0%}" if col.endswith("change") else f"{value:.0%}"
             elif col in hours or isinstance(value, (float, np.floating)):
@@ -264,21 +275,27 @@ def _class_costs(usage: pd.DataFrame) -> str:
 SERVICE_COLUMNS = ["service", "team", "kind", "slo_status", "cost_per_million_tokens", "cost_per_thousand_requests",
                    "requests_per_s", "generation_tokens_per_s", "ttft_p95_s", "tpot_p95_s", "e2e_p95_s", "cost_usd",
                    "cost_note"]
+LATENCY_MS = ("ttft_p95_s", "tpot_p95_s", "e2e_p95_s")
 FLAG_COLUMNS = ["job_id", "team", "flags", "gpus", "gpu_model", "cost_usd", "util_on_profiled_pct", "sm_active",
                 "tensor_active"]
 
 
-def _inference(services: pd.DataFrame, teams: pd.DataFrame | None) -> str:
+def _inference(services: pd.DataFrame, teams: pd.DataFrame | None = None) -> str:
     """Cost per million tokens per team and each service against its SLO (analytics/inference.py), or why none."""
     if services.empty:
         return ("<p><em>No inference server's metrics this week (point gpuledger at them with "
                 "<code>[[apps.targets]]</code> or <code>serve --apps-from prometheus</code>).</em></p>")
     out = ""
-    if teams is not None and not teams.empty:
-        out += _table(teams, money=("cost_usd", "cost_per_million_tokens"))
+    teams = team_inference(services) if teams is None else teams
+    if not teams.empty:
+        out += _table(teams, money=("cost_usd", "cost_per_million_tokens"), whole=("requests", "tokens"))
+    shown = services[[c for c in SERVICE_COLUMNS if c in services]].copy()
+    for column in LATENCY_MS:  # tens of milliseconds: shown in milliseconds, not as 0.0 s
+        shown[column] = shown[column] * 1000.0
     return out + "<h3>Services against their SLOs</h3>" + _table(
-        services[[c for c in SERVICE_COLUMNS if c in services]],
-        money=("cost_usd", "cost_per_million_tokens", "cost_per_thousand_requests"))
+        shown.rename(columns={c: c.removesuffix("_s") + "_ms" for c in LATENCY_MS}),
+        money=("cost_usd", "cost_per_million_tokens", "cost_per_thousand_requests"),
+        whole=tuple(c.removesuffix("_s") + "_ms" for c in LATENCY_MS))
 
 
 def _flagged(jobs: pd.DataFrame) -> str:
@@ -286,7 +303,8 @@ def _flagged(jobs: pd.DataFrame) -> str:
     flagged = jobs[jobs["flags"].map(len) > 0] if not jobs.empty else jobs
     if flagged.empty:
         return "<p><em>No job flagged by its profiling readings (SM, tensor and DRAM activity).</em></p>"
-    return _table(flagged[[c for c in FLAG_COLUMNS if c in flagged]].head(20), money=("cost_usd",))
+    return _table(flagged[[c for c in FLAG_COLUMNS if c in flagged]].head(20), money=("cost_usd",),
+                  percent=("sm_active", "tensor_active"))
 
 
 def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
@@ -437,7 +455,7 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 {_queue(work, workload_summary(store, start, end, min(end, now), by=("workload_class",)))}
 {_class_costs(class_usage(store, start, min(end, now)))}
 <h2>Inference: cost per million tokens</h2>
-{_inference(services, team_inference(services))}
+{_inference(services)}
 <h2>Efficiency beyond utilisation</h2>
 <p>Jobs busy by GPU utilisation whose SMs mostly wait, or whose tensor cores stay idle (SM and tensor activity from
 the profiling fields, where the GPUs report them).</p>

@@ -28,6 +28,7 @@ from typing import Any, Collection, Iterator, Mapping
 from gpuledger.collector.apps.families import FamilyPage, note_example, read_families
 from gpuledger.collector.apps.figures import SERVER_KINDS
 from gpuledger.collector.apps.reading import READERS, read_families_page
+from gpuledger.collector.apps.rows import screened
 from gpuledger.collector.errors import InputError
 
 EXPORTER_KINDS = ("dcgm-exporter", "kube-state-metrics", "kueue", "kai")
@@ -88,7 +89,8 @@ def check_page(text: str, aliases: Mapping[str, Mapping[str, str]] | None = None
         for example in app.examples:
             if example not in examples:
                 examples.append(example)
-        rows.extend(_app_row(row) for row in app.rows)
+        # screened as a server screens them (collector/apps/rows.py): what scrape shows is what would be stored
+        rows.extend(_app_row(row) for row in screened(app.rows, skipped))
     for kind in found:
         try:
             exporter_rows, why = _read_exporter(kind, page, at)

@@ -78,6 +78,7 @@ class PromTextParser:
         names = self._names
         if len(cache) > self._max:
             cache.clear()
+        seconds = text.rstrip().endswith("# EOF")  # OpenMetrics: timestamps in seconds
         for lineno, line in enumerate(text.split("\n"), 1):
             if not line or line[0] == "#":
                 continue
@@ -115,7 +116,7 @@ class PromTextParser:
                 continue
             try:
                 value = float(rest[0])
-                ts = _timestamp_ms(rest[1]) if len(rest) == 2 else None
+                ts = _timestamp_ms(rest[1], seconds) if len(rest) == 2 else None
             except ValueError:
                 result.reject("bad_value", lineno, line)
                 continue
@@ -123,21 +124,16 @@ class PromTextParser:
         return result
 
 
-# a timestamp under this is seconds (OpenMetrics), over it milliseconds (Prometheus text 0.0.4): 1e11 ms is 1973,
-# 1e11 s the year 5138, so no real instant is read in the wrong unit
-_SECONDS_BELOW = 1e11
-
-
-def _timestamp_ms(text: str) -> int:
-    """A sample's timestamp in milliseconds: Prometheus' text format writes integer milliseconds, OpenMetrics float
-    seconds (`1700000000.123`); both are read, not dropped with their sample."""
+def _timestamp_ms(text: str, seconds: bool) -> int:
+    """A sample's timestamp in milliseconds. Prometheus' text format writes integer milliseconds; OpenMetrics
+    (`seconds`: the page ends with `# EOF`) writes seconds, integer or float (`1700000000.123`); a decimal timestamp
+    is seconds on any page. Each is read, not dropped with its sample."""
     if text.isdigit() or (text[:1] == "-" and text[1:].isdigit()):
-        whole = int(text)
-        return whole * 1000 if abs(whole) < _SECONDS_BELOW else whole
-    seconds = float(text)
-    if not math.isfinite(seconds):
+        return int(text) * 1000 if seconds else int(text)
+    value = float(text)
+    if not math.isfinite(value):
         raise ValueError(f"timestamp {text!r}")
-    return round(seconds * 1000) if abs(seconds) < _SECONDS_BELOW else round(seconds)
+    return round(value * 1000)
 
 
 def parse(text: str) -> ParseResult:

@@ -527,10 +527,11 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.server import weekly_report
+    from gpuledger.deploy.demo import with_demo_slos
     with _open_existing(args, config, read_only=True) as store:
         _require_data(store, args.db)
         try:
-            files = weekly_report(store, config, args.out, args.week)
+            files = weekly_report(store, with_demo_slos(store, config), args.out, args.week)
         except OSError as exc:
             raise InputError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from exc
     print(f"report {files.label}: {files.html}")
@@ -549,9 +550,11 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.deploy.demo import with_demo_slos
     from gpuledger.policies.recommender import evaluate, refresh
     with _open_existing(args, config) as store:
         _require_data(store, args.db)
+        config = with_demo_slos(store, config)
         evaluation = evaluate(store, config, args.at)
         if args.at:
             recs = evaluation.proposals()

@@ -13,7 +13,7 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS, job_efficiency
+from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS, job_efficiency, running_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.policies.quota import HOURS_PER_WEEK
 from gpuledger.policies.recommendation import Recommendation
@@ -26,6 +26,7 @@ WHAT_TO_DO = {
     "tensor_cores_idle": "compute in BF16/FP16 (mixed precision) or enable TF32, so matrix math uses tensor cores",
 }
 assert set(WHAT_TO_DO) == set(EFFICIENCY_FLAGS)
+MIN_GPU_HOURS = 0.5  # a job with less evidence than this is shown flagged, not advised (its $/week would be a guess)
 
 
 def efficiency_advice(store: Store, config: Config, start: datetime, at: datetime,
@@ -35,12 +36,9 @@ def efficiency_advice(store: Store, config: Config, start: datetime, at: datetim
     if jobs.empty:
         return []
     out = []
-    running = store.query_usage(
-        "SELECT DISTINCT job_id FROM usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct) "
-        "WHERE allocated AND job_id IS NOT NULL AND end_ts >= $latest",
-        {"start": start, "end": at, "latest": latest})
-    alive = set(running["job_id"])
-    for job in jobs[jobs["job_id"].isin(alive)].itertuples(index=False):
+    alive = running_jobs(store, start, at, latest)
+    sized = jobs["job_id"].isin(alive) & (jobs["gpu_hours"] >= MIN_GPU_HOURS)
+    for job in jobs[sized].itertuples(index=False):
         for flag in job.flags:
             hours = float(job.gpu_hours) / max(int(job.gpus), 1)
             per_hour = float(job.cost_usd) / max(hours, 1e-9) if job.cost_usd else None

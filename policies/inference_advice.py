@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.inference import SLO_FIGURES, service_table
+from gpuledger.analytics.inference import SLO_FIGURES, service_jobs, service_table
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.waste import MEMORY_HEADROOM, job_profiles, smallest_fit, with_compute_need, with_p95
 from gpuledger.policies.quota import HOURS_PER_WEEK
@@ -134,13 +134,7 @@ def _column(bound: str) -> str:
 
 def _jobs_of(store: Store, service: object, at: datetime) -> list[str]:
     """The jobs (pods) that served a service over SERVICE_WINDOW."""
-    found = store.query("""
-        SELECT DISTINCT coalesce(job_id, namespace || '/' || pod) AS job_id FROM app_samples
-        WHERE ts >= $start AND ts < $end AND kind = $kind AND service = $service
-          AND coalesce(team, $team) = $team AND pod IS NOT NULL""",
-                        {"start": at - SERVICE_WINDOW, "end": at, "kind": service.kind, "service": service.service,
-                         "team": service.team})
-    return sorted(str(j) for j in found["job_id"])
+    return service_jobs(store, service.kind, service.service, service.team, at - SERVICE_WINDOW, at)
 
 
 def _known(evidence: dict) -> dict:

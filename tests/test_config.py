@@ -137,7 +137,7 @@ def test_apps_and_slo_sections_are_checked(tmp_path):
             ('[[apps.targets]]\nurl = "http://x/metrics"\nport = 1\n', "port"),
             ('[apps.aliases.nginx]\n"a" = "requests"\n', "no such server"),
             ('[apps.aliases.vllm]\n"a" = "joules"\n', "no such figure"),
-            ('[slo.x]\nttft_p95_s = -1\n', "ttft_p95_s"),
+            ('[slo.x]\nttft_p95_s = -1\n', "positive"),
             ('[slo.x]\nttft_p95_s = 0\n', "positive"),
             ('[slo.x]\nlatency = 1\n', "latency"),
             ('[apps]\ninterval_s = 0\n', "interval_s")):

@@ -143,3 +143,91 @@ def test_hostile_names_from_a_page_are_dropped_and_counted(store):
     stored, skipped, _ = store_read(store, AppRead(at=T0, pages=[PageRead(vllm_page(1, 1, 1, [1] * 5), "t",
                                                                           "bad ns!", "p")]), Attributor())
     assert stored == 0 and skipped["bad_pod_name"] > 0
+
+
+def _serving_reads(store, pod: str, fast: bool, reads: int = 12, namespace: str = "nlp") -> None:
+    """A vLLM server of Llama-3.1-8B read every 10 minutes: fast (every TTFT under 50 ms) or slow (most over 1 s),
+    its KV cache at most 20% full."""
+    for i in range(reads):
+        n = 200 * (i + 1)
+        buckets = [n, n, n, n, n] if fast else [0, 0, 0, int(n * 0.1), int(n * 0.2)]
+        page = vllm_page(n, 600 * n, 180 * n, buckets, model="meta-llama/Llama-3.1-8B-Instruct")
+        page += ('# TYPE vllm:kv_cache_usage_perc gauge\n'
+                 f'vllm:kv_cache_usage_perc{{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"}} '
+                 f'{0.1 + 0.1 * (i % 2)}\n')
+        store_read(store, AppRead(at=T0 + timedelta(minutes=10 * i),
+                                  pages=[PageRead(page, f"http://{pod}:8000/metrics", namespace, pod)]), Attributor())
+
+
+def test_a_service_far_inside_its_slo_on_a_big_gpu_is_right_sized_with_its_projected_cost(store):
+    """Right-size advice from what the service achieves: its memory use (vLLM preallocates 86% of the card) is not
+    what it needs; its weights plus the KV cache it filled are, and its SMs are a quarter busy."""
+    from gpuledger.policies.recommender import evaluate
+    store.append_samples(table(gpu_rows("n1", 0, "H100", 120, util=60.0, job="nlp/vllm-0", team="nlp",
+                                        mem_used=70000.0, sm_active=0.15, tensor_active=0.05, dram_active=0.3)))
+    _serving_reads(store, "vllm-0", fast=True)
+    config = Config(slo={"meta-llama/Llama-3.1-8B-Instruct": Slo(ttft_p95_s=1.0)})
+    advice = [r for r in evaluate(store, config, T0 + timedelta(minutes=119, seconds=30)).proposals()
+              if r.kind == "resize" and r.job_id == "nlp/vllm-0"]
+    assert len(advice) == 1
+    rec = advice[0]
+    weights = 8e9 * 2 / 2 ** 20
+    assert rec.evidence["weights_mib"] == pytest.approx(weights)
+    assert rec.evidence["needed_mib"] == pytest.approx((weights + 0.2 * (70000.0 - weights)) * 1.2)
+    assert rec.evidence["compute_signal"] == "sm_active" and rec.evidence["compute_pct"] == pytest.approx(15.0)
+    assert rec.action["move_to"] == "H100 MIG 3g.40gb"  # 30.7 GB with headroom: the smallest slice that holds it
+    assert rec.evidence["projected_cost_per_million_tokens"] == pytest.approx(
+        rec.evidence["cost_per_million_tokens"] * 3 / 7)
+    assert "far inside its SLO" in rec.reason
+    # the same service near its bound gets no advice: right-sizing must not push it over
+    tight = Config(slo={"meta-llama/Llama-3.1-8B-Instruct": Slo(ttft_p95_s=0.06)})
+    assert not [r for r in evaluate(store, tight, T0 + timedelta(minutes=119, seconds=30)).proposals()
+                if r.kind == "resize" and r.job_id == "nlp/vllm-0"]
+
+
+def test_a_service_missing_its_slo_on_a_shared_gpu_is_separated_on_measured_latency(store):
+    """Its namespace is not named latency-sensitive in the config: the measured latency makes it so."""
+    from gpuledger.policies.recommender import evaluate
+    store.append_samples(table(
+        gpu_rows("n1", 0, "H100", 120, util=80.0, job="nlp/vllm-0", team="nlp", gpu_fraction=0.5),
+        gpu_rows("n1", 0, "H100", 120, util=80.0, job="cv/train", team="cv", gpu_fraction=0.5),
+        gpu_rows("n1", 1, "H100", 120, util=0.0)))
+    _serving_reads(store, "vllm-0", fast=False)
+    at = T0 + timedelta(minutes=119, seconds=30)
+    config = Config(slo={"meta-llama/Llama-3.1-8B-Instruct": Slo(ttft_p95_s=0.5)})
+    separate = [r for r in evaluate(store, config, at).proposals() if r.kind == "separate"]
+    assert [r.job_id for r in separate] == ["nlp/vllm-0"]
+    measured = separate[0].evidence["measured_latency"]
+    assert measured["slo_missed"] == ["ttft_p95_s"] and measured["measured"]["ttft_p95_s"] > 0.5
+    assert "missed its SLO" in separate[0].reason and "cv/train" in separate[0].reason
+    # without an SLO nothing says it is latency-sensitive: no advice
+    assert not [r for r in evaluate(store, Config(), at).proposals() if r.kind == "separate"]
+
+
+def test_a_pod_is_billed_to_its_jobs_team_and_rates_are_over_the_time_it_was_read(store):
+    """The page's namespace is not always the team: the job record's team wins (a pod label, a mapping). Two pods
+    of one service read an hour apart: the rate is over the 8 minutes they were read, not the 68 between."""
+    import pandas as pd
+    store.upsert_jobs(pd.DataFrame([{"job_id": "serving/vllm-a", "team": "nlp", "gpus": 1, "state": "running"}]))
+    _store_reads(store, namespace="serving", pod="vllm-a")
+    _store_reads(store, namespace="serving", pod="vllm-b", start=T0 + timedelta(hours=1))
+    rows = service_table(store, T0, T0 + timedelta(hours=2)).set_index("team")
+    assert rows.loc["nlp", "pods"] == 1 and rows.loc["serving", "pods"] == 1  # b has no record: its namespace
+    store.upsert_jobs(pd.DataFrame([{"job_id": "serving/vllm-b", "team": "nlp", "gpus": 1, "state": "running"}]))
+    row = service_table(store, T0, T0 + timedelta(hours=2)).iloc[0]
+    assert row["team"] == "nlp" and row["pods"] == 2 and row["seconds"] == 480
+    assert row["requests_per_s"] == pytest.approx(2 * 1600 / 480)
+
+
+def test_scrape_says_what_a_server_would_store_and_a_flooding_page_is_capped(store):
+    from gpuledger.collector.apps.rows import MAX_SERVICES_PER_PAGE
+    from gpuledger.collector.page_check import check_page
+    long_name = vllm_page(10, 10, 10, [1, 2, 3, 4, 5], model="x" * 300)
+    answer = check_page(long_name)
+    assert answer["rows"] == [] and answer["skipped"]["bad_service_name"] > 0  # as serve would drop it
+    flood = "# TYPE vllm:num_requests_running gauge\n" + "".join(
+        f'vllm:num_requests_running{{model_name="m{i}"}} 1\n' for i in range(MAX_SERVICES_PER_PAGE + 100))
+    answer = check_page(flood)
+    assert len(answer["rows"]) == MAX_SERVICES_PER_PAGE and answer["skipped"]["too_many_services_on_page"] == 100
+    stored, skipped, _ = store_read(store, AppRead(at=T0, pages=[PageRead(flood, "t", "nlp", "p")]), Attributor())
+    assert stored == MAX_SERVICES_PER_PAGE and skipped["too_many_services_on_page"] == 100

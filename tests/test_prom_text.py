@@ -87,7 +87,9 @@ def test_label_string_containing_braces_is_parsed():
 def test_openmetrics_float_second_timestamps_are_read_not_dropped():
     """OpenMetrics writes float seconds where Prometheus' text format writes integer milliseconds: both are one
     instant, and neither sample is lost as a bad value."""
-    result = parse("a 1 1700000000123\nb 2 1700000000.123\nc 3 1700000000\nd 4 NaN_time\n")
+    result = parse("a 1 1700000000123\nb 2 1700000000.123\nc 3 1000\nd 4 NaN_time\n")
     stamps = {name: ts for name, _, _, ts in result.samples}
-    assert stamps == {"a": 1700000000123, "b": 1700000000123, "c": 1700000000000}
+    assert stamps == {"a": 1700000000123, "b": 1700000000123, "c": 1000}  # integers: milliseconds
     assert result.errors["bad_value"] == 1
+    openmetrics = parse("a_total 1 1700000000\nb 2 1700000000.5\n# EOF\n")
+    assert [ts for *_, ts in openmetrics.samples] == [1700000000000, 1700000000500]  # seconds

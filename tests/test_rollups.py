@@ -86,7 +86,7 @@ def test_hourly_demand_and_coverage_match_the_raw_samples(demo):
     want = raw(demo, """
         SELECT owner(team, $unattributed) AS team, gpu_model, time_bucket(INTERVAL 1 HOUR, ts) AS hour,
                sum(interval_s * gpu_fraction) / 3600 AS allocated_gpus,
-               coalesce(sum(interval_s * gpu_fraction) FILTER (WHERE coalesce(util_pct, 0) < $idle_pct), 0) / 3600
+               coalesce(sum(interval_s * gpu_fraction) FILTER (WHERE coalesce(sm_active * 100.0, util_pct, 0) < $idle_pct), 0) / 3600
                    AS idle_gpus
         FROM samples WHERE allocated AND ts >= $start AND ts < $end GROUP BY ALL""")
     key = ["team", "gpu_model", "hour"]
@@ -117,9 +117,10 @@ def test_utilisation_series_matches_the_per_instant_average(demo):
         assert got["allocated_gpus"].tolist() == pytest.approx(want["allocated_gpus"].tolist(), rel=1e-9)
 
 
+# idle: SM activity under the threshold where the GPU reports it, else GPU utilisation (the fold's signal)
 RAW_IDLE_RUNS = """
     WITH s AS (
-        SELECT *, coalesce(util_pct, 0) < $idle_pct AS idle FROM samples WHERE allocated AND ts >= $start AND ts < $end
+        SELECT *, coalesce(sm_active * 100.0, util_pct, 0) < $idle_pct AS idle FROM samples WHERE allocated AND ts >= $start AND ts < $end
     ), g AS (
         SELECT *, row_number() OVER (PARTITION BY gpu_uuid, mig_instance, job_id ORDER BY ts)
                 - row_number() OVER (PARTITION BY gpu_uuid, mig_instance, job_id, idle ORDER BY ts) AS grp FROM s)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from gpuledger.analytics.inference import service_table, team_inference, unknown_slo_names
 from gpuledger.analytics.records import records
@@ -16,7 +16,9 @@ router = APIRouter(tags=["inference"], dependencies=[CaughtUp])  # deps.caught_u
 
 @router.get("/v1/inference", response_model=Inference)
 def inference(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: float = Days,
-              end: datetime | None = End) -> dict:
+              end: datetime | None = End,
+              limit: int = Query(200, ge=1, le=5000, description="service rows, most costly (then busiest) first; "
+                                                                "the team totals cover every service")) -> dict:
     """Per service (server kind, model served, team): requests and tokens per second, TTFT, time per output token
     and end-to-end latency p50/p95/p99 against its SLO, queue depth and KV-cache use, the GPU cost of its pods and
     cost per million tokens and per thousand requests; per team the same cost per million tokens. Read from the
@@ -24,6 +26,8 @@ def inference(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: floa
     report is null; a service whose pods have no GPU samples has no cost and says so."""
     start, stop, span = window(days, end)
     services = service_table(store, start, stop, config.slo)
-    return {"window": span, "services": caller.visible(records(services), shared=False),
+    shown = services.sort_values(["cost_usd", "requests"], ascending=False, na_position="last").head(limit) \
+        if len(services) else services
+    return {"window": span, "services": caller.visible(records(shown), shared=False),
             "teams": caller.visible(records(team_inference(services)), shared=False),
             "unknown_slos": unknown_slo_names(store, config.slo) if caller.team is None else []}

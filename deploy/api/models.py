@@ -767,10 +767,10 @@ class TeamEfficiency(ProfileMeans):
 
 
 class JobEfficiency(ProfileMeans):
-    job_id: str
-    team: str
-    gpu_model: str | None
-    gpus: int
+    job_id: str = Field(description="the job's id")
+    team: str = Field(description="the team (or bill line 'unattributed')")
+    gpu_model: str | None = Field(description="the GPU model it held most")
+    gpus: int = Field(description="distinct GPUs (and MIG instances) it held in the window")
     cost_usd: float = Field(description="its cost in the window, USD")
     workload_class: str | None = Field(None, description="its workload class (collector/jobs/classes.py)")
     interconnect_gbps_per_gpu: float | None = Field(description="NVLink + PCIe GB/s per GPU held")
@@ -779,20 +779,20 @@ class JobEfficiency(ProfileMeans):
 
 
 class FlaggedTeam(BaseModel):
-    team: str
-    flag: EfficiencyFlag
-    jobs: int
-    gpu_hours: float
-    cost_usd: float
+    team: str = Field(description="the team (or bill line)")
+    flag: EfficiencyFlag = Field(description="the flag")
+    jobs: int = Field(description="its jobs with that flag in the window")
+    gpu_hours: float = Field(description="their GPU-hours in the window")
+    cost_usd: float = Field(description="their cost in the window, USD")
 
 
 class Efficiency(BaseModel):
-    window: Window
+    window: Window = Field(description="the window read")
     flags: dict[str, str] = Field(description="what each flag means")
     thresholds: dict[str, float] = Field(description="the [efficiency] settings the flags were judged by")
-    teams: list[TeamEfficiency]
-    flagged: list[FlaggedTeam]
-    jobs: list[JobEfficiency]
+    teams: list[TeamEfficiency] = Field(description="per team: the profiling means over its GPU-seconds")
+    flagged: list[FlaggedTeam] = Field(description="per team and flag: the jobs flagged")
+    jobs: list[JobEfficiency] = Field(description="per job, most costly first: its means and flags")
 
 
 SloStatus = Literal[SLO_STATUSES]
@@ -808,39 +808,39 @@ class InferenceService(BaseModel):
     last_ts: datetime = Field(description="its last read in the window")
     seconds: float = Field(description="seconds between them: what the rates are over")
     requests: float | None = Field(description="requests finished, counter increases (resets counted as restarts)")
-    failed_requests: float | None = None
-    prompt_tokens: float | None = None
-    generation_tokens: float | None = None
-    requests_per_s: float | None = None
-    prompt_tokens_per_s: float | None = None
-    generation_tokens_per_s: float | None = None
+    failed_requests: float | None = Field(None, description="requests that failed or were aborted (counter increases)")
+    prompt_tokens: float | None = Field(None, description="prompt (prefill) tokens processed (counter increases)")
+    generation_tokens: float | None = Field(None, description="tokens generated (counter increases)")
+    requests_per_s: float | None = Field(None, description="requests finished per second over the span read")
+    prompt_tokens_per_s: float | None = Field(None, description="prompt tokens per second")
+    generation_tokens_per_s: float | None = Field(None, description="generated tokens per second")
     train_samples_per_s: float | None = Field(None, description="training samples per second "
                                                                 "(gpuledger_train_samples_total)")
     ttft_p50_s: float | None = Field(None, description="time to first token, p50, s: " + LATENCY_HELP)
-    ttft_p95_s: float | None = None
-    ttft_p99_s: float | None = None
+    ttft_p95_s: float | None = Field(None, description="time to first token, p95, s")
+    ttft_p99_s: float | None = Field(None, description="time to first token, p99, s")
     tpot_p50_s: float | None = Field(None, description="time per output token, p50, s")
-    tpot_p95_s: float | None = None
-    tpot_p99_s: float | None = None
+    tpot_p95_s: float | None = Field(None, description="time per output token, p95, s")
+    tpot_p99_s: float | None = Field(None, description="time per output token, p99, s")
     e2e_p50_s: float | None = Field(None, description="end-to-end request latency, p50, s")
-    e2e_p95_s: float | None = None
-    e2e_p99_s: float | None = None
+    e2e_p95_s: float | None = Field(None, description="end-to-end request latency, p95, s")
+    e2e_p99_s: float | None = Field(None, description="end-to-end request latency, p99, s")
     e2e_seconds_mean: float | None = Field(None, description="mean end-to-end latency from sum and count (Triton's "
                                                              "cumulative durations give only this)")
-    queue_seconds_mean: float | None = None
+    queue_seconds_mean: float | None = Field(None, description="mean time in the server's queue, s (from sum and count)")
     requests_running: float | None = Field(None, description="mean requests running")
     requests_waiting: float | None = Field(None, description="mean requests waiting in the server's queue")
     kv_cache_usage: float | None = Field(None, description="mean KV-cache use (0..1)")
     kv_cache_usage_max: float | None = Field(None, description="highest KV-cache use read (0..1)")
     cost_usd: float | None = Field(description="GPU cost of its pods in the window at the rate card; null: no GPU "
                                                "samples for them (cost_note)")
-    gpu_hours: float | None = None
-    gpu_model: str | None = None
-    cost_note: str | None = None
+    gpu_hours: float | None = Field(None, description="GPU-hours of its pods in the window")
+    gpu_model: str | None = Field(None, description="the GPU model its pods held")
+    cost_note: str | None = Field(None, description="why it has no cost; null when it has one")
     cost_per_million_tokens: float | None = Field(description="cost over prompt + generated tokens, USD per million")
-    cost_per_million_prompt_tokens: float | None = None
-    cost_per_million_generated_tokens: float | None = None
-    cost_per_thousand_requests: float | None = None
+    cost_per_million_prompt_tokens: float | None = Field(None, description="cost per million prompt tokens, USD")
+    cost_per_million_generated_tokens: float | None = Field(None, description="cost per million generated tokens, USD")
+    cost_per_thousand_requests: float | None = Field(None, description="cost per thousand requests finished, USD")
     slo: dict[str, float] | None = Field(None, description="its latency objective ([slo.\"name\"] by service, else "
                                                            "by team), seconds per bound")
     slo_status: SloStatus | None = Field(None, description="met, missed, or unknown (a bound without a measured "
@@ -849,17 +849,17 @@ class InferenceService(BaseModel):
 
 
 class TeamInference(BaseModel):
-    team: str
-    services: int
-    requests: float
-    tokens: float
-    cost_usd: float | None
+    team: str = Field(description="the team (or bill line)")
+    services: int = Field(description="its services read in the window")
+    requests: float = Field(description="requests its services finished")
+    tokens: float = Field(description="prompt + generated tokens of its services")
+    cost_usd: float | None = Field(description="GPU cost of the services with a cost; null: none has one")
     cost_per_million_tokens: float | None = Field(description="over the services with a cost")
     services_without_cost: int = Field(description="services whose pods had no GPU samples: not in the cost")
 
 
 class Inference(BaseModel):
-    window: Window
-    services: list[InferenceService]
-    teams: list[TeamInference]
+    window: Window = Field(description="the window read")
+    services: list[InferenceService] = Field(description="per service (server kind, model served, team)")
+    teams: list[TeamInference] = Field(description="per team: its services' tokens, requests and cost")
     unknown_slos: list[str] = Field(description="[slo] names that match no service or team ever read")
