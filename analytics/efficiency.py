@@ -17,6 +17,7 @@ import pandas as pd
 
 from gpuledger.analytics.config import EfficiencyConfig
 from gpuledger.analytics.cost import PRICED
+from gpuledger.analytics.records import number_or_none
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import PROFILE_MEANS, measured
 from gpuledger.collector.gpu_catalog import has_tensor_cores
@@ -72,23 +73,23 @@ def job_efficiency(store: Store, start: datetime, end: datetime, thresholds: Eff
 def flags_of(job: object, t: EfficiencyConfig) -> tuple[list[str], str | None]:
     """The efficiency flags of one job row (attributes as job_efficiency gives them) and, when it has none for want
     of evidence, why. Every flag rests on readings covering at least `min_coverage` of the job's GPU-hours."""
-    coverage = _num(getattr(job, "profiling_coverage", None))
+    coverage = number_or_none(getattr(job, "profiling_coverage", None))
     if coverage is None or coverage <= 0:
         return [], NO_PROFILING
     if coverage < t.min_coverage:
         return [], f"SM activity read on {coverage:.0%} of its GPU-hours, under the {t.min_coverage:.0%} a flag needs"
     flags: list[str] = []
-    sm = _num(job.sm_active)
-    util = _num(job.util_on_profiled_pct)
-    dram = _num(job.dram_active)
+    sm = number_or_none(job.sm_active)
+    util = number_or_none(job.util_on_profiled_pct)
+    dram = number_or_none(job.dram_active)
     starved = sm is not None and sm < t.starved_sm_active
     if starved and dram is not None and dram >= t.memory_bound_dram:
         flags.append("memory_bandwidth_bound")
     elif starved and util is not None and util >= t.starved_util_pct and job.workload_class not in NOT_FED:
-        comm = _num(job.interconnect_gbps_per_gpu)
+        comm = number_or_none(job.interconnect_gbps_per_gpu)
         flags.append("communication_bound" if comm is not None and comm >= t.comm_gbps_per_gpu
                      else "input_pipeline_bound")
-    tensor = _num(job.tensor_active)
+    tensor = number_or_none(job.tensor_active)
     if (tensor is not None and tensor < t.tensor_idle_max and job.workload_class in TRAINING_CLASSES
             and has_tensor_cores(job.gpu_model) and sm is not None and sm >= t.starved_sm_active):
         flags.append("tensor_cores_idle")
@@ -121,10 +122,3 @@ def running_jobs(store: Store, start: datetime, end: datetime, latest: datetime)
         "SELECT DISTINCT job_id FROM usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct) "
         "WHERE allocated AND job_id IS NOT NULL AND end_ts >= $latest", {"start": start, "end": end, "latest": latest})
     return set(running["job_id"])
-
-
-def _num(value: object) -> float | None:
-    """A reading as a float, or None where it is missing (NULL or NaN): a missing value never passes a threshold."""
-    if value is None or pd.isna(value):
-        return None
-    return float(value)

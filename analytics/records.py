@@ -56,3 +56,11 @@ def write_csv(frame: pd.DataFrame, path: Any) -> None:
             safe[column] = safe[column].map(csv_cell)
     safe.columns = [csv_cell(str(c)) for c in safe.columns]
     safe.to_csv(path, index=False)
+
+
+def number_or_none(value: Any) -> float | None:
+    """A figure as a float, or None where it is missing (None, NaN, pandas' NA): a missing value never passes a
+    threshold, and evidence leaves it out rather than showing a number."""
+    if value is None or pd.isna(value):
+        return None
+    return float(value)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import pandas as pd
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS, job_efficiency, running_jobs
+from gpuledger.analytics.records import number_or_none
 from gpuledger.analytics.store import Store
 from gpuledger.policies.quota import HOURS_PER_WEEK
-from gpuledger.policies.recommendation import Recommendation
+from gpuledger.policies.recommendation import Recommendation, known_evidence
 
 WHAT_TO_DO = {
     "input_pipeline_bound": "add data-loader workers, prefetch and pin memory, or move preprocessing off the CPU",
@@ -47,10 +47,11 @@ def efficiency_advice(store: Store, config: Config, start: datetime, at: datetim
             out.append(Recommendation(
                 kind="efficiency", team=str(job.team), gpu_model=str(job.gpu_model), job_id=str(job.job_id),
                 action={"bottleneck": flag, "do": WHAT_TO_DO[flag], "gpus": int(job.gpus)},
-                evidence=_known({"mean_util_pct": _f(job.util_on_profiled_pct), "sm_active": _f(job.sm_active),
-                          "sm_occupancy": _f(job.sm_occupancy), "tensor_active": _f(job.tensor_active),
-                          "dram_active": _f(job.dram_active), "profiling_coverage": _f(job.profiling_coverage),
-                          "interconnect_gbps_per_gpu": _f(job.interconnect_gbps_per_gpu),
+                evidence=known_evidence({
+                    "mean_util_pct": number_or_none(job.util_on_profiled_pct),
+                    **{f: number_or_none(getattr(job, f)) for f in ("sm_active", "sm_occupancy", "tensor_active",
+                                                                    "dram_active", "profiling_coverage",
+                                                                    "interconnect_gbps_per_gpu")},
                           "workload_class": job.workload_class, "gpu_hours": float(job.gpu_hours),
                           "cost_usd": float(job.cost_usd), "cost_per_hour_usd": per_hour,
                           "effect_usd_per_week": effect, "signal": "sm_active",
@@ -60,17 +61,10 @@ def efficiency_advice(store: Store, config: Config, start: datetime, at: datetim
 
 
 def _reason(job: object, flag: str, effect: float | None) -> str:
-    sm, util = _f(job.sm_active), _f(job.util_on_profiled_pct)
+    sm, util = number_or_none(job.sm_active), number_or_none(job.util_on_profiled_pct)
     said = (f"{job.job_id} on {int(job.gpus)} × {job.gpu_model}: " + EFFICIENCY_FLAGS[flag]
             + (f" (GPU_UTIL {util:.0f}%, SM active {sm:.0%}" if sm is not None and util is not None else " (")
             + (f", tensor active {float(job.tensor_active):.1%}" if flag == "tensor_cores_idle" else "") + ")")
     return said + (f"; the SMs' waiting time costs ${effect:,.0f}/week" if effect else "")
 
 
-def _known(evidence: dict) -> dict:
-    """The evidence without the readings the job's GPUs did not report: no advice rests on a missing value."""
-    return {k: v for k, v in evidence.items() if v is not None}
-
-
-def _f(value: object) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)

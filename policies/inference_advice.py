@@ -26,10 +26,11 @@ import pandas as pd
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.inference import SLO_FIGURES, service_jobs, service_table
+from gpuledger.analytics.records import number_or_none
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.waste import MEMORY_HEADROOM, job_profiles, smallest_fit, with_compute_need, with_p95
 from gpuledger.policies.quota import HOURS_PER_WEEK
-from gpuledger.policies.recommendation import Recommendation
+from gpuledger.policies.recommendation import Recommendation, known_evidence
 
 SERVICE_WINDOW = timedelta(days=1)  # latency and KV-cache use are judged over the last day
 FAR_UNDER = 0.5  # every measured quantile at most this share of its bound: far inside the SLO
@@ -53,7 +54,7 @@ def missed_slos(store: Store, config: Config, at: datetime) -> dict[str, dict]:
     services = service_table(store, at - SERVICE_WINDOW, at, config.slo)
     out: dict[str, dict] = {}
     for row in services[services["slo_status"] == "missed"].itertuples(index=False) if len(services) else []:
-        measured = {k: v for k in row.slo if (v := _f(getattr(row, _column(k)))) is not None}
+        measured = {k: v for k in row.slo if (v := number_or_none(getattr(row, _column(k)))) is not None}
         for job in _jobs_of(store, row, at):
             out[job] = {"service": row.service, "server": row.kind, "slo": row.slo, "measured": measured,
                         "slo_missed": list(row.slo_missed)}
@@ -77,11 +78,11 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
     out = []
     for row in calm.itertuples(index=False):
         bounds = row.slo
-        measured = {k: _f(getattr(row, _column(k))) for k in bounds}
+        measured = {k: number_or_none(getattr(row, _column(k))) for k in bounds}
         if any(v is None or v > FAR_UNDER * bounds[k] for k, v in measured.items()):
             continue
         weights = weights_mib(row.service)
-        kv = _f(row.kv_cache_usage_max)
+        kv = number_or_none(row.kv_cache_usage_max)
         jobs = [j for j in _jobs_of(store, row, at) if j not in skip_jobs]
         mine = profiles[profiles["job_id"].isin(jobs) & (pd.to_datetime(profiles["last_ts"]) >= pd.Timestamp(latest))]
         if weights is None or kv is None or mine.empty:
@@ -108,7 +109,8 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
                 action={"move_to": fit["target"], "target_kind": fit["kind"], "from": job.gpu_model,
                         "gpus": int(job.gpus), "per_gpu": True, "target_gpu_fraction": fit["gpu_fraction"],
                         "gpus_freed": freed},
-                evidence=_known({"service": row.service, "server": row.kind, "slo": bounds, "measured": measured,
+                evidence=known_evidence({"service": row.service, "server": row.kind, "slo": bounds,
+                          "measured": measured,
                           "kv_cache_usage_max": kv, "weights_mib": weights,
                           "weights_assumption": f"{BYTES_PER_PARAMETER:g} bytes per parameter (BF16) from the "
                                                 "parameter count in the model's name",
@@ -137,10 +139,3 @@ def _jobs_of(store: Store, service: object, at: datetime) -> list[str]:
     return service_jobs(store, service.kind, service.service, service.team, at - SERVICE_WINDOW, at)
 
 
-def _known(evidence: dict) -> dict:
-    """The evidence without figures that could not be computed (no rate for the target card: no projection)."""
-    return {k: v for k, v in evidence.items() if v is not None}
-
-
-def _f(value: object) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)

@@ -81,6 +81,12 @@ class Recommendation:
         return cls(**values)
 
 
+def known_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+    """The evidence without the figures that are missing (a reading the GPU does not report, a projection without
+    a rate): no advice shows or rests on a missing value."""
+    return {k: v for k, v in evidence.items() if v is not None}
+
+
 def for_team(rec: Recommendation, team: str) -> Recommendation:
     """`rec` as `team` may read it: other teams' jobs and users named "another team's job" / "another team's
     user" in its action, evidence and reason (analytics/team_scope.py). Same id, status and decision."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -32,6 +32,28 @@ def table(*row_lists: list[dict[str, Any]]) -> pa.Table:
     return rows_to_table([row for rows in row_lists for row in rows])
 
 
+def serve_pages(answer: Callable[[str], tuple[int, str]]) -> tuple[ThreadingHTTPServer, str]:
+    """A real HTTP server on 127.0.0.1 (a free port, its own thread) answering each GET with `answer(path)`:
+    (status, text page). Returns the server (shut it down) and its "127.0.0.1:port", as a scrape target names it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server API
+            status, body = answer(self.path)
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"127.0.0.1:{server.server_address[1]}"
+
+
 class PageServer:
     """Serves whatever body/status the test sets, like a dcgm-exporter /metrics endpoint."""
 
@@ -39,25 +61,12 @@ class PageServer:
         self.body = ""
         self.status = 200
         self.hits = 0
-        outer = self
+        self.server, address = serve_pages(self._answer)
+        self.url = f"http://{address}/metrics"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                outer.hits += 1
-                data = outer.body.encode()
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    def _answer(self, path: str) -> tuple[int, str]:
+        self.hits += 1
+        return self.status, self.body
 
     def close(self) -> None:
         self.server.shutdown()

@@ -231,3 +231,22 @@ def test_scrape_says_what_a_server_would_store_and_a_flooding_page_is_capped(sto
     assert len(answer["rows"]) == MAX_SERVICES_PER_PAGE and answer["skipped"]["too_many_services_on_page"] == 100
     stored, skipped, _ = store_read(store, AppRead(at=T0, pages=[PageRead(flood, "t", "nlp", "p")]), Attributor())
     assert stored == MAX_SERVICES_PER_PAGE and skipped["too_many_services_on_page"] == 100
+
+
+def test_one_target_down_does_not_stop_the_others_and_all_down_is_an_error():
+    from gpuledger.analytics.config import AppTarget
+    from gpuledger.collector.apps.targets import TargetsSource
+    from gpuledger.collector.source import SourceError
+    from tests.helpers import PageServer
+    from tests.procs import free_port
+    up = PageServer()
+    up.body = vllm_page(1, 1, 1, [1] * 5)
+    down = f"http://127.0.0.1:{free_port()}/metrics"
+    try:
+        read = TargetsSource([AppTarget(up.url, "nlp", "vllm-0"), AppTarget(down)], timeout_s=2).read()
+        assert [p.target for p in read.pages] == [up.url] and read.pages[0].pod == "vllm-0"
+        assert len(read.errors) == 1 and down in read.errors[0]
+        with pytest.raises(SourceError, match="no inference server answered"):
+            TargetsSource([AppTarget(down)], timeout_s=2).read()
+    finally:
+        up.close()

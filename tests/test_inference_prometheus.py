@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import math
 import shutil
-import threading
 import time
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,6 +20,7 @@ from gpuledger.collector.apps.prometheus_apps import PrometheusApps
 from gpuledger.collector.apps.targets import AppRead, PageRead
 from gpuledger.collector.attribution import Attributor
 from gpuledger.deploy.app_loop import store_read
+from tests.helpers import serve_pages
 from tests.prometheus_server import BINARY, PrometheusServer
 from tests.test_inference import BOUNDS, vllm_page
 
@@ -61,25 +60,13 @@ class SteppingPages:
     """Serves page i on the i-th GET (then the last one again), and keeps what it served, in order."""
 
     def __init__(self, make) -> None:
-        self.make, self.served, outer = make, [], self
+        self.make, self.served = make, []
+        self.server, self.address = serve_pages(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                body = outer.make(min(len(outer.served), STEPS - 1))
-                outer.served.append(body)
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+    def _answer(self, path: str) -> tuple[int, str]:
+        body = self.make(min(len(self.served), STEPS - 1))
+        self.served.append(body)
+        return 200, body
 
     def close(self) -> None:
         self.server.shutdown()

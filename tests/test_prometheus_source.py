@@ -8,7 +8,6 @@ import re
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from gpuledger.analytics.store import Store
 from gpuledger.collector.dcgm_source import DcgmPageConverter
 from gpuledger.collector.prometheus_source import SOURCE, PrometheusSource
 from gpuledger.collector.source import SourceError
+from tests.helpers import serve_pages
 from tests.prometheus_server import BINARY, PrometheusServer
 from tests.test_dcgm_pages import SHARED_PAGES
 
@@ -36,25 +36,9 @@ class ChangingPages:
 
     def __init__(self) -> None:
         self.served: list[tuple[float, str]] = []
-        pages = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                body = pages.next_page() if self.path == "/metrics" else KSM
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.target = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.lock = threading.Lock()
+        self.server, self.target = serve_pages(
+            lambda path: (200, self.next_page() if path == "/metrics" else KSM))
 
     def next_page(self) -> str:
         with self.lock:

@@ -7,7 +7,6 @@ import os
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +26,7 @@ from gpuledger.deploy.api import create_app
 from gpuledger.deploy.job_loop import JobLoop
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
 from gpuledger.policies.scheduler_state import COMPARISON_STATUSES, compare_with_scheduler
+from tests.helpers import serve_pages
 from tests.prometheus_server import BINARY, PrometheusServer
 from tests.scheduler_pages import FINAL, KUEUE_BUCKETS, kai_page, ksm_page, kueue_page
 
@@ -240,31 +240,18 @@ class ChangingSchedulerPages:
         self.steps = {path: 0 for path in self.PAGES}
         self.last: dict[str, str] = {}
         self.lock = threading.Lock()
-        pages = self
+        self.server, self.target = serve_pages(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                with pages.lock:
-                    make = pages.PAGES.get(self.path)
-                    if make is None:
-                        self.send_error(404)
-                        return
-                    body = make(pages.steps[self.path])
-                    pages.last[self.path] = body
-                    pages.steps[self.path] += 1
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.target = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(self, path: str) -> tuple[int, str]:
+        """The next step of the page at `path` (404 for any other path)."""
+        with self.lock:
+            make = self.PAGES.get(path)
+            if make is None:
+                return 404, "not found\n"
+            body = make(self.steps[path])
+            self.last[path] = body
+            self.steps[path] += 1
+        return 200, body
 
     def settled(self) -> bool:
         with self.lock:

@@ -680,27 +680,24 @@ class Store:
     def record_queue_metrics(self, rows: pd.DataFrame) -> int:
         """What a scheduler said of its queues (collector/jobs/queues.py), replacing the rows of the same
         scheduler at the same instants: reading a page twice stores it once. Returns the rows stored."""
-        if not len(rows):
-            return 0
-        with self.transaction() as cur:
-            cur.register("incoming_queue_rows", rows)
-            cur.execute("DELETE FROM queue_metrics WHERE (scheduler, ts) IN "
-                        "(SELECT DISTINCT scheduler, ts FROM incoming_queue_rows)")
-            cur.execute("INSERT INTO queue_metrics BY NAME SELECT * FROM incoming_queue_rows")
-            cur.unregister("incoming_queue_rows")
-        return len(rows)
+        return self._replace_read("queue_metrics", "scheduler", rows)
 
     def record_app_samples(self, rows: pd.DataFrame) -> int:
         """What inference servers reported (collector/apps, analytics/inference.py), replacing the rows of the same
         target at the same instants: a page read twice is stored once. Returns the rows stored."""
+        return self._replace_read("app_samples", "target", rows)
+
+    def _replace_read(self, table: str, source: str, rows: pd.DataFrame) -> int:
+        """Store one read's rows in `table`, replacing those of the same `source` column value at the same instants
+        (`table` and `source` are this class's own names, never input): one transaction. Returns the rows stored."""
         if not len(rows):
             return 0
         with self.transaction() as cur:
-            cur.register("incoming_app_rows", rows)
-            cur.execute("DELETE FROM app_samples WHERE (target, ts) IN (SELECT DISTINCT target, ts FROM "
-                        "incoming_app_rows)")
-            cur.execute("INSERT INTO app_samples BY NAME SELECT * FROM incoming_app_rows")
-            cur.unregister("incoming_app_rows")
+            cur.register("incoming_read_rows", rows)
+            cur.execute(f"DELETE FROM {table} WHERE ({source}, ts) IN "
+                        f"(SELECT DISTINCT {source}, ts FROM incoming_read_rows)")
+            cur.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming_read_rows")
+            cur.unregister("incoming_read_rows")
         return len(rows)
 
     def upsert_teams(self, teams: pd.DataFrame) -> int:

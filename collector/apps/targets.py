@@ -3,7 +3,8 @@
 Why a list: a site points gpuledger at its vLLM, Triton, TGI or SGLang servers the way it points Prometheus at
 them. One server down must not stop the others: a target that cannot be read is named in the read's errors and the
 rest are stored; the read fails as a whole (SourceError, retried next interval) only when no target answered. A page
-is read up to MAX_PAGE_BYTES: an endpoint that streams without end cannot exhaust the server's memory.
+is read as `gpuledger scrape` reads one (page_check.fetch_page: a timeout, and at most 50 MB: an endpoint that
+streams without end cannot exhaust the server's memory).
 """
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Sequence
 
-import requests
-
+from gpuledger.collector.errors import InputError
+from gpuledger.collector.page_check import fetch_page
 from gpuledger.collector.source import SourceError
 
 # where `serve --apps-from` reads inference servers' metrics: the config's targets, a Prometheus, or nowhere
 APP_SOURCES = ("config", "prometheus", "none")
-MAX_PAGE_BYTES = 50 * 1024 * 1024  # vLLM with many LoRA adapters writes a few MB; 50 MB is far past any real page
 
 
 @dataclass(frozen=True)
@@ -38,24 +38,6 @@ class AppRead:
     errors: list[str] = field(default_factory=list)  # targets that could not be read, and why
 
 
-def fetch_page(url: str, timeout_s: float = 5.0, session: requests.Session | None = None,
-               max_bytes: int = MAX_PAGE_BYTES) -> str:
-    """The text of one /metrics page; SourceError (one line, naming the URL) when it cannot be read or is too big."""
-    session = session or requests.Session()
-    try:
-        with session.get(url, timeout=timeout_s, stream=True) as response:
-            response.raise_for_status()
-            chunks, size = [], 0
-            for chunk in response.iter_content(1 << 16):
-                size += len(chunk)
-                if size > max_bytes:
-                    raise SourceError(f"{url}: the page is over {max_bytes // (1024 * 1024)} MB; not read")
-                chunks.append(chunk)
-    except requests.RequestException as exc:
-        raise SourceError(f"cannot read {url}: {exc}") from exc
-    return b"".join(chunks).decode(response.encoding or "utf-8", errors="replace")
-
-
 class TargetsSource:
     """The configured endpoints, read one after the other each interval."""
 
@@ -63,14 +45,13 @@ class TargetsSource:
         self.targets = list(targets)
         self.name = f"apps:{len(self.targets)} target(s)"
         self.timeout_s = timeout_s
-        self.session = requests.Session()
 
     def read(self) -> AppRead:
         read = AppRead(at=datetime.now(timezone.utc))
         for target in self.targets:
             try:
-                text = fetch_page(target.url, self.timeout_s, self.session)
-            except SourceError as exc:
+                text = fetch_page(target.url, self.timeout_s)
+            except InputError as exc:  # unreachable, refused, too big: one line naming the URL
                 read.errors.append(str(exc))
                 continue
             read.pages.append(PageRead(text, target.url, target.namespace, target.pod, target.job_id))
