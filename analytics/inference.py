@@ -8,7 +8,9 @@ telemetry says what their pods' GPUs cost. Joining the two by pod gives cost per
 How the numbers are made, so anyone can check them:
 - counters are cumulative per series and reset when a server restarts: an increase is the difference between two
   reads, or the new value itself where it fell (a reset), as Prometheus' increase() counts it, without its
-  extrapolation to the window's edges: only what was read between the first and last read in the window counts;
+  extrapolation to the window's edges: only what was read between the first and last read in the window counts.
+  The store counts each read's step once, at ingest, and folds them per series and hour (app_hour), so a window
+  reads its whole hours from the fold and only its partial hours from the rows;
 - latency quantiles are interpolated linearly inside the bucket that holds the rank, from the buckets' increases
   summed over every series of the service (as histogram_quantile does); a rank in the +Inf bucket is the highest
   finite bound; a histogram cut before +Inf is totalled by its count where it has one, else it gives no quantile;
@@ -18,13 +20,14 @@ How the numbers are made, so anyone can check them:
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import datetime, timedelta
 
 import pandas as pd
 
 from gpuledger.analytics.config import Slo
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.apps.figures import FIGURES
 from gpuledger.collector.samples import UNATTRIBUTED
 
@@ -38,50 +41,71 @@ SLO_STATUSES = ("met", "missed", "unknown")
 NO_GPU_SAMPLES = "no GPU samples for its pods in the window: its cost is unknown"
 KEY = ["kind", "service", "team"]
 
-# the rows of [start, end), each billed to its pod's team as the pod's job record says (a team label, a namespace
-# mapping: the team its GPU samples are billed to), the page's namespace's team only where no record says
-APP_ROWS = """(SELECT a.* REPLACE (coalesce(j.team, a.team, $unattributed) AS team)
-    FROM app_samples a LEFT JOIN (SELECT job_id, any_value(team) AS team FROM jobs GROUP BY job_id) j
-         ON j.job_id = a.job_id
-    WHERE a.ts >= $start AND a.ts < $end)"""
+# per series (app_series) read in [start, end): its first and last read, the sum, count and top of its finite
+# values (gauges' means), and the sum of its increases whose read before is in the window too (the store counts
+# each row's increase at ingest, reset-aware: see the module's docstring); labelled with its service, target, pod
+# and figure, and billed to its pod's team as the pod's job record says (a team label, a namespace mapping: the
+# team its GPU samples are billed to), the page's namespace's team only where no record says
+_JOB_TEAMS = "(SELECT job_id, any_value(team) AS team FROM jobs GROUP BY job_id)"
+_SERIES = f"""
+    WITH per AS MATERIALIZED (
+        SELECT series_id, min(lo) AS lo, max(hi) AS hi, sum(total) AS total, sum(n) AS n, max(top) AS top,
+               CASE WHEN sum(counted) > 0 THEN sum(increase) END AS increase
+        FROM (
+            -- the window's whole hours [$h0, $h1), folded at ingest; a first read whose read before is outside
+            -- the window does not count
+            SELECT series_id, lo, hi, total, n, top,
+                   increase - CASE WHEN first_prev_ts < $start THEN coalesce(first_increase, 0) ELSE 0 END AS increase,
+                   counted - CASE WHEN first_prev_ts < $start AND first_increase IS NOT NULL THEN 1 ELSE 0 END
+                       AS counted
+            FROM app_hour WHERE hour >= $h0 AND hour < $h1
+            UNION ALL
+            -- its partial hours, from the rows as read
+            SELECT series_id, ts, ts, CASE WHEN isfinite(value) THEN value END, CASE WHEN isfinite(value) THEN 1
+                   ELSE 0 END, CASE WHEN isfinite(value) THEN value END,
+                   CASE WHEN prev_ts >= $start THEN increase END, CASE WHEN prev_ts >= $start AND increase IS NOT NULL
+                   THEN 1 ELSE 0 END
+            FROM app_samples WHERE ts >= $start AND ts < $end AND NOT (ts >= $h0 AND ts < $h1))
+        GROUP BY series_id),
+    series AS MATERIALIZED (
+        SELECT per.*, s.kind, s.service, coalesce(j.team, s.team, $unattributed) AS team, s.target, s.pod,
+               coalesce(s.job_id, s.namespace || '/' || s.pod) AS job, s.figure, s.part, s.le
+        FROM per JOIN app_series s USING (series_id) LEFT JOIN {_JOB_TEAMS} j ON j.job_id = s.job_id)"""
 
-# the increase of every counter part of every series in [start, end), reset-aware (see the module's docstring)
-_INCREASES = f"""
-    WITH s AS (
-        SELECT kind, service, team, namespace, pod, job_id, figure, part, le, ts,
-               value, lag(value) OVER (PARTITION BY target, kind, service, instance, namespace, pod, figure, part, le
-                                       ORDER BY ts) AS prev
-        FROM {APP_ROWS}
-        WHERE ($team IS NULL OR team = $team) AND figure IN (SELECT unnest($counted))
-    )
-    SELECT kind, service, team, figure, part, le,
-           sum(CASE WHEN value >= prev THEN value - prev ELSE value END) AS increase
-    FROM s WHERE prev IS NOT NULL AND isfinite(value)
-    GROUP BY ALL"""
+# what each target of each service read (when, its pod and job, its gauges' sums), from its series that are not
+# histogram buckets (a page with a bucket has its count or another figure); and the increase of every counted
+# figure part, per service
+_READS_AND_INCREASES = f"""{_SERIES}
+    SELECT 'read' AS what, kind, service, team, target, pod, job, epoch(min(lo)) AS lo, epoch(max(hi)) AS hi,
+           {", ".join(f"sum(total) FILTER (WHERE figure = '{g}') AS {g}_sum, "
+                      f"sum(n) FILTER (WHERE figure = '{g}') AS {g}_n" for g in GAUGES)},
+           max(top) FILTER (WHERE figure = 'kv_cache_usage') AS kv_cache_usage_max
+    FROM series WHERE ($team IS NULL OR team = $team) AND part <> 'bucket' GROUP BY ALL
+    UNION ALL BY NAME
+    SELECT 'increase' AS what, kind, service, team, figure, part, le, sum(increase) AS increase
+    FROM series WHERE ($team IS NULL OR team = $team) AND figure IN (SELECT unnest($counted)) GROUP BY ALL"""
 
 
 def service_table(store: Store, start: datetime, end: datetime, slos: dict[str, Slo] | None = None,
                   team: str | None = None) -> pd.DataFrame:
     """One row per service (server kind, model served, team): pods, the seconds read, requests, failures and tokens
     with their rates, latency p50/p95/p99 and means, queue and KV-cache gauges, GPU cost of its pods, cost per
-    million tokens and per thousand requests, and the SLO's status. A figure the service does not report is null."""
-    params = {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED}
-    base = store.query(f"""
-        SELECT kind, service, team, count(DISTINCT pod) AS pods,
-               list(DISTINCT coalesce(job_id, namespace || '/' || pod)) FILTER (WHERE pod IS NOT NULL) AS jobs,
-               min(ts) AS first_ts, max(ts) AS last_ts,
-               {", ".join(f"avg(value) FILTER (WHERE figure = '{g}') AS {g}" for g in GAUGES)},
-               max(value) FILTER (WHERE figure = 'kv_cache_usage') AS kv_cache_usage_max
-        FROM {APP_ROWS}
-        WHERE $team IS NULL OR team = $team
-        GROUP BY ALL ORDER BY kind, service, team""", params)
-    if base.empty:
-        return base
-    spans = store.query(f"""
-        SELECT kind, service, team, target, epoch(min(ts)) AS lo, epoch(max(ts)) AS hi FROM {APP_ROWS}
-        WHERE $team IS NULL OR team = $team GROUP BY ALL""", params)
-    base = base.merge(_read_seconds(spans), on=KEY, how="left")
-    inc = store.query(_INCREASES, params | {"counted": [*COUNTERS, *LATENCIES]})
+    million tokens and per thousand requests, the SLO's status, and its jobs (the pods that served it). A figure
+    the service does not report is null. Answered once per window inside Store.remembering()."""
+    key = ("service_table", start, end, team, repr(sorted((slos or {}).items())))
+    return store.remembered(key, lambda: _service_table(store, start, end, slos or {}, team))
+
+
+def _service_table(store: Store, start: datetime, end: datetime, slos: dict[str, Slo],
+                   team: str | None) -> pd.DataFrame:
+    h0, h1 = _whole_hours(start, end)
+    params = {"start": start, "end": end, "h0": h0, "h1": h1, "team": team, "unattributed": UNATTRIBUTED}
+    both = store.query(_READS_AND_INCREASES, params | {"counted": [*COUNTERS, *LATENCIES]})
+    reads = both[both["what"] == "read"]
+    if reads.empty:
+        return pd.DataFrame(columns=[*KEY, "pods", "jobs", "seconds"])
+    base = _services(reads)
+    inc = both[(both["what"] == "increase") & both["increase"].notna()]
     counters = inc[inc["part"] == "value"].pivot_table(index=KEY, columns="figure", values="increase",
                                                        aggfunc="sum")
     out = base.merge(counters.reset_index(), on=KEY, how="left") if len(counters) else base
@@ -100,25 +124,69 @@ def service_table(store: Store, start: datetime, end: datetime, slos: dict[str, 
             if column not in out:
                 out[column] = float("nan")
     out = _with_cost(store, start, end, out)
-    out = _with_slo(out, slos or {})
-    return out.drop(columns=["jobs"])
+    return _with_slo(out, slos)
 
 
-def _read_seconds(spans: pd.DataFrame) -> pd.DataFrame:
-    """Per service: the seconds some target of it was read (the union of each target's first-to-last read), what
-    its rates are over: two pods that ran at different times are not averaged over the gap between them."""
+def _whole_hours(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The UTC clock hours inside [start, end), as [h0, h1): what app_hour answers (none: h0 == h1)."""
+    start, end = as_utc(start), as_utc(end)
+    h0 = start.replace(minute=0, second=0, microsecond=0)
+    if h0 < start:
+        h0 += timedelta(hours=1)
+    h1 = end.replace(minute=0, second=0, microsecond=0)
+    return (h0, h1) if h1 > h0 else (h0, h0)
+
+
+def _services(reads: pd.DataFrame) -> pd.DataFrame:
+    """Per service, from its targets' reads: pods, jobs, first and last read, the seconds read and the mean of
+    each gauge over every read of it. Plain Python over the few thousand rows: a pandas group per service cost
+    more than the query that read them."""
+    found: dict[tuple, dict] = {}
+    for r in reads.to_dict("records"):
+        s = found.setdefault((r["kind"], r["service"], r["team"]),
+                             {"pods": set(), "jobs": set(), "spans": {}, "kv_max": None,
+                              **{f"{g}_{k}": 0.0 for g in GAUGES for k in ("sum", "n")}})
+        if _known(r["pod"]):
+            s["pods"].add(r["pod"])
+        if _known(r["job"]):
+            s["jobs"].add(str(r["job"]))
+        lo, hi = s["spans"].get(r["target"], (r["lo"], r["hi"]))
+        s["spans"][r["target"]] = (min(lo, r["lo"]), max(hi, r["hi"]))
+        if _known(r["kv_cache_usage_max"]):
+            s["kv_max"] = max(s["kv_max"] if s["kv_max"] is not None else -math.inf, r["kv_cache_usage_max"])
+        for g in GAUGES:
+            for k in ("sum", "n"):
+                s[f"{g}_{k}"] += r[f"{g}_{k}"] if _known(r[f"{g}_{k}"]) else 0.0
     rows = []
-    for key, group in spans.groupby(KEY):
-        total, end = 0.0, None
-        for lo, hi in sorted(zip(group["lo"], group["hi"])):
-            if end is None or lo > end:
-                total += hi - lo
-                end = hi
-            elif hi > end:
-                total += hi - end
-                end = hi
-        rows.append(dict(zip(KEY, key), seconds=total))
-    return pd.DataFrame(rows, columns=[*KEY, "seconds"])
+    for key in sorted(found):
+        s = found[key]
+        spans = list(s["spans"].values())
+        rows.append({**dict(zip(KEY, key)), "pods": len(s["pods"]), "jobs": sorted(s["jobs"]),
+                     "first_ts": pd.Timestamp(min(lo for lo, _ in spans), unit="s", tz="UTC"),
+                     "last_ts": pd.Timestamp(max(hi for _, hi in spans), unit="s", tz="UTC"),
+                     "seconds": _read_seconds(spans),
+                     "kv_cache_usage_max": s["kv_max"] if s["kv_max"] is not None else float("nan"),
+                     **{g: s[f"{g}_sum"] / s[f"{g}_n"] if s[f"{g}_n"] else float("nan") for g in GAUGES}})
+    return pd.DataFrame(rows)
+
+
+def _known(value: object) -> bool:
+    """A value a query gave, not its NULL (None, NaN or pandas' NA)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value)) and value is not pd.NA
+
+
+def _read_seconds(spans: list[tuple[float, float]]) -> float:
+    """The seconds some target of a service was read (the union of each target's first-to-last read), what its
+    rates are over: two pods that ran at different times are not averaged over the gap between them."""
+    total, end = 0.0, None
+    for lo, hi in sorted(spans):
+        if end is None or lo > end:
+            total += hi - lo
+            end = hi
+        elif hi > end:
+            total += hi - end
+            end = hi
+    return total
 
 
 def histogram_quantile(q: float, buckets: list[tuple[float, float]], total: float | None = None) -> float | None:
@@ -149,14 +217,22 @@ def _q(figure: str, q: float) -> str:
 
 def _latencies(inc: pd.DataFrame) -> pd.DataFrame:
     """Per service: p50/p95/p99 and the mean of every latency figure, from the bucket, sum and count increases."""
+    parts: dict[tuple, dict] = {}
+    for r in inc[inc["figure"].isin(LATENCIES)].to_dict("records"):
+        p = parts.setdefault((r["kind"], r["service"], r["team"], r["figure"]), {"buckets": {}})
+        if r["part"] == "bucket":
+            p["buckets"][float(r["le"])] = p["buckets"].get(float(r["le"]), 0.0) + r["increase"]
+        elif r["part"] in ("count", "sum"):
+            p[r["part"]] = p.get(r["part"], 0.0) + r["increase"]
     rows: dict[tuple, dict] = {}
-    for (kind, service, team, figure), group in inc[inc["figure"].isin(LATENCIES)].groupby(KEY + ["figure"]):
+    for (kind, service, team, figure), p in sorted(parts.items()):
         row = rows.setdefault((kind, service, team), {"kind": kind, "service": service, "team": team})
-        buckets = group[group["part"] == "bucket"].groupby("le")["increase"].sum()
         # cumulative buckets summed over series stay cumulative; a series missing a bound would break monotonicity
-        pairs = [(float(le), float(v)) for le, v in buckets.cummax().items()]
-        count = group.loc[group["part"] == "count", "increase"].sum() if (group["part"] == "count").any() else None
-        total = group.loc[group["part"] == "sum", "increase"].sum() if (group["part"] == "sum").any() else None
+        pairs, top = [], -math.inf
+        for le in sorted(p["buckets"]):
+            top = max(top, p["buckets"][le])
+            pairs.append((le, top))
+        count, total = p.get("count"), p.get("sum")
         for q in QUANTILES:
             row[_q(figure, q)] = histogram_quantile(q, pairs, count)
         row[f"{figure}_mean"] = total / count if total is not None and count else None
@@ -172,12 +248,13 @@ def _with_cost(store: Store, start: datetime, end: datetime, services: pd.DataFr
     costs = store.query_usage(f"""
         SELECT job_id, sum(cost_usd) AS cost_usd, sum(gpu_hours) AS gpu_hours, arg_max(gpu_model, gpu_s) AS gpu_model
         FROM {PRICED} WHERE allocated AND job_id IN (SELECT unnest($jobs)) GROUP BY job_id""",
-                              {"start": start, "end": end, "jobs": wanted}).set_index("job_id")
+                              {"start": start, "end": end, "jobs": wanted})
+    priced = {r["job_id"]: r for r in costs.to_dict("records")}
     out = services.copy()
-    found = [[j for j in jobs if j in costs.index] for jobs in listed]
-    out["cost_usd"] = [float(costs.loc[f, "cost_usd"].sum()) if f else None for f in found]
-    out["gpu_hours"] = [float(costs.loc[f, "gpu_hours"].sum()) if f else None for f in found]
-    out["gpu_model"] = [str(costs.loc[f, "gpu_model"].iloc[0]) if f else None for f in found]
+    found = [[priced[j] for j in jobs if j in priced] for jobs in listed]
+    out["cost_usd"] = [float(sum(c["cost_usd"] for c in f)) if f else None for f in found]
+    out["gpu_hours"] = [float(sum(c["gpu_hours"] for c in f)) if f else None for f in found]
+    out["gpu_model"] = [str(f[0]["gpu_model"]) if f else None for f in found]
     out["cost_note"] = [None if f else NO_GPU_SAMPLES for f in found]
     tokens = out["prompt_tokens"].fillna(0) + out["generation_tokens"].fillna(0)
     cost = pd.to_numeric(out["cost_usd"], errors="coerce")
@@ -214,9 +291,13 @@ def _with_slo(services: pd.DataFrame, slos: dict[str, Slo]) -> pd.DataFrame:
 
 def unknown_slo_names(store: Store, slos: dict[str, Slo]) -> list[str]:
     """SLO names that match no service or team ever read: said to the admin, never silently ignored."""
-    seen = store.query(f"SELECT DISTINCT service, team FROM {APP_ROWS}",
-                       {"unattributed": UNATTRIBUTED, "start": datetime.min.replace(tzinfo=timezone.utc),
-                        "end": datetime.max.replace(tzinfo=timezone.utc)})
+    if not slos:
+        return []
+    seen = store.query(f"""
+        SELECT DISTINCT a.service, coalesce(j.team, a.team, $unattributed) AS team
+        FROM (SELECT DISTINCT service, team, job_id FROM app_series) a
+        LEFT JOIN {_JOB_TEAMS} j ON j.job_id = a.job_id""",
+                       {"unattributed": UNATTRIBUTED})
     known = set(seen["service"]) | set(seen["team"])
     return sorted(name for name in slos if name not in known)
 
@@ -240,12 +321,3 @@ def team_inference(services: pd.DataFrame) -> pd.DataFrame:
                      "services_without_cost": int((~g["costed"]).sum())})
     return pd.DataFrame(rows)
 
-
-def service_jobs(store: Store, kind: str, service: str, team: str, start: datetime, end: datetime) -> list[str]:
-    """The jobs (pods) that served one service in [start, end): the jobs its GPU cost and placement advice are of."""
-    found = store.query(f"""
-        SELECT DISTINCT coalesce(job_id, namespace || '/' || pod) AS job_id FROM {APP_ROWS}
-        WHERE kind = $kind AND service = $service AND team = $team AND pod IS NOT NULL""",
-                        {"start": start, "end": end, "kind": kind, "service": service, "team": team,
-                         "unattributed": UNATTRIBUTED})
-    return sorted(str(j) for j in found["job_id"])

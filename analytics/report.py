@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -377,11 +378,14 @@ def _utilisation_chart(series: pd.DataFrame, width: int = 720, height: int = 200
 
 
 def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start: datetime, end: datetime,
-                        label: str, recommendations: list[dict] | None = None) -> ReportFiles:
+                        label: str, recommendations: list[dict] | Callable[[], list[dict]] | None = None
+                        ) -> ReportFiles:
+    """The week's HTML page, its team pages and CSV files. `recommendations`: the advice to show, or a callable
+    giving it, called once the week's figures are read (the caller may be working it out meanwhile)."""
     out = Path(out_dir) / label
     out.mkdir(parents=True, exist_ok=True)
     costs = cost_by_team(store, start, end)
-    found = waste(store, start, end, config.waste)
+    found = waste(store, start, end, config.waste, oversized=False)
     per_team = found.by_team
     summary = costs.merge(per_team[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
         {"idle_gpu_hours": 0.0, "idle_cost_usd": 0.0})
@@ -426,13 +430,19 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     now = utc_now()
     unfinished = (f" <strong>This week is not over</strong>: figures cover up to {now:%Y-%m-%d %H:%M} UTC."
                   if end > now else "")
-    recs = pd.DataFrame(recommendations or [])
-    if not recs.empty and end <= now:  # placement advice is about what runs now: stale for a week that is over
-        recs = recs[recs["kind"] == "quota"]
-    rec_html = _recommendations(recs, ["kind", "team", "gpu_model", "reason"])
     services = service_table(store, start, min(end, now), config.slo)
     efficiency_jobs = job_efficiency(store, start, min(end, now), config.efficiency, limit=1000)
     work = workload_summary(store, start, end, min(end, now))
+    work_by_class = workload_summary(store, start, end, min(end, now), by=("workload_class",))
+    classes = class_usage(store, start, min(end, now))
+    utilisation = cluster_utilization(store, start, end, 60)
+    daily = daily_cost_by_team(store, start, end)
+    all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.waste.oversized_mem_fraction,
+                         p95=False, profiling=False)  # the team pages show neither
+    recs = pd.DataFrame((recommendations() if callable(recommendations) else recommendations) or [])
+    if not recs.empty and end <= now:  # placement advice is about what runs now: stale for a week that is over
+        recs = recs[recs["kind"] == "quota"]
+    rec_html = _recommendations(recs, ["kind", "team", "gpu_model", "reason"])
     rec_note = ("Quota advice as the policy stood at the week's end." if end <= now
                 else "Open advice as of now.")
     body = f"""<h1>GPU cost report — week {html.escape(label)}</h1>
@@ -442,7 +452,7 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <h2>Cost per day</h2>
 {chart}
 <h2>GPUs present, allocated and busy</h2>
-{_utilisation_chart(cluster_utilization(store, start, end, 60))}
+{_utilisation_chart(utilisation)}
 <h2>Cost per team</h2>
 {_table(summary[["team", "gpu_hours", "used_gpu_hours", "efficiency", "util_coverage", "cost_usd",
                  "cost_prev_week_usd", "cost_change", "idle_gpu_hours", "idle_cost_usd", "unpriced_gpu_hours"]],
@@ -452,8 +462,8 @@ Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${i
 <h2>Largest idle allocations</h2>
 {_table(top_idle, money=("idle_cost_usd",))}
 <h2>Queue and outcomes</h2>
-{_queue(work, workload_summary(store, start, end, min(end, now), by=("workload_class",)))}
-{_class_costs(class_usage(store, start, min(end, now)))}
+{_queue(work, work_by_class)}
+{_class_costs(classes)}
 <h2>Inference: cost per million tokens</h2>
 {_inference(services)}
 <h2>Efficiency beyond utilisation</h2>
@@ -465,9 +475,6 @@ the profiling fields, where the GPUs report them).</p>
 {rec_html}
 <p>Per-team pages and CSV files sit next to this page. Rates: USD per GPU-hour from the site rate card.</p>"""
     page = _page(f"gpuledger weekly cost report {label}", body)
-    daily = daily_cost_by_team(store, start, end)
-    all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.waste.oversized_mem_fraction,
-                         p95=False)  # the team pages show no percentile
     idle_jobs = _idle_by_job(found.runs)
     job_columns = ["job_id", "gpus", "gpu_model", "gpu_hours", "cost_usd", "mean_util_pct", "idle_share",
                    "util_coverage"]

@@ -45,13 +45,16 @@ def team_usage(store: Store, start: datetime, end: datetime, team: str | None = 
     return frame
 
 
+# what a job's compute need rests on (analytics/waste.py with_compute_need): its SM activity, the share of its
+# GPU-seconds that read it, and GPU_UTIL over the same samples, so the two are compared like for like
+COMPUTE_NEED_MEANS = ", ".join([
+    "sum(sm_active_gpu_s) / nullif(sum(sm_active_cov_s), 0) AS sm_active",
+    "sum(sm_active_cov_s) / nullif(sum(gpu_s), 0) AS profiling_coverage",
+    "100.0 * sum(util_prof_gpu_s) / nullif(sum(sm_active_cov_s), 0) AS util_on_profiled_pct"])
 # per field: the mean over the GPU-seconds with a reading, and the share of GPU-seconds read
 PROFILE_MEANS = ", ".join(
-    [f"sum({f}_gpu_s) / nullif(sum({f}_cov_s), 0) AS {f}" for f in PROFILING_FIELDS]
-    + ["sum(sm_active_cov_s) / nullif(sum(gpu_s), 0) AS profiling_coverage",
-       # GPU_UTIL over the same samples that read SM activity, so the two are compared like for like
-       "100.0 * sum(util_prof_gpu_s) / nullif(sum(sm_active_cov_s), 0) AS util_on_profiled_pct",
-       "sum(nvlink_bytes) / 1e9 AS nvlink_gb", "sum(pcie_bytes) / 1e9 AS pcie_gb"])
+    [f"sum({f}_gpu_s) / nullif(sum({f}_cov_s), 0) AS {f}" for f in PROFILING_FIELDS if f != "sm_active"]
+    + [COMPUTE_NEED_MEANS, "sum(nvlink_bytes) / 1e9 AS nvlink_gb", "sum(pcie_bytes) / 1e9 AS pcie_gb"])
 
 
 NO_UTILISATION = "no utilisation data"  # what a figure that rests on utilisation says where none was measured

@@ -18,7 +18,7 @@ import pandas as pd
 from gpuledger.analytics.config import WasteConfig
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import NO_UTILISATION, PROFILE_MEANS, USAGE, check_idle_threshold
+from gpuledger.analytics.usage import COMPUTE_NEED_MEANS, NO_UTILISATION, PROFILE_MEANS, USAGE, check_idle_threshold
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
 from gpuledger.collector.samples import UNATTRIBUTED
 
@@ -69,10 +69,10 @@ def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteCon
                                    "unattributed": UNATTRIBUTED})
 
 
-def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Per job on whole GPUs: peak memory against card size, mean utilisation (over the samples with a reading;
-    null without any), `util_coverage`, GPU-hours and cost (from the rollups; `p95_util_pct` is added by
-    `with_p95` for the jobs that need it)."""
+def job_profiles(store: Store, start: datetime, end: datetime, jobs: list[str] | None = None) -> pd.DataFrame:
+    """Per job on whole GPUs (only `jobs`, when given): peak memory against card size, mean utilisation (over the
+    samples with a reading; null without any), `util_coverage`, GPU-hours and cost (from the rollups;
+    `p95_util_pct` is added by `with_p95` for the jobs that need it)."""
     sql = f"""
         SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value(gpu_model) AS gpu_model,
                count(DISTINCT gpu_uuid) AS gpus, min(first_ts) AS first_ts, max(last_ts) AS last_ts,
@@ -80,11 +80,13 @@ def job_profiles(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
                sum(util_sum) / nullif(sum(util_n), 0) AS mean_util_pct,
                sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage,
                sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd,
-               any_value(usd_per_gpu_hour) AS usd_per_gpu_hour, {PROFILE_MEANS}
+               any_value(usd_per_gpu_hour) AS usd_per_gpu_hour, {COMPUTE_NEED_MEANS}
         FROM {PRICED}
         WHERE allocated AND job_id IS NOT NULL AND mig_profile IS NULL
+              AND ($all OR job_id IN (SELECT unnest($jobs)))
         GROUP BY job_id"""
-    return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED})
+    return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "all": jobs is None,
+                                   "jobs": sorted(jobs or [])})
 
 
 def with_p95(store: Store, jobs: pd.DataFrame, start: datetime, end: datetime) -> pd.DataFrame:
@@ -208,9 +210,12 @@ class Waste:
     by_team: pd.DataFrame
 
 
-def waste(store: Store, start: datetime, end: datetime, thresholds: WasteConfig) -> Waste:
+def waste(store: Store, start: datetime, end: datetime, thresholds: WasteConfig, oversized: bool = True) -> Waste:
+    """Idle stretches and memory-oversized jobs of [start, end), and both per team. `oversized=False`: the idle
+    part only (the weekly report shows no oversized jobs; finding them costs a percentile per job)."""
     runs = idle_runs(store, start, end, thresholds)
-    over = oversized_jobs(store, start, end, thresholds)
+    over = oversized_jobs(store, start, end, thresholds) if oversized else pd.DataFrame(
+        {"job_id": [], "team": [], "gpu_hours": [], "idle": []})
     busy_over = over[~over["idle"].astype(bool)].reset_index(drop=True)
     stretches = job_stretches(runs)
     return Waste(runs, stretches, busy_over, _per_team(stretches, busy_over))
@@ -239,7 +244,8 @@ WASTE_FLAG_IDLE_SHARE = 0.5
 
 
 def job_table(store: Store, start: datetime, end: datetime, team: str | None = None, search: str | None = None,
-              limit: int = 500, mem_fraction: float = 0.25, p95: bool = True) -> pd.DataFrame:
+              limit: int = 500, mem_fraction: float = 0.25, p95: bool = True,
+              profiling: bool = True) -> pd.DataFrame:
     """One row per job of [start, end), like Princeton's jobstats: GPUs, model, GPU-hours, cost, mean and p95
     utilisation, peak memory against the card's, the idle share of its GPU-hours, and a waste flag (idle share at
     least WASTE_FLAG_IDLE_SHARE, or peak memory under `mem_fraction` of the card). Most costly first.
@@ -247,7 +253,8 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
     Utilisation, idle share and the flag's idle part rest on the samples with a utilisation reading only:
     `util_coverage` is the share of the job's GPU-hours measured, the idle share is of those, and a job with none
     has them null and `util_note` "no utilisation data" (a partly measured one says how much was). `p95`: False
-    leaves `p95_util_pct` out (null), for a caller that shows no percentile (a third of a second at 1,000 GPUs)."""
+    leaves `p95_util_pct` out (null), for a caller that shows no percentile (a third of a second at 1,000 GPUs);
+    `profiling`: False leaves the profiling means out, for one that shows none (the report's team pages)."""
     sql = f"""
         SELECT job_id, any_value(owner(team, $unattributed)) AS team, any_value("user") AS "user",
                arg_max(gpu_model, gpu_s) AS gpu_model,
@@ -257,7 +264,7 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
                sum(util_sum) / nullif(sum(util_n), 0) AS mean_util_pct,
                max(mem_used_max) AS peak_mem_mib, max(mem_total_max) AS mem_total_mib,
                sum(idle_gpu_s) / nullif(sum(util_gpu_s), 0) AS idle_share,
-               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage, {PROFILE_MEANS}
+               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage{", " + PROFILE_MEANS if profiling else ""}
         FROM {PRICED}
         WHERE allocated AND job_id IS NOT NULL AND ($team IS NULL OR owner(team, $unattributed) = $team)
           AND ($search IS NULL OR contains(lower(job_id), lower($search)) OR contains(lower(coalesce("user", '')),

@@ -52,6 +52,7 @@ from gpuledger.collector.jobs.lifecycle import events_of, jobs_frame
 from gpuledger.collector.apps.simulated import SimulatedApps
 from gpuledger.collector.simulator import cluster_of
 from gpuledger.deploy.app_loop import store_read
+from gpuledger.deploy.demo import DEMO_SLOS
 from gpuledger.deploy.server import ApiServer, weekly_report
 from gpuledger.policies.recommender import evaluate
 
@@ -249,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog", action="store_true",
                         help="measure the endpoints while the server folds an unfolded backlog (see above)")
     args = parser.parse_args(argv)
-    config = Config(quota=QuotaConfig(window_days=min(14.0, args.days)))
+    # the demo's latency objectives for the simulated vLLM services: the recommender's inference advice runs too
+    config = Config(quota=QuotaConfig(window_days=min(14.0, args.days)), slo=dict(DEMO_SLOS))
     with tempfile.TemporaryDirectory() as tmp:
         lake = bool(args.db) and is_lake(args.db)
         target = args.db or str(Path(tmp) / "bench.duckdb")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Sequence
@@ -93,12 +94,20 @@ def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str |
         if end <= utc_now():  # a week that is over: quota advice as of its end; placement advice would be stale
             policy_start = end - timedelta(days=config.quota.window_days)
             evaluation = Evaluation(end, policy_start, evaluate_quotas(store, config, end))
-        else:  # the week in progress: the advice as of now (its end is in the future, when no GPU has reported)
-            evaluation = evaluate(store, config, utc_now())
-        recs = [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
-        files = write_weekly_report(store, config, out_dir, start, end, label, recs)
+            files = write_weekly_report(store, config, out_dir, start, end, label, _advice(evaluation))
+        else:  # the week in progress: the advice as of now (its end is in the future, when no GPU has reported),
+            # worked out beside the week's figures: each read holds one core, and the two share few questions
+            with ThreadPoolExecutor(1, thread_name_prefix="report-advice") as pool:
+                pending = pool.submit(evaluate, store, config, utc_now())
+                files = write_weekly_report(store, config, out_dir, start, end, label,
+                                            lambda: _advice(pending.result()))
     log.info("weekly report %s written to %s", label, files.html)
     return files
+
+
+def _advice(evaluation: Evaluation) -> list[dict]:
+    """What a report shows of an evaluation: its proposals and its insufficient-data notes."""
+    return [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
 
 
 def scheduled_weekly_report(store: Store, config: Config, out_dir: str | Path) -> ReportFiles | None:

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.inference import SLO_FIGURES, service_jobs, service_table
+from gpuledger.analytics.inference import SLO_FIGURES, service_table
 from gpuledger.analytics.records import number_or_none
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.waste import MEMORY_HEADROOM, job_profiles, smallest_fit, with_compute_need, with_p95
@@ -55,7 +55,7 @@ def missed_slos(store: Store, config: Config, at: datetime) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for row in services[services["slo_status"] == "missed"].itertuples(index=False) if len(services) else []:
         measured = {k: v for k in row.slo if (v := number_or_none(getattr(row, _column(k)))) is not None}
-        for job in _jobs_of(store, row, at):
+        for job in row.jobs:
             out[job] = {"service": row.service, "server": row.kind, "slo": row.slo, "measured": measured,
                         "slo_missed": list(row.slo_missed)}
     return out
@@ -71,9 +71,13 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
     if services.empty:
         return []
     calm = services[(services["slo_status"] == "met") & services["cost_usd"].notna()]
-    profiles = job_profiles(store, start, at)
-    if calm.empty or profiles.empty:
+    if calm.empty:
         return []
+    profiles = job_profiles(store, start, at, jobs=sorted({str(j) for jobs in calm["jobs"] for j in jobs}))
+    profiles = profiles[pd.to_datetime(profiles["last_ts"]) >= pd.Timestamp(latest)]  # running: can be moved
+    if profiles.empty:
+        return []
+    profiles = with_compute_need(with_p95(store, profiles, start, at))  # one percentile query for them all
     rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
     out = []
     for row in calm.itertuples(index=False):
@@ -83,11 +87,10 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
             continue
         weights = weights_mib(row.service)
         kv = number_or_none(row.kv_cache_usage_max)
-        jobs = [j for j in _jobs_of(store, row, at) if j not in skip_jobs]
-        mine = profiles[profiles["job_id"].isin(jobs) & (pd.to_datetime(profiles["last_ts"]) >= pd.Timestamp(latest))]
+        jobs = [j for j in row.jobs if j not in skip_jobs]
+        mine = profiles[profiles["job_id"].isin(jobs)]
         if weights is None or kv is None or mine.empty:
             continue
-        mine = with_compute_need(with_p95(store, mine, start, at))
         for job in mine.itertuples(index=False):
             if pd.isna(job.compute_pct) or pd.isna(job.peak_mem_mib):
                 continue
@@ -132,10 +135,4 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
 def _column(bound: str) -> str:
     figure, q = SLO_FIGURES[bound]
     return f"{figure.removesuffix('_seconds')}_p{round(q * 100)}_s"
-
-
-def _jobs_of(store: Store, service: object, at: datetime) -> list[str]:
-    """The jobs (pods) that served a service over SERVICE_WINDOW."""
-    return service_jobs(store, service.kind, service.service, service.team, at - SERVICE_WINDOW, at)
-
 

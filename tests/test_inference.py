@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuledger.analytics.config import Config, Slo
+from gpuledger.analytics.store.database import Retention
 from gpuledger.analytics.inference import histogram_quantile, service_table, unknown_slo_names
 from gpuledger.collector.apps.targets import AppRead, PageRead
 from gpuledger.collector.attribution import Attributor
@@ -79,6 +80,76 @@ def test_counters_and_quantiles_agree_with_the_pages_across_a_reset(store):
     assert row["requests_waiting"] == 2.0
     # a figure vLLM does not give here is unknown, not zero
     assert math.isnan(row["tpot_p95_s"]) and math.isnan(row["e2e_p95_s"])
+
+
+def _figures(frame) -> dict:
+    """What a service table says of its services, for comparing two stores."""
+    columns = ["requests", "prompt_tokens", "generation_tokens", "ttft_p50_s", "ttft_p95_s", "ttft_seconds_mean",
+               "seconds", "requests_waiting"]
+    return {tuple(r[k] for k in ("kind", "service", "team")): [round(float(r[c]), 9) for c in columns]
+            for _, r in frame.iterrows()}
+
+
+def test_late_pages_rereads_and_an_older_store_count_the_same_increases(open_store):
+    """Increases are kept with each row at ingest: a page that arrives after a newer one of its target, a page read
+    again (replacing the first), and a store from before they were kept (recounted when opened) give what the pages
+    in order give; a window starting between reads counts only the steps inside it."""
+    in_order = open_store("in_order")
+    _store_reads(in_order)
+    expected = service_table(in_order, T0, T0 + timedelta(hours=1))
+    late = open_store("late")
+    order = [4, 0, 2, 1, 3]  # the fifth read first, the restart's read last
+    for i in order:
+        _store_reads(late, reads=[READS[i]], start=T0 + timedelta(minutes=i))
+    _store_reads(late, reads=[(1, 1, 1, [1] * 5)], start=T0 + timedelta(minutes=2))  # a wrong read of minute 2 ...
+    _store_reads(late, reads=[READS[2]], start=T0 + timedelta(minutes=2))  # ... replaced by the right one
+    assert _figures(service_table(late, T0, T0 + timedelta(hours=1))) == _figures(expected)
+    # from minute 1 on: the step into minute 1 is outside, the rest in
+    inside = service_table(in_order, T0 + timedelta(minutes=1), T0 + timedelta(hours=1)).iloc[0]
+    assert inside["requests"] == _increase([r[0] for r in READS[1:]]) == 600 + 300 + 400
+    # a store as schema 12 left it: no increases, no newest reads; opened again, it counts them
+    with in_order.transaction() as cur:
+        cur.execute("UPDATE app_samples SET series_id = NULL, prev_ts = NULL, increase = NULL")
+        cur.execute("DELETE FROM app_series")
+        cur.execute("DELETE FROM app_hour")
+        cur.execute("DELETE FROM meta WHERE key = 'app_series_counted'")
+    assert service_table(in_order, T0, T0 + timedelta(hours=1)).empty
+    in_order.close()
+    reopened = open_store("in_order")
+    assert _figures(service_table(reopened, T0, T0 + timedelta(hours=1))) == _figures(expected)
+    # and the next read counts from the newest stored one
+    _store_reads(reopened, reads=[(900, 1, 1, [1] * 5)], start=T0 + timedelta(minutes=5))
+    assert service_table(reopened, T0, T0 + timedelta(hours=1)).iloc[0]["requests"] == 1600 + 200
+
+
+def test_any_window_over_hours_of_reads_counts_what_the_pages_in_it_say(store):
+    """Whole hours are read from the hourly fold, partial ones from the rows: for windows on and off the hour, the
+    requests and the seconds read are those of the pages read inside the window (a step counts when both its
+    reads are in it), across a restart."""
+    at = [T0 + timedelta(minutes=17 * k) for k in range(22)]  # six hours, off the hour
+    values = [100 * k if k < 9 else 40 * (k - 9) for k in range(22)]  # the server restarts before read 9
+    for ts, v in zip(at, values):
+        _store_reads(store, reads=[(v, v, v, [v] * 5)], start=ts)
+    starts = [T0, T0 + timedelta(minutes=30), T0 + timedelta(hours=1), T0 + timedelta(hours=2, minutes=5)]
+    ends = [T0 + timedelta(hours=3), T0 + timedelta(hours=4, minutes=20), T0 + timedelta(hours=7)]
+    for start in starts:
+        for end in ends:
+            inside = [(ts, v) for ts, v in zip(at, values) if start <= ts < end]
+            row = service_table(store, start, end).iloc[0]
+            assert row["requests"] == _increase([v for _, v in inside]), (start, end)
+            assert row["seconds"] == (inside[-1][0] - inside[0][0]).total_seconds()
+    one = service_table(store, at[3], at[4])  # one read: no step, so no count, never 0
+    assert math.isnan(one.iloc[0]["requests"])
+    # retention drops whole hours of rows, folds and series together: what is kept still adds up
+    kept_from = T0 + timedelta(hours=3)
+    dropped = store.retain(now=kept_from + timedelta(days=30), retention=Retention(raw_days=30, minute_days=30))
+    assert dropped["app_samples"] > 0 and dropped["app_hour"] > 0
+    assert store.scalar("SELECT min(ts) FROM app_samples") == min(ts for ts in at if ts >= kept_from)
+    assert store.scalar("SELECT min(hour) FROM app_hour") == kept_from
+    # the step into the first read kept counts: both its reads were in the window, though one row is gone
+    first_kept = min(k for k, ts in enumerate(at) if ts >= kept_from)
+    inside = values[first_kept - 1:]
+    assert service_table(store, T0, T0 + timedelta(hours=7)).iloc[0]["requests"] == _increase(inside)
 
 
 def test_histogram_quantile_edges():

@@ -41,6 +41,10 @@ from gpuledger.analytics.store.metrics import (
     ROWS_WRITTEN,
 )
 from gpuledger.analytics.store.schema import (
+    APP_HOUR_FOLD,
+    APP_INCREASE,
+    APP_SERIES,
+    APP_SERIES_ID,
     DDL,
     KEYS,
     QUERY_LAYER,
@@ -200,6 +204,8 @@ class Store:
                                   + rollups.MACROS):
                     self._con.execute(statement)
                 self._bound_old_rollups(fresh="usage_minute" not in tables)
+                self._once("app_series_counted", lambda cur: self._recount_app_series(cur, None),
+                           fresh="app_samples" not in tables)
                 self._set_meta(self._con, "schema_version", SCHEMA_VERSION)
 
     def _bound_old_rollups(self, fresh: bool) -> None:
@@ -207,14 +213,21 @@ class Store:
         so a hostile row an older server stored cannot keep a bill in the millions or an answer a 500. A store whose
         rollup tables were created just now has no such rows: it is only marked, since the fourteen updates cost
         seconds on a DuckLake catalog even when empty."""
-        done = self._con.execute("SELECT value FROM meta WHERE key = 'rollups_bounded'").fetchone()
-        if done:
+        def bound(cur: duckdb.DuckDBPyConnection) -> None:
+            for statement in rollups.BOUND_OLD_ROLLUPS:
+                cur.execute(statement)
+        self._once("rollups_bounded", bound, fresh)
+
+    def _once(self, key: str, step: Callable[[duckdb.DuckDBPyConnection], None], fresh: bool) -> None:
+        """Run a migration `step` once per store, in one transaction with its mark (meta `key`); a store whose
+        tables were created just now has nothing to carry forward, and is only marked."""
+        if self._con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone():
             return
         self._con.execute("BEGIN TRANSACTION")
         try:
-            for statement in [] if fresh else rollups.BOUND_OLD_ROLLUPS:
-                self._con.execute(statement)
-            self._set_meta(self._con, "rollups_bounded", "1")
+            if not fresh:
+                step(self._con)
+            self._set_meta(self._con, key, "1")
         except BaseException:
             self._con.execute("ROLLBACK")
             raise
@@ -399,6 +412,16 @@ class Store:
             yield
         finally:
             self._memo.answers = None
+
+    def remembered(self, key: tuple, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        """`compute()`, answered once per `key` inside a remembering() block (outside one: every time), for an
+        analysis built from several reads that one evaluation asks for more than once (a service table)."""
+        answers = getattr(self._memo, "answers", None)
+        if answers is None:
+            return compute()
+        if ("computed", key) not in answers:
+            answers[("computed", key)] = compute()
+        return answers[("computed", key)].copy()
 
     def _remembered(self, sql: str, params: Any) -> pd.DataFrame | None:
         answers = getattr(self._memo, "answers", None)
@@ -592,9 +615,10 @@ class Store:
             minute_cut = min(now - timedelta(days=retention.minute_days), state["hwm"])
             # inference servers' own figures are kept as long as the minute rollups: their rates and quantiles
             # are read from them directly (analytics/inference.py)
-            app_cut = now - timedelta(days=retention.minute_days)
+            app_cut = floor_hour(now - timedelta(days=retention.minute_days))  # app_hour keeps whole hours
             for table, column, cut in (("samples", "ts", raw_cut), ("processes", "ts", raw_cut),
-                                       ("usage_minute", "bucket", minute_cut), ("app_samples", "ts", app_cut)):
+                                       ("usage_minute", "bucket", minute_cut), ("app_samples", "ts", app_cut),
+                                       ("app_series", "ts", app_cut), ("app_hour", "hour", app_cut)):
                 cur.execute(f"DELETE FROM {table} WHERE {column} < ?", [cut])
                 dropped[table] = int(cur.fetchone()[0])
         for table, rows in dropped.items():
@@ -684,8 +708,86 @@ class Store:
 
     def record_app_samples(self, rows: pd.DataFrame) -> int:
         """What inference servers reported (collector/apps, analytics/inference.py), replacing the rows of the same
-        target at the same instants: a page read twice is stored once. Returns the rows stored."""
-        return self._replace_read("app_samples", "target", rows)
+        target at the same instants: a page read twice is stored once. Each row keeps its series (app_series), the
+        read before it in that series and the increase since (schema APP_INCREASE): counted from the series' newest
+        read when the page is newer, else (a late page, a re-read) by counting its targets' series again. Returns
+        the rows stored."""
+        if not len(rows):
+            return 0
+        same = " AND ".join(f"i.{c} IS NOT DISTINCT FROM l.{c}" for c in APP_SERIES)
+        with self.transaction() as cur:
+            cur.register("incoming_app_rows", rows)
+            # the instants' bounds as constants, so only the row groups that hold them are read
+            replaced = ("ts BETWEEN $lo AND $hi AND (target, ts) IN (SELECT DISTINCT target, ts FROM "
+                        "incoming_app_rows)")
+            bounds = {"lo": rows["ts"].min(), "hi": rows["ts"].max()}
+            cur.execute("CREATE OR REPLACE TEMP TABLE app_touched AS SELECT DISTINCT series_id, utc_hour(ts) AS hour "
+                        f"FROM app_samples WHERE {replaced}", bounds)  # the hours a re-read changes
+            cur.execute(f"DELETE FROM app_samples WHERE {replaced}", bounds)
+            late = cur.execute(f"SELECT count(*) FROM incoming_app_rows i JOIN app_series l ON {same} "
+                               "AND l.ts >= i.ts").fetchone()[0]
+            if late:
+                cur.execute("INSERT INTO app_samples BY NAME SELECT * FROM incoming_app_rows")
+                self._recount_app_series(cur, sorted({str(t) for t in rows["target"].unique()}))
+            else:
+                cur.execute(f"""
+                    CREATE OR REPLACE TEMP TABLE app_counted AS
+                    SELECT * EXCLUDE (prev_value, newest) REPLACE ({APP_INCREASE} AS increase) FROM (
+                        SELECT *, lag(ts) OVER w AS prev_ts, lag(value) OVER w AS prev_value, NULL::DOUBLE AS increase
+                        FROM (SELECT {", ".join(APP_SERIES)}, ts, value, true AS newest FROM app_series
+                              WHERE target IN (SELECT DISTINCT target FROM incoming_app_rows)
+                              UNION ALL BY NAME SELECT *, false AS newest FROM incoming_app_rows)
+                        WINDOW w AS (PARTITION BY {", ".join(APP_SERIES)} ORDER BY ts))
+                    WHERE NOT newest""")
+                self._store_counted(cur)
+            cur.unregister("incoming_app_rows")
+        return len(rows)
+
+    def _recount_app_series(self, cur: duckdb.DuckDBPyConnection, targets: list[str] | None) -> None:
+        """Count every app row's series, previous read and increase again, for `targets` (None: all of them):
+        after a late page, and once for a store from before schema 13."""
+        where = "WHERE target IN (SELECT unnest($targets))" if targets is not None else ""
+        params = {"targets": targets} if targets is not None else {}
+        cur.execute("CREATE TEMP TABLE IF NOT EXISTS app_touched (series_id BIGINT, hour TIMESTAMPTZ)")
+        cur.execute(f"INSERT INTO app_touched SELECT DISTINCT series_id, utc_hour(ts) FROM app_samples {where}", params)
+        cur.execute(f"""
+            CREATE OR REPLACE TEMP TABLE app_counted AS
+            SELECT * EXCLUDE (prev_value, series_id) REPLACE ({APP_INCREASE} AS increase) FROM (
+                SELECT * REPLACE (lag(ts) OVER w AS prev_ts), lag(value) OVER w AS prev_value FROM app_samples {where}
+                WINDOW w AS (PARTITION BY {", ".join(APP_SERIES)} ORDER BY ts))
+            ORDER BY ts""", params)
+        cur.execute(f"DELETE FROM app_samples {where}", params)
+        cur.execute(f"DELETE FROM app_series {where}", params)
+        self._store_counted(cur)
+
+    def _store_counted(self, cur: duckdb.DuckDBPyConnection) -> None:
+        """Store the counted rows of temp table app_counted: each series (APP_SERIES_ID) found in app_series or
+        given the next id, its newest read kept there, and the rows with their series' id in app_samples."""
+        identity = ", ".join(APP_SERIES_ID)
+        same = " AND ".join(f"n.{c} IS NOT DISTINCT FROM s.{c}" for c in APP_SERIES_ID)
+        series = cur.execute(f"""
+            WITH n AS (SELECT {identity}, max(ts) AS ts, arg_max(value, ts) AS value FROM app_counted GROUP BY ALL)
+            SELECT coalesce(s.series_id, (SELECT coalesce(max(series_id), 0) FROM app_series)
+                            + row_number() OVER (PARTITION BY s.series_id IS NULL ORDER BY n.target, n.ts))
+                       AS series_id,
+                   n.* REPLACE (greatest(n.ts, s.ts) AS ts,
+                                CASE WHEN s.ts > n.ts THEN s.value ELSE n.value END AS value),
+                   s.series_id IS NOT NULL AS known
+            FROM n LEFT JOIN app_series s ON {same}""").df()
+        cur.register("counted_series", series)
+        cur.execute("DELETE FROM app_series WHERE series_id IN (SELECT series_id FROM counted_series WHERE known)")
+        cur.execute("INSERT INTO app_series BY NAME SELECT * EXCLUDE (known) FROM counted_series")
+        same = " AND ".join(f"c.{col} IS NOT DISTINCT FROM s.{col}" for col in APP_SERIES_ID)
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE app_stored AS SELECT c.*, s.series_id FROM app_counted c "
+                    f"JOIN counted_series s ON {same} ORDER BY c.ts")
+        cur.unregister("counted_series")
+        cur.execute("INSERT INTO app_samples BY NAME SELECT * FROM app_stored")
+        # every hour of a series that gained or lost a row is folded again from its rows
+        cur.execute("INSERT INTO app_touched SELECT DISTINCT series_id, utc_hour(ts) FROM app_stored")
+        cur.execute("DELETE FROM app_hour WHERE (series_id, hour) IN (SELECT series_id, hour FROM app_touched)")
+        cur.execute(APP_HOUR_FOLD, {"since": cur.execute("SELECT min(hour) FROM app_touched").fetchone()[0]})
+        for table in ("app_counted", "app_stored", "app_touched"):
+            cur.execute(f"DROP TABLE {table}")
 
     def _replace_read(self, table: str, source: str, rows: pd.DataFrame) -> int:
         """Store one read's rows in `table`, replacing those of the same `source` column value at the same instants

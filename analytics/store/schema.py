@@ -76,6 +76,26 @@ DDL = [
     ts TIMESTAMPTZ NOT NULL, target VARCHAR NOT NULL, kind VARCHAR NOT NULL, service VARCHAR NOT NULL,
     instance VARCHAR NOT NULL, namespace VARCHAR, pod VARCHAR, team VARCHAR, job_id VARCHAR, figure VARCHAR NOT NULL,
     part VARCHAR NOT NULL, le DOUBLE, value DOUBLE NOT NULL)""",
+    # each app row's series (app_series), its read before it in its series and the counter's increase since then
+    # (APP_INCREASE), kept at ingest so a week's rates and quantiles are a sum per series, not a window over
+    # millions of rows; schema 13
+    "ALTER TABLE app_samples ADD COLUMN IF NOT EXISTS series_id BIGINT",
+    "ALTER TABLE app_samples ADD COLUMN IF NOT EXISTS prev_ts TIMESTAMPTZ",
+    "ALTER TABLE app_samples ADD COLUMN IF NOT EXISTS increase DOUBLE",
+    # every app series (APP_SERIES, and the team and job its rows are billed to) once, with its newest read: what
+    # the next read's increase is counted from, and what a week's per-series sums are labelled with
+    """CREATE TABLE IF NOT EXISTS app_series (
+    series_id BIGINT NOT NULL, target VARCHAR NOT NULL, kind VARCHAR NOT NULL, service VARCHAR NOT NULL,
+    instance VARCHAR NOT NULL, namespace VARCHAR, pod VARCHAR, figure VARCHAR NOT NULL, part VARCHAR NOT NULL,
+    le DOUBLE, team VARCHAR, job_id VARCHAR, ts TIMESTAMPTZ NOT NULL, value DOUBLE NOT NULL)""",
+    # each series' reads per UTC clock hour, folded at ingest (APP_HOUR_FOLD): first and last read, the sum, count
+    # and top of its finite values, its increases and how many were counted, and its first read's previous read
+    # and increase (the one step that may come from before the hour: a window starting after that read leaves it
+    # out). A week's service figures read these and the raw rows of the window's partial hours only.
+    """CREATE TABLE IF NOT EXISTS app_hour (
+    series_id BIGINT NOT NULL, hour TIMESTAMPTZ NOT NULL, lo TIMESTAMPTZ NOT NULL, hi TIMESTAMPTZ NOT NULL,
+    total DOUBLE, n BIGINT NOT NULL, top DOUBLE, increase DOUBLE, counted BIGINT NOT NULL,
+    first_prev_ts TIMESTAMPTZ, first_increase DOUBLE)""",
     "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
     "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -100,6 +120,26 @@ DDL = [
     idle_gpus DOUBLE NOT NULL, fragmented_gpus DOUBLE NOT NULL)""",
 ]
 
+
+# one series of an inference server's figure, as read from one target: what a counter's increase is counted along;
+# with the team and job its rows are billed to, one row of app_series
+APP_SERIES = ("target", "kind", "service", "instance", "namespace", "pod", "figure", "part", "le")
+APP_SERIES_ID = (*APP_SERIES, "team", "job_id")
+# a cumulative figure's increase since the series' read before (`prev_value`), as Prometheus' increase() counts a
+# step: the difference, or the new value itself where it fell (a counter reset when a server restarts); none for
+# a first read or a value that is not finite. Gauges get one too, and analytics never sums them.
+APP_INCREASE = """CASE WHEN prev_value IS NULL OR NOT isfinite(value) OR NOT isfinite(prev_value) THEN NULL
+                      WHEN value >= prev_value THEN value - prev_value ELSE value END"""
+
+# app_hour's row of each (series_id, hour) in temp table app_touched, from app_samples ($since: the first hour)
+APP_HOUR_FOLD = """
+    INSERT INTO app_hour
+    SELECT series_id, utc_hour(ts) AS hour, min(ts), max(ts), sum(value) FILTER (WHERE isfinite(value)),
+           count(*) FILTER (WHERE isfinite(value)), max(value) FILTER (WHERE isfinite(value)), sum(increase),
+           count(increase), arg_min_null(prev_ts, ts), arg_min_null(increase, ts)
+    FROM app_samples
+    WHERE ts >= $since AND (series_id, utc_hour(ts)) IN (SELECT series_id, hour FROM app_touched)
+    GROUP BY ALL"""
 
 # the key of each table whose rows are replaced by key (DuckDB: its PRIMARY KEY; DuckLake has no keys)
 KEYS = {"jobs": "job_id", "teams": "team", "rate_card": "gpu_model", "meta": "key", "nodes": "node"}
@@ -141,8 +181,9 @@ def table_migrations(existing: set[str]) -> list[str]:
 # 5: rollups (usage_minute, usage_hour, rollup_state); 6: health columns and events, fragmentation history;
 # 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature;
 # 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown;
-# 10: job lifecycle columns and job_events; 11: the schedulers' queue metrics, a job's workload class
-SCHEMA_VERSION = "12"
+# 10: job lifecycle columns and job_events; 11: the schedulers' queue metrics, a job's workload class; 12: profiling
+# rollups and inference servers' figures; 13: app rows keep their series and increase (app_series)
+SCHEMA_VERSION = "13"
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost

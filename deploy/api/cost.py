@@ -40,8 +40,8 @@ def waste_view(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: flo
         "window": span,
         "thresholds": asdict(config.waste),
         "by_team": caller.visible(records(found.by_team)),
-        "idle_runs": caller.visible(records(found.stretches), shared=False)[:limit],
-        "oversized_jobs": caller.visible(records(found.oversized), shared=False)[:limit],
+        "idle_runs": caller.page(found.stretches, limit, shared=False),
+        "oversized_jobs": caller.page(found.oversized, limit, shared=False),
     }
 
 

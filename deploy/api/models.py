@@ -804,6 +804,8 @@ class InferenceService(BaseModel):
     service: str = Field(description="the model served, as the server names it ('' where the page names none)")
     team: str = Field(description="the team of its pods' namespace (or bill line 'unattributed')")
     pods: int = Field(description="pods seen serving it")
+    jobs: list[str] = Field(description="the jobs that served it (`namespace/pod`, or the job its target names): "
+                                        "the jobs its GPU cost is read from")
     first_ts: datetime = Field(description="its first read in the window")
     last_ts: datetime = Field(description="its last read in the window")
     seconds: float = Field(description="seconds between them: what the rates are over")
