@@ -33,7 +33,7 @@ from gpuledger.deploy.job_loop import JobLoop
 from gpuledger.deploy.connections import ConnectionLimits, guarded_protocol
 from gpuledger.deploy.report_delivery import deliver
 from gpuledger.policies.quota import evaluate_quotas
-from gpuledger.policies.recommender import Evaluation, evaluate
+from gpuledger.policies.recommender import Evaluation, RecommendationService, evaluate
 
 log = logging.getLogger(__name__)
 WEEKLY_REPORT_JOB = "weekly-cost-report"
@@ -131,6 +131,16 @@ def record_fragmentation(store: Store) -> int:
         return 0
 
 
+def refresh_advice(service: RecommendationService, store: Store) -> None:
+    """The scheduled refresh of the open advice (made only when `[quota] refresh_minutes` have passed), skipped
+    while the server folds a backlog (the API refuses analytic reads then too); a failure is logged, never raised."""
+    try:
+        if not (store.fold_behind and store.catching_up()):
+            service.current()
+    except Exception:  # noqa: BLE001 - a scheduled job must not die; the traceback is in the log
+        log.exception("advice not refreshed")
+
+
 def start_report_scheduler(store: Store, config: Config, out_dir: str | Path) -> BackgroundScheduler:
     """Every Monday 01:00 UTC, report the ISO week that just ended; every FRAGMENTATION_EVERY_MIN minutes,
     record the cluster's fragmentation."""
@@ -157,6 +167,10 @@ class Serving:
         self.api = api
         self.url = api.start()
         self.scheduler = start_report_scheduler(store, config, reports)
+        # the open advice is refreshed here when due, so a dashboard's request does not wait for an evaluation
+        self.scheduler.add_job(refresh_advice, IntervalTrigger(minutes=1), args=[api.app.state.recommender, store],
+                               id="advice", name="advice refresh", next_run_time=utc_now(), coalesce=True,
+                               max_instances=1)
         self.loop = CollectLoop(source, store, interval_s, after_batch=after_batch) if source else None
         if self.loop:
             api.app.state.collection = self.loop  # /healthz reports degraded while it keeps failing

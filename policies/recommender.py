@@ -171,7 +171,12 @@ class RecommendationService:
         return last is None or now - datetime.fromisoformat(last) >= every
 
     def current(self) -> tuple[Evaluation, list[Recommendation]]:
-        """The open recommendations and the insufficient-data notes as of the last refresh (made now if due)."""
+        """The open recommendations and the insufficient-data notes as of the last refresh (made now if due).
+        While another thread refreshes (the server's background refresh, every minute), the last refresh's
+        advice is answered at once rather than after its seconds of work."""
+        last = self._evaluation
+        if last is not None and self._lock.locked():
+            return last, stored(self.store, statuses=OPEN) + last.insufficient()
         with self._lock:
             now = utc_now()
             if self._evaluation is None or self.due(now):

@@ -251,3 +251,31 @@ def test_a_starved_team_under_its_fair_part_is_raised_towards_it(store):
     seen = quotas(store)[("starved", "H100")]
     assert 1 < seen.guarantee <= 4, seen.reason
     assert seen.evidence["jobs_waited"] == 2 and seen.evidence["waits_from"] == ["slurm"]
+
+
+def test_while_advice_is_being_refreshed_a_request_gets_the_last_refresh_at_once(cluster):
+    """The server refreshes the open advice in the background (deploy/server.py refresh_advice); a request made
+    meanwhile is answered from the last refresh instead of waiting seconds for the new one."""
+    import threading
+
+    from gpuledger.policies.recommender import RecommendationService
+
+    service = RecommendationService(cluster, WINDOW)
+    first, recs = service.current()
+    answered = []
+    with service._lock:  # a refresh under way
+        asker = threading.Thread(target=lambda: answered.append(service.current()))
+        asker.start()
+        asker.join(timeout=10)
+        assert answered, "the request waited for the refresh"
+    evaluation, again = answered[0]
+    assert evaluation is first and [r.key for r in again] == [r.key for r in recs]
+
+
+def test_the_servers_scheduled_refresh_evaluates_when_due(cluster):
+    from gpuledger.deploy.server import refresh_advice
+    from gpuledger.policies.recommender import RecommendationService
+
+    service = RecommendationService(cluster, WINDOW)
+    refresh_advice(service, cluster)
+    assert service._evaluation is not None and not service.due(service._evaluation.at)
