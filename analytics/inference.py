@@ -254,7 +254,8 @@ def _with_cost(store: Store, start: datetime, end: datetime, services: pd.DataFr
     found = [[priced[j] for j in jobs if j in priced] for jobs in listed]
     out["cost_usd"] = [float(sum(c["cost_usd"] for c in f)) if f else None for f in found]
     out["gpu_hours"] = [float(sum(c["gpu_hours"] for c in f)) if f else None for f in found]
-    out["gpu_model"] = [str(f[0]["gpu_model"]) if f else None for f in found]
+    # pods of one service on different cards: each named, not the first one's
+    out["gpu_model"] = [", ".join(sorted({str(c["gpu_model"]) for c in f})) if f else None for f in found]
     out["cost_note"] = [None if f else NO_GPU_SAMPLES for f in found]
     tokens = out["prompt_tokens"].fillna(0) + out["generation_tokens"].fillna(0)
     cost = pd.to_numeric(out["cost_usd"], errors="coerce")

@@ -26,7 +26,6 @@ from gpuledger.dashboard.charts import (
     BLANK,
     change,
     colour_of,
-    colour_scale,
     daily_bars,
     daily_spec,
     heatmap,
@@ -34,6 +33,7 @@ from gpuledger.dashboard.charts import (
     model_gaps,
     model_spec,
     readable,
+    team_bar_spec,
     team_colours,
     words,
 )
@@ -265,6 +265,8 @@ READABLE = {
     "e2e_p95_s": st.column_config.NumberColumn("latency p95 (s)", format="%.2f"),
     "e2e_p99_s": st.column_config.NumberColumn("latency p99 (s)", format="%.2f"),
     "slo_status": st.column_config.TextColumn("SLO", help=f"met, missed or unknown; {BLANK}: no objective set"),
+    "tokens": st.column_config.NumberColumn("tokens", format="localized", help="prompt plus generated"),
+    "requests": st.column_config.NumberColumn("requests", format="localized"),
 }
 # the columns people read first, first: cost and how well the GPUs were used, then who and when
 JOB_COLUMNS = (
@@ -635,7 +637,9 @@ with tab_inf:
             per_team["team"] = per_team["team"].map(owner_label)
             priced = per_team.dropna(subset=["cost_per_million_tokens"])
             if not priced.empty:
-                st.bar_chart(priced.set_index("team")["cost_per_million_tokens"], y_label="USD per million tokens")
+                st.vega_lite_chart(priced[["team", "cost_per_million_tokens"]].round(4),
+                                   team_bar_spec("cost_per_million_tokens", "USD per million tokens", COLOURS,
+                                                 priced["team"]), width="stretch")
             show_table(per_team, ("team", "cost_per_million_tokens", "cost_usd", "tokens", "requests", "services",
                                   "services_without_cost"), digits=3)
             st.subheader("Services against their SLOs")
@@ -657,19 +661,8 @@ with tab_cost:
     if tab_cost.open:
         waste = get("waste")["waste"]
         st.subheader("Cost per team")
-        st.vega_lite_chart(
-            cost_df[["team", "cost_usd"]].round(2),
-            {
-                "mark": {"type": "bar", "tooltip": True},
-                "encoding": {
-                    "x": {"field": "team", "type": "nominal", "title": None, "sort": "-y", "axis": {"labelAngle": 0}},
-                    "y": {"field": "cost_usd", "type": "quantitative", "title": "USD"},
-                    "color": {"field": "team", "type": "nominal", "legend": None,
-                              "scale": colour_scale(COLOURS, cost_df["team"])},
-                },
-            },
-            width="stretch",
-        )
+        st.vega_lite_chart(cost_df[["team", "cost_usd"]].round(2),
+                           team_bar_spec("cost_usd", "USD", COLOURS, cost_df["team"]), width="stretch")
         show_table(cost_df)
         st.subheader("Waste per team")
         waste_df = frame(waste["by_team"])

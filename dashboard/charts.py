@@ -37,6 +37,18 @@ def colour_scale(colours: dict[str, str], teams: Iterable[str]) -> dict[str, lis
     return {"domain": domain, "range": [colour_of(colours, t) for t in domain]}
 
 
+def team_bar_spec(value: str, title: str, colours: dict[str, str], teams: Iterable[str]) -> dict:
+    """A vega-lite bar per team of `value`, each in its team's colour (the one mapping every chart uses)."""
+    return {
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": "team", "type": "nominal", "title": None, "sort": "-y", "axis": {"labelAngle": 0}},
+            "y": {"field": value, "type": "quantitative", "title": title},
+            "color": {"field": "team", "type": "nominal", "legend": None, "scale": colour_scale(colours, teams)},
+        },
+    }
+
+
 def daily_bars(daily: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
                covered: pd.Series | None = None, bucket_minutes: int = 60) -> pd.DataFrame:
     """/v1/costs/daily's rows (day, team, cost_usd) with the part of each UTC day they stand for: the day within the

@@ -769,6 +769,7 @@ def cmd_collect(args: argparse.Namespace, config: Config) -> int:
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.analytics.store.access import list_tokens
     from gpuledger.analytics.store.ingest_writer import use_cross_thread_allocator
+    from gpuledger.deploy.demo import with_demo_slos
     from gpuledger.deploy.server import ApiServer, Serving
     if args.read_only:
         return _serve_read_only(args, config)
@@ -778,6 +779,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     if not args.create and not is_lake(args.db) and not Path(args.db).exists():
         raise InputError(f"no database at {args.db}: check the path, or add --create to start a new, empty one")
     store = _open_store(args, config)
+    config = with_demo_slos(store, config)  # a demo's file served again judges its services as the demo did
     if source is not None and source.source_name:  # a source reading history resumes after what it stored
         source.resume_after(store.latest_ts_of(source.source_name))
     api = ApiServer(store, config, host=args.host, port=args.port, token=args.token, open_reads=args.open_reads,

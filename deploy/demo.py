@@ -9,6 +9,7 @@ import secrets
 import shlex
 import shutil
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.apps.simulated import MODELS, SimulatedApps
+from gpuledger.collector.apps.targets import AppRead, PageRead
 from gpuledger.collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
 from gpuledger.deploy.app_loop import AppLoop, store_read
 from gpuledger.deploy.dashboard_proc import start_dashboard
@@ -99,20 +101,24 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
 
 
 APP_BACKFILL_STEP_S = 900.0  # the history's inference pages: every 15 minutes (live: every [apps] interval_s)
+APP_BACKFILL_PAGES = 1000  # pages stored per write while backfilling (each page at its own instant)
 
 
 def backfill_apps(store: Store, sim: ClusterSimulator, config: Config, start: datetime, end: datetime) -> int:
     """The simulated services' pages over [start, end), read and stored as the live loop stores them."""
     source = SimulatedApps(sim.services())
     attributor = config.attributor()
-    pages = 0
+    pages: list[PageRead] = []
+    stored = 0
     t = math.ceil(start.timestamp() / APP_BACKFILL_STEP_S) * APP_BACKFILL_STEP_S
     while t < end.timestamp():
-        read = source.read(datetime.fromtimestamp(t, tz=timezone.utc))
-        store_read(store, read, attributor, config.apps.aliases)
-        pages += len(read.pages)
+        at = datetime.fromtimestamp(t, tz=timezone.utc)
+        pages += [replace(page, at=page.at or at) for page in source.read(at).pages]
         t += APP_BACKFILL_STEP_S
-    return pages
+        if len(pages) >= APP_BACKFILL_PAGES or t >= end.timestamp():  # a day's pages in one write, not 96
+            store_read(store, AppRead(at=at, pages=pages), attributor, config.apps.aliases)
+            stored, pages = stored + len(pages), []
+    return stored
 
 
 def build_trace_store(path: Path, config: Config, trace: str, data: Path | None, echo=print) -> Store:

@@ -107,10 +107,14 @@ def placement_advice(store: Store, config: Config, at: datetime) -> list[Recomme
     # which a live collector sampling every 15 s nearly always holds (and then no job looked running)
     read = store.latest_ts(before=pd.Timestamp(at).floor("min").to_pydatetime())
     reclaim = reclaim_advice(store, config, start, at, read) if read is not None else []
-    resize = resize_advice(store, config, start, at, read, {r.job_id for r in reclaim}) if read is not None else []
+    # an inference pod is sized by what its service achieves first (its SLO, weights and KV cache); the memory
+    # rule sizes the rest, never a pod of a service missing its SLO (a smaller shape would make it slower)
+    missed = missed_slos(store, config, at)
+    reclaimed = {r.job_id for r in reclaim}
+    services = rightsize_advice(store, config, at, read, reclaimed) if read is not None else []
+    resize = resize_advice(store, config, start, at, read, reclaimed | {r.job_id for r in services} | set(missed)) \
+        if read is not None else []
     efficiency = efficiency_advice(store, config, start, at, read) if read is not None else []
-    resized = {r.job_id for r in reclaim + resize}
-    services = rightsize_advice(store, config, at, read, resized) if read is not None else []
-    return (reclaim + resize + services + efficiency
+    return (reclaim + services + resize + efficiency
             + consolidate_advice(store, config, at, latest) + colocate_advice(store, config, at, latest)
-            + separate_advice(store, config, at, latest, missed_slos(store, config, at)))
+            + separate_advice(store, config, at, latest, missed))

@@ -147,6 +147,22 @@ def test_demo_runs_end_to_end_and_serves_data(tmp_path):
     assert list((tmp_path / "reports").glob("*/gpuledger-*.html"))
     # a new demo database gets its audit key as news: nothing in a clean demo run is a warning
     assert "audit key created" in output and not [line for line in lines if "WARNING" in line], output
+    # the demo's file served again judges its inference services against the demo's SLOs, as the demo did
+    served = subprocess.Popen([GPULEDGER, "serve", "--db", str(tmp_path / "demo.duckdb"), "--port", "0",
+                               "--open-reads", "--reports", str(tmp_path / "reports")],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = None
+        for line in iter(served.stdout.readline, ""):
+            if m := re.search(r"serving (http://127\.0\.0\.1:\d+)", line):
+                url = m.group(1)
+                break
+        assert url, "serve did not start"
+        services = requests.get(f"{url}/v1/inference", params={"days": 2}, timeout=60).json()["services"]
+        assert services and all(s["slo_status"] in ("met", "missed", "unknown") for s in services)
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
 
 
 def test_demo_refuses_to_overwrite_a_real_database(tmp_path):

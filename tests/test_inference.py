@@ -104,6 +104,12 @@ def test_late_pages_rereads_and_an_older_store_count_the_same_increases(open_sto
     _store_reads(late, reads=[(1, 1, 1, [1] * 5)], start=T0 + timedelta(minutes=2))  # a wrong read of minute 2 ...
     _store_reads(late, reads=[READS[2]], start=T0 + timedelta(minutes=2))  # ... replaced by the right one
     assert _figures(service_table(late, T0, T0 + timedelta(hours=1))) == _figures(expected)
+    # every read in one write (a backfill), each page at its own instant
+    batched = open_store("batched")
+    store_read(batched, AppRead(at=T0, pages=[
+        PageRead(vllm_page(*READS[i]), "http://vllm-0:8000/metrics", "nlp", "vllm-0", at=T0 + timedelta(minutes=i))
+        for i in range(len(READS))]), Attributor())
+    assert _figures(service_table(batched, T0, T0 + timedelta(hours=1))) == _figures(expected)
     # from minute 1 on: the step into minute 1 is outside, the rest in
     inside = service_table(in_order, T0 + timedelta(minutes=1), T0 + timedelta(hours=1)).iloc[0]
     assert inside["requests"] == _increase([r[0] for r in READS[1:]]) == 600 + 300 + 400
@@ -256,6 +262,23 @@ def test_a_service_far_inside_its_slo_on_a_big_gpu_is_right_sized_with_its_proje
                 if r.kind == "resize" and r.job_id == "nlp/vllm-0"]
 
 
+def test_inference_pods_are_sized_by_their_service_and_never_shrunk_while_missing_their_slo(store):
+    """Two pods on little of their H100's memory: the one whose service is far inside its SLO gets the service's
+    right-size advice (weights and KV cache), not the memory rule's; the one whose service misses it gets none."""
+    from gpuledger.policies.recommender import evaluate
+    store.append_samples(table(
+        gpu_rows("n1", 0, "H100", 120, util=20.0, job="nlp/vllm-0", team="nlp", mem_used=15000.0, sm_active=0.1),
+        gpu_rows("n1", 1, "H100", 120, util=20.0, job="speech/vllm-1", team="speech", mem_used=15000.0,
+                 sm_active=0.1)))
+    _serving_reads(store, "vllm-0", fast=True)
+    _serving_reads(store, "vllm-1", fast=False, namespace="speech")
+    config = Config(slo={"meta-llama/Llama-3.1-8B-Instruct": Slo(ttft_p95_s=0.5)})
+    resize = [r for r in evaluate(store, config, T0 + timedelta(minutes=119, seconds=30)).proposals()
+              if r.kind == "resize"]
+    assert [r.job_id for r in resize] == ["nlp/vllm-0"]
+    assert "weights_mib" in resize[0].evidence and "far inside its SLO" in resize[0].reason
+
+
 def test_a_service_missing_its_slo_on_a_shared_gpu_is_separated_on_measured_latency(store):
     """Its namespace is not named latency-sensitive in the config: the measured latency makes it so."""
     from gpuledger.policies.recommender import evaluate
@@ -288,6 +311,14 @@ def test_a_pod_is_billed_to_its_jobs_team_and_rates_are_over_the_time_it_was_rea
     row = service_table(store, T0, T0 + timedelta(hours=2)).iloc[0]
     assert row["team"] == "nlp" and row["pods"] == 2 and row["seconds"] == 480
     assert row["requests_per_s"] == pytest.approx(2 * 1600 / 480)
+    # its pods on two models: the cost is each pod's at its card's rate, and both models are named
+    store.append_samples(table(gpu_rows("n1", 0, "H100", 10, job="serving/vllm-a", team="nlp"),
+                               gpu_rows("n2", 0, "H200", 10, start=T0 + timedelta(hours=1), job="serving/vllm-b",
+                                        team="nlp")))
+    row = service_table(store, T0, T0 + timedelta(hours=2)).iloc[0]
+    assert row["gpu_model"] == "H100, H200"
+    rates = dict(zip(store.rate_card()["gpu_model"], store.rate_card()["usd_per_gpu_hour"]))
+    assert row["cost_usd"] == pytest.approx(10 / 60 * (rates["H100"] + rates["H200"]))
 
 
 def test_scrape_says_what_a_server_would_store_and_a_flooding_page_is_capped(store):

@@ -837,7 +837,8 @@ class InferenceService(BaseModel):
     cost_usd: float | None = Field(description="GPU cost of its pods in the window at the rate card; null: no GPU "
                                                "samples for them (cost_note)")
     gpu_hours: float | None = Field(None, description="GPU-hours of its pods in the window")
-    gpu_model: str | None = Field(None, description="the GPU model its pods held")
+    gpu_model: str | None = Field(None, description="the GPU model its pods held (each, comma-separated, where its "
+                                                    "pods ran on different models)")
     cost_note: str | None = Field(None, description="why it has no cost; null when it has one")
     cost_per_million_tokens: float | None = Field(description="cost over prompt + generated tokens, USD per million")
     cost_per_million_prompt_tokens: float | None = Field(None, description="cost per million prompt tokens, USD")
