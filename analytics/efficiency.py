@@ -22,7 +22,7 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import PROFILE_MEANS, measured
 from gpuledger.collector.gpu_catalog import has_tensor_cores
 from gpuledger.collector.jobs.classes import WORKLOAD_CLASSES
-from gpuledger.collector.samples import PROFILING_FIELDS, UNATTRIBUTED
+from gpuledger.collector.samples import UNATTRIBUTED
 
 # what a flag says, and what a scheduler or a team can do about it
 EFFICIENCY_FLAGS = {

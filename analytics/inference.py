@@ -27,6 +27,7 @@ import pandas as pd
 from gpuledger.analytics.config import Slo
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.database import floor_hour
 from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.apps.figures import FIGURES
 from gpuledger.collector.samples import UNATTRIBUTED
@@ -129,11 +130,11 @@ def _service_table(store: Store, start: datetime, end: datetime, slos: dict[str,
 
 def _whole_hours(start: datetime, end: datetime) -> tuple[datetime, datetime]:
     """The UTC clock hours inside [start, end), as [h0, h1): what app_hour answers (none: h0 == h1)."""
-    start, end = as_utc(start), as_utc(end)
-    h0 = start.replace(minute=0, second=0, microsecond=0)
+    start = as_utc(start)
+    h0 = floor_hour(start)
     if h0 < start:
         h0 += timedelta(hours=1)
-    h1 = end.replace(minute=0, second=0, microsecond=0)
+    h1 = floor_hour(as_utc(end))
     return (h0, h1) if h1 > h0 else (h0, h0)
 
 

@@ -423,7 +423,8 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
         write_csv(frame, path)
         files.team_csvs[str(team)] = path
     top_idle = _idle_by_job(found.runs).head(15)
-    chart = _cost_chart(daily_cost_by_team(store, start, end))
+    daily = daily_cost_by_team(store, start, end)
+    chart = _cost_chart(daily)
     total = float(summary["cost_usd"].sum())
     idle_line = summary[summary["team"] == IDLE_CAPACITY]
     idle_cost = float(idle_line["cost_usd"].sum()) if not idle_line.empty else 0.0
@@ -436,7 +437,6 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     work_by_class = workload_summary(store, start, end, min(end, now), by=("workload_class",))
     classes = class_usage(store, start, min(end, now))
     utilisation = cluster_utilization(store, start, end, 60)
-    daily = daily_cost_by_team(store, start, end)
     all_jobs = job_table(store, start, end, limit=100_000, mem_fraction=config.waste.oversized_mem_fraction,
                          p95=False, profiling=False)  # the team pages show neither
     recs = pd.DataFrame((recommendations() if callable(recommendations) else recommendations) or [])

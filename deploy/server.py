@@ -135,7 +135,7 @@ def refresh_advice(service: RecommendationService, store: Store) -> None:
     """The scheduled refresh of the open advice (made only when `[quota] refresh_minutes` have passed), skipped
     while the server folds a backlog (the API refuses analytic reads then too); a failure is logged, never raised."""
     try:
-        if not (store.fold_behind and store.catching_up()):
+        if not store.folding_backlog():
             service.current()
     except Exception:  # noqa: BLE001 - a scheduled job must not die; the traceback is in the log
         log.exception("advice not refreshed")

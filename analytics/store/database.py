@@ -572,6 +572,11 @@ class Store:
         lag = self.fold_lag()[1]
         return lag is not None and lag > CATCH_UP_LAG
 
+    def folding_backlog(self) -> bool:
+        """A bounded fold left minutes behind and the store is catching up: what analytic reads (the API's, the
+        scheduled advice refresh) wait for, since each would aggregate every unfolded raw sample."""
+        return self.fold_behind and self.catching_up()
+
     def rebuild_rollups(self, idle_util_pct: float | None = None) -> int:
         """Rebuild the rollups from the raw samples still kept (with a new idle threshold, when given); rollups
         older than the oldest raw sample stay as they were built. Returns minutes folded."""

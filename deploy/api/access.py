@@ -152,15 +152,18 @@ class Caller:
         rows = list(rows)
         if self.team is None:
             return rows
-        return [r for r in rows if r.get("team") == self.team or (shared and r.get("team") in SHARED_LINES)]
+        return [r for r in rows if self._sees(r.get("team"), shared)]
 
     def page(self, frame: pd.DataFrame, limit: int, shared: bool = True) -> list[dict[str, Any]]:
         """visible() of a table's first `limit` rows this caller may see, as records: the rows are chosen before
         they are converted, since converting a few thousand rows to cut them to fifty cost more than the query."""
         if self.team is not None and len(frame):
-            keep = frame["team"] == self.team
-            frame = frame[keep | frame["team"].isin(SHARED_LINES)] if shared else frame[keep]
+            frame = frame[[self._sees(t, shared) for t in frame["team"]]]
         return records(frame.head(limit))
+
+    def _sees(self, team: Any, shared: bool) -> bool:
+        """Whether a team token sees a row of `team`: its own, and (`shared`) the lines that name no team."""
+        return team == self.team or (shared and team in SHARED_LINES)
 
     def redact(self, rows: Iterable[dict[str, Any]], fields: tuple[str, ...] = ("team", "job_id")) -> list[dict]:
         """Every row, but for a team token with another team's name and job replaced by OTHER_TEAM: cluster

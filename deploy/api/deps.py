@@ -42,7 +42,7 @@ def fold_state(store: Store) -> dict:
     kept in memory and the one-row state table), so it answers while a backlog is folded."""
     folded, lag = store.fold_lag()
     return {"folded_until": folded, "fold_behind_minutes": None if lag is None else round(lag.total_seconds() / 60, 1),
-            "catching_up": store.fold_behind and store.catching_up()}
+            "catching_up": store.folding_backlog()}
 
 
 def caught_up(request: Request) -> None:
@@ -50,7 +50,7 @@ def caught_up(request: Request) -> None:
     aggregate every unfolded raw sample and, with the fold, hold both cores for minutes (a liveness probe behind
     it would restart the server mid-fold). Reads are answered again as soon as the fold has caught up."""
     store = request.app.state.store
-    if store.fold_behind and store.catching_up():
+    if store.folding_backlog():
         state = fold_state(store)
         raise CatchingUpError(f"the server is folding a backlog of samples into its rollups (folded to "
                               f"{state['folded_until']}, {state['fold_behind_minutes']} minutes behind the newest "
