@@ -61,6 +61,16 @@ def missed_slos(store: Store, config: Config, at: datetime) -> dict[str, dict]:
     return out
 
 
+def judged_jobs(store: Store, config: Config, at: datetime) -> set[str]:
+    """The jobs serving a service judged against an SLO over SERVICE_WINDOW (met, missed or unknown): their size
+    is for the service's own advice to say (right-size when far inside it), never the memory rule's."""
+    if not config.slo:
+        return set()
+    services = service_table(store, at - SERVICE_WINDOW, at, config.slo)
+    judged = services[services["slo_status"].notna()] if len(services) else services
+    return {str(j) for jobs in judged["jobs"] for j in jobs} if len(judged) else set()
+
+
 def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetime,
                      skip_jobs: set[str | None]) -> list[Recommendation]:
     """Resize advice for services far inside their SLO on more GPU than they need (module docstring)."""

@@ -20,7 +20,7 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import interval_at
 from gpuledger.analytics.waste import idle_runs, oversized_jobs
 from gpuledger.policies.efficiency_advice import efficiency_advice
-from gpuledger.policies.inference_advice import missed_slos, rightsize_advice
+from gpuledger.policies.inference_advice import judged_jobs, missed_slos, rightsize_advice
 from gpuledger.policies.consolidation import colocate_advice, consolidate_advice, separate_advice
 from gpuledger.policies.quota import HOURS_PER_WEEK
 from gpuledger.policies.recommendation import Recommendation
@@ -107,12 +107,13 @@ def placement_advice(store: Store, config: Config, at: datetime) -> list[Recomme
     # which a live collector sampling every 15 s nearly always holds (and then no job looked running)
     read = store.latest_ts(before=pd.Timestamp(at).floor("min").to_pydatetime())
     reclaim = reclaim_advice(store, config, start, at, read) if read is not None else []
-    # an inference pod is sized by what its service achieves first (its SLO, weights and KV cache); the memory
-    # rule sizes the rest, never a pod of a service missing its SLO (a smaller shape would make it slower)
+    # a pod of a service with an SLO is sized by what its service achieves (right-size when far inside the SLO,
+    # from its weights and KV cache), never by the memory rule: near or over its bound, a smaller shape would make
+    # it miss; the memory rule sizes the rest
     missed = missed_slos(store, config, at)
     reclaimed = {r.job_id for r in reclaim}
     services = rightsize_advice(store, config, at, read, reclaimed) if read is not None else []
-    resize = resize_advice(store, config, start, at, read, reclaimed | {r.job_id for r in services} | set(missed)) \
+    resize = resize_advice(store, config, start, at, read, reclaimed | judged_jobs(store, config, at)) \
         if read is not None else []
     efficiency = efficiency_advice(store, config, start, at, read) if read is not None else []
     return (reclaim + services + resize + efficiency

@@ -222,16 +222,16 @@ def test_hostile_names_from_a_page_are_dropped_and_counted(store):
     assert stored == 0 and skipped["bad_pod_name"] > 0
 
 
-def _serving_reads(store, pod: str, fast: bool, reads: int = 12, namespace: str = "nlp") -> None:
-    """A vLLM server of Llama-3.1-8B read every 10 minutes: fast (every TTFT under 50 ms) or slow (most over 1 s),
-    its KV cache at most 20% full."""
+def _serving_reads(store, pod: str, fast: bool, reads: int = 12, namespace: str = "nlp",
+                   model: str = "meta-llama/Llama-3.1-8B-Instruct") -> None:
+    """A vLLM server of `model` read every 10 minutes: fast (every TTFT under 50 ms) or slow (most over 1 s), its
+    KV cache at most 20% full."""
     for i in range(reads):
         n = 200 * (i + 1)
         buckets = [n, n, n, n, n] if fast else [0, 0, 0, int(n * 0.1), int(n * 0.2)]
-        page = vllm_page(n, 600 * n, 180 * n, buckets, model="meta-llama/Llama-3.1-8B-Instruct")
+        page = vllm_page(n, 600 * n, 180 * n, buckets, model=model)
         page += ('# TYPE vllm:kv_cache_usage_perc gauge\n'
-                 f'vllm:kv_cache_usage_perc{{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"}} '
-                 f'{0.1 + 0.1 * (i % 2)}\n')
+                 f'vllm:kv_cache_usage_perc{{engine="0",model_name="{model}"}} {0.1 + 0.1 * (i % 2)}\n')
         store_read(store, AppRead(at=T0 + timedelta(minutes=10 * i),
                                   pages=[PageRead(page, f"http://{pod}:8000/metrics", namespace, pod)]), Attributor())
 
@@ -262,17 +262,21 @@ def test_a_service_far_inside_its_slo_on_a_big_gpu_is_right_sized_with_its_proje
                 if r.kind == "resize" and r.job_id == "nlp/vllm-0"]
 
 
-def test_inference_pods_are_sized_by_their_service_and_never_shrunk_while_missing_their_slo(store):
-    """Two pods on little of their H100's memory: the one whose service is far inside its SLO gets the service's
-    right-size advice (weights and KV cache), not the memory rule's; the one whose service misses it gets none."""
+def test_inference_pods_are_sized_by_their_service_and_never_by_the_memory_rule(store):
+    """Three pods on little of their H100's memory: the one whose service is far inside its SLO gets the service's
+    right-size advice (weights and KV cache), not the memory rule's; the one whose service misses it, and the one
+    whose service meets it close to its bound, get none (a smaller shape could push them over)."""
     from gpuledger.policies.recommender import evaluate
     store.append_samples(table(
         gpu_rows("n1", 0, "H100", 120, util=20.0, job="nlp/vllm-0", team="nlp", mem_used=15000.0, sm_active=0.1),
         gpu_rows("n1", 1, "H100", 120, util=20.0, job="speech/vllm-1", team="speech", mem_used=15000.0,
-                 sm_active=0.1)))
+                 sm_active=0.1),
+        gpu_rows("n1", 2, "H100", 120, util=20.0, job="cv/vllm-2", team="cv", mem_used=15000.0, sm_active=0.1)))
     _serving_reads(store, "vllm-0", fast=True)
     _serving_reads(store, "vllm-1", fast=False, namespace="speech")
-    config = Config(slo={"meta-llama/Llama-3.1-8B-Instruct": Slo(ttft_p95_s=0.5)})
+    _serving_reads(store, "vllm-2", fast=True, namespace="cv", model="org/Other-7B")
+    config = Config(slo={"meta-llama/Llama-3.1-8B-Instruct": Slo(ttft_p95_s=0.5),
+                         "org/Other-7B": Slo(ttft_p95_s=0.06)})  # met (p95 ~48 ms), but not far inside
     resize = [r for r in evaluate(store, config, T0 + timedelta(minutes=119, seconds=30)).proposals()
               if r.kind == "resize"]
     assert [r.job_id for r in resize] == ["nlp/vllm-0"]
