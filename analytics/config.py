@@ -9,9 +9,11 @@ cannot silently leave the default in force.
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import re
 from dataclasses import dataclass, field, fields, replace
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -26,6 +28,9 @@ from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.gpu_catalog import DEFAULT_RATES
 from gpuledger.collector.identifiers import check_identifier
+
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(GpuledgerError, ValueError):
@@ -135,6 +140,25 @@ class RetentionConfig:
         return Retention(self.raw_days, self.minute_days)
 
 
+LEDGER_PERIODS = ("month", "week")  # how the ledger cuts time into periods that close (analytics/ledger.py)
+
+
+@dataclass(frozen=True)
+class LedgerConfig:
+    """`[ledger]`: the periods a bill closes by. A period closes `grace_days` after its end (late samples and
+    corrections to its usage come in meanwhile); from then on its statement is stored and never changes."""
+    period: str = "month"
+    grace_days: float = 3.0
+
+
+@dataclass(frozen=True)
+class RateCard:
+    """One dated version of the rate card (`[[rate_cards]]`): the models whose rate changes at `start`, each
+    in force until that model's next version. `start` is a whole UTC hour."""
+    start: datetime
+    rates: dict[str, float]
+
+
 @dataclass(frozen=True)
 class PlacementConfig:
     """`[placement]`."""
@@ -186,12 +210,14 @@ class AppsConfig:
 
 # the file's sections of settings, each the dataclass whose fields are its keys (in the order the loader reads them)
 SECTION_TYPES: dict[str, type] = {"placement": PlacementConfig, "waste": WasteConfig, "fairshare": FairshareConfig,
-                                  "quota": QuotaConfig, "retention": RetentionConfig, "efficiency": EfficiencyConfig}
+                                  "quota": QuotaConfig, "retention": RetentionConfig, "efficiency": EfficiencyConfig,
+                                  "ledger": LedgerConfig}
 
 
 @dataclass
 class Config:
-    rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
+    rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))  # in force since ever
+    rate_cards: list[RateCard] = field(default_factory=list)  # dated changes, oldest first
     teams: dict[str, TeamConfig] = field(default_factory=dict)
     namespace_to_team: dict[str, str] = field(default_factory=dict)
     user_to_team: dict[str, str] = field(default_factory=dict)
@@ -201,6 +227,7 @@ class Config:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     efficiency: EfficiencyConfig = field(default_factory=EfficiencyConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
     slo: dict[str, Slo] = field(default_factory=dict)  # by service (model served) or team
     apps: AppsConfig = field(default_factory=AppsConfig)
     email: EmailConfig | None = None  # [report.email]: mail the weekly report
@@ -210,6 +237,16 @@ class Config:
         (rebuilt from the raw samples kept when the threshold changed)."""
         store.retention = self.retention.levels()
         store.use_idle_threshold(self.waste.idle_util_pct)
+
+    def dated_rates(self) -> list[tuple[str, datetime, float]]:
+        """The dated versions as the store keeps them: (GPU model, start, USD per GPU-hour)."""
+        return [(model, card.start, rate) for card in self.rate_cards for model, rate in card.rates.items()]
+
+    def price(self, store: Store) -> None:
+        """Give the store this site's rate card (refused where it would re-price a closed period), logging what
+        it re-prices of open time."""
+        for change in store.set_rates(self.rates, self.dated_rates()):
+            log.warning("rate card changed: %s is re-priced; its periods are not closed yet", change)
 
     def attributor(self) -> Attributor:
         return Attributor(namespace_to_team=self.namespace_to_team, user_to_team=self.user_to_team)
@@ -272,6 +309,10 @@ SETTINGS: dict[str, dict[str, Bound]] = {
         "comm_gbps_per_gpu": Bound(0.0),
         "min_coverage": Bound(0.0, 1.0),
     },
+    "ledger": {
+        "period": Bound(choices=LEDGER_PERIODS),
+        "grace_days": Bound(0.0, 31.0),
+    },
     "retention": {
         "raw_days": Bound(1.0),  # raw samples; also the oldest sample ingest accepts
         "minute_days": Bound(1.0),  # minute rollups (idle stretches need them)
@@ -286,7 +327,7 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
+SECTIONS = ("rates", "rate_cards", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
 
@@ -360,6 +401,55 @@ def _names(where: str, value: Any, kind: str) -> dict[str, str]:
     return {_name(kind, k, f"[{where}]"): _name("team", v, f"[{where}] {k}") for k, v in table.items()}
 
 
+def _start(where: str, value: Any) -> datetime:
+    """A rate card's `from`: a TOML date (midnight UTC) or a date-time with its offset, on a whole UTC hour (the
+    rollups price by the hour, so a rate cannot start inside one)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value) if "T" in value or " " in value else date.fromisoformat(value)
+        except ValueError as exc:
+            raise ConfigError(f"[{where}] from must be a date (2026-12-01) or a date-time with its offset "
+                              f"(2026-12-01T08:00:00Z), got {value!r}") from exc
+    if isinstance(value, date) and not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    if not isinstance(value, datetime):
+        raise ConfigError(f"[{where}] from must be a date or a date-time, got {value!r}")
+    if value.tzinfo is None:
+        raise ConfigError(f"[{where}] from {value.isoformat()} has no offset: give one (Z for UTC), since a bill "
+                          "cannot depend on the server's time zone")
+    value = value.astimezone(timezone.utc)
+    if value.minute or value.second or value.microsecond or value.year < 1971:
+        raise ConfigError(f"[{where}] from must be a whole UTC hour after 1970, got {value.isoformat()}")
+    return value
+
+
+def _rate_cards(value: Any) -> list[RateCard]:
+    """`[[rate_cards]]`: each version's `from` and the rates that change then. A version without a start, two with
+    the same start (overlapping dates) or a negative rate is refused: a bill is never priced by a guess."""
+    if not isinstance(value, list):
+        raise ConfigError("[[rate_cards]] must be an array of tables: [[rate_cards]] from = 2026-12-01 H100 = 5.5")
+    cards: list[RateCard] = []
+    for i, spec in enumerate(value, 1):
+        where = f"rate_cards #{i}"
+        spec = dict(_table(where, spec))
+        if "from" not in spec:
+            raise ConfigError(f"[{where}] has no `from`: every dated rate needs the date it starts "
+                              "(from = 2026-12-01); undated rates belong in [rates]")
+        start = _start(where, spec.pop("from"))
+        if not spec:
+            raise ConfigError(f"[{where}] from {start:%Y-%m-%d %H:%M} UTC sets no rate: add GPU model = USD/GPU-hour")
+        rates = {}
+        for model, rate in spec.items():
+            model = _model(model, where)
+            rates[model] = _number(where, model, rate)
+        same = next((c for c in cards if c.start == start), None)
+        if same is not None:
+            raise ConfigError(f"[{where}] starts at {start:%Y-%m-%d %H:%M} UTC like an earlier version: overlapping "
+                              "dates; put the rates of one start in one [[rate_cards]]")
+        cards.append(RateCard(start, rates))
+    return sorted(cards, key=lambda c: c.start)
+
+
 def load_config(path: str | Path | None) -> Config:
     """Read a TOML config; unknown sections or keys and bad values raise ConfigError naming the key."""
     config = Config()
@@ -378,6 +468,7 @@ def load_config(path: str | Path | None) -> Config:
     for model, rate in _table("rates", data.get("rates", {})).items():
         model = _model(model, "rates")  # the name first: a bad rate's message then shows a checked name
         config.rates[model] = _number("rates", model, rate)
+    config.rate_cards = _rate_cards(data.get("rate_cards", []))
     for team, spec in _table("teams", data.get("teams", {})).items():
         where = f"teams.{team}"
         _name("team", team, "[teams]")

@@ -60,6 +60,8 @@ HEADERS = {
     "cost_prev_week_usd": "Cost previous week (USD)", "cost_change": "Change on previous week",
     "idle_gpu_hours": "Idle GPU-hours (waste)", "idle_cost_usd": "Idle cost (USD, waste)",
     "unpriced_gpu_hours": "Unpriced GPU-hours", "usd_per_gpu_hour": "Rate (USD / GPU-hour)",
+    "rate_card": "Rate card version", "usage_usd": "Usage (USD)", "adjustments_usd": "Adjustments (USD)",
+    "total_usd": "Total (USD)", "usd": "Amount (USD)", "corrects": "Corrects period", "made_by": "By",
     "longest_idle_minutes": "Longest idle stretch (min)", "mean_util_pct": "Mean utilisation (%)",
     "idle_share": "Idle share", "allocated_gpu_hours": "GPU-hours allocated",
     "service": "Service (model served)", "slo_status": "SLO", "cost_per_million_tokens": "Cost per million tokens",
@@ -105,7 +107,7 @@ def _team_page(team: str, label: str, start: datetime, end: datetime, line: pd.D
 <h2>Cost per day</h2>
 {chart}
 <h2>Cost per GPU model</h2>
-{_table(by_model.drop(columns=["team", "week"], errors="ignore"), money=("usd_per_gpu_hour", "cost_usd"))}
+{_table(by_model.drop(columns=["team", "week", "rate_from"], errors="ignore"), money=("usd_per_gpu_hour", "cost_usd"))}
 <h2>Costliest jobs</h2>
 {_table(jobs, money=("cost_usd",), percent=("idle_share", "util_coverage"))}
 <h2>Largest idle allocations</h2>
@@ -492,3 +494,43 @@ the profiling fields, where the GPUs report them).</p>
         files.team_pages[str(team)] = path
     files.html.write_text(page, encoding="utf-8")
     return files
+
+
+STATEMENT_COLUMNS = ["kind", "period", "state", "team", "gpu_model", "rate_card", "usd_per_gpu_hour", "gpu_hours",
+                     "used_gpu_hours", "cost_usd", "corrects", "reason", "made_by", "made_at"]
+
+
+def write_statement(found: dict, out: Path, team: str | None = None) -> tuple[Path, Path]:
+    """A period's statement (analytics/ledger.py `statement`, already narrowed to `team` when given) as CSV, its
+    usage lines then its adjustments, each row saying which (`kind`), and as a self-contained page (for PDF).
+    Returns (csv, html)."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / (f"statement-{found['period']}" + (f"-{_safe(team)}" if team else ""))
+    lines = pd.DataFrame(found["lines"], columns=[c for c in STATEMENT_COLUMNS if c not in
+                                                  ("kind", "period", "state", "corrects", "reason", "made_by",
+                                                   "made_at")])
+    adjustments = pd.DataFrame(found["adjustments"], columns=["team", "usd", "corrects", "reason", "made_by",
+                                                              "made_at"])
+    rows = pd.concat([lines.assign(kind="usage"),
+                      adjustments.rename(columns={"usd": "cost_usd"}).assign(kind="adjustment")], ignore_index=True)
+    rows = rows.assign(period=found["period"], state=found["state"]).reindex(columns=STATEMENT_COLUMNS)
+    write_csv(rows, base.with_suffix(".csv"))
+    state = ("Closed " + f"{pd.Timestamp(found['closed_at']):%Y-%m-%d %H:%M} UTC by {found['closed_by']}: final."
+             if found["state"] == "closed" else
+             f"<strong>Draft</strong>: the period is open until {pd.Timestamp(found['closes_at']):%Y-%m-%d %H:%M} "
+             "UTC and these figures will change.")
+    title = found["period"] + (f" — {owner_label(team)}" if team else "")
+    body = f"""<h1>GPU statement — {html.escape(title)}</h1>
+<p>{pd.Timestamp(found['start']):%Y-%m-%d} to {pd.Timestamp(found['end']):%Y-%m-%d} (UTC, end exclusive).
+{html.escape(state) if found['state'] == 'closed' else state}
+Total <strong>${found['total_usd']:,.2f}</strong>.</p>
+<h2>Per team</h2>
+{_table(pd.DataFrame(found['teams']), money=("usage_usd", "adjustments_usd", "total_usd"))}
+<h2>Lines (per team, GPU model and rate card version)</h2>
+{_table(lines.drop(columns=["rate_from"], errors="ignore"), money=("usd_per_gpu_hour", "cost_usd"),
+        percent=("util_coverage",))}
+<h2>Adjustments</h2>
+{_table(adjustments, money=("usd",))}"""
+    page = base.with_suffix(".html")
+    page.write_text(_page(f"gpuledger statement {found['period']}", body), encoding="utf-8")
+    return base.with_suffix(".csv"), page

@@ -26,6 +26,10 @@ from gpuledger.collector.samples import IDLE_CAPACITY, PROFILING_FIELDS, UNATTRI
 
 # the rollups of [$start, $end) (analytics/store/rollups.py): every query below reads these, never raw samples
 USAGE = "usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)"
+# a rollup row `u` priced at the rate card version in force at its bucket's start (rates start on whole hours, so
+# a bucket never straddles a change): the rate `r.usd_per_gpu_hour` and its version `r.effective_from`, null where
+# the model had no rate then (unpriced, never silently free)
+PRICE_JOIN = "ASOF LEFT JOIN rate_versions r ON u.gpu_model = r.gpu_model AND u.bucket >= r.effective_from"
 
 
 def team_usage(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
@@ -243,7 +247,7 @@ def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: flo
                sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour,
                {", ".join(f"sum({f}_gpu_s) FILTER (WHERE allocated) / "
                           f"nullif(sum({f}_cov_s) FILTER (WHERE allocated), 0) AS {f}" for f in PROFILING_FIELDS)}
-        FROM {USAGE} u LEFT JOIN rate_card r USING (gpu_model) GROUP BY 1 ORDER BY 1"""
+        FROM {USAGE} u {PRICE_JOIN} GROUP BY 1 ORDER BY 1"""
     frame = store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end),
                                     "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
     return _known(frame)

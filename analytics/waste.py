@@ -61,7 +61,7 @@ def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteCon
                sum(p.gpu_s) / 3600.0 AS idle_gpu_hours,
                sum(p.gpu_s) / 3600.0 * coalesce(any_value(r.usd_per_gpu_hour), 0) AS idle_cost_usd,
                sum(p.util_sum) / nullif(sum(p.util_n), 0) AS mean_util_pct
-        FROM parts p LEFT JOIN rate_card r USING (gpu_model)
+        FROM parts p ASOF LEFT JOIN rate_versions r ON p.gpu_model = r.gpu_model AND p.start_ts >= r.effective_from
         GROUP BY p.team, p.job_id, p.node, p.gpu_uuid, p.mig_instance, p.gpu_model, p.run
         HAVING sum(p.s) >= $idle_minutes * 60
         ORDER BY idle_gpu_hours DESC"""

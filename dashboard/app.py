@@ -6,6 +6,7 @@ Run with `gpuledger dashboard --api URL` (or `gpuledger demo`, which starts it f
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -693,6 +694,31 @@ with tab_cost:
                 "fits in", help=f"the smallest MIG slice or card that fits; {BLANK}: none"
             ),
         )
+
+        st.subheader("Ledger: periods and statements")
+        periods = frame(get("periods")["periods"], ("start", "end", "closes_at", "closed_at"))
+        if periods.empty:
+            st.info("No period yet: the ledger starts with the first sample.")
+        else:
+            show_table(periods[["period", "state", "start", "end", "closes_at", "closed_by", "total_usd"]])
+            chosen = st.selectbox("Statement", periods["period"].iloc[::-1].tolist(),
+                                  help="a closed period's stored, final statement; an open period's draft so far")
+            CALLS["statement"] = (f"/v1/ledger/statements/{quote(str(chosen))}", {})
+            found = get("statement")["statement"]
+            said = (f"final, closed {md(found['closed_at'])} by {md(found['closed_by'])}"
+                    if found["state"] == "closed" else f"a draft: open until {md(found['closes_at'])}")
+            st.caption(f"{md(chosen)}: {said} · total ${found['total_usd']:,.2f} · each line names the rate card "
+                       "version that priced it")
+            teams_df = frame(found["teams"])
+            if not teams_df.empty:
+                teams_df["team"] = teams_df["team"].map(owner_label)
+            show_table(teams_df)
+            lines_df = frame(found["lines"]).drop(columns=["rate_from"], errors="ignore")
+            if not lines_df.empty:
+                lines_df["team"] = lines_df["team"].map(owner_label)
+            show_table(lines_df)
+            if found["adjustments"]:
+                show_table(frame(found["adjustments"], ("made_at",)))
 
 with tab_fair:
     if tab_fair.open:

@@ -112,4 +112,5 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "job_coverage": ("/v1/workloads/coverage", {"days": days, "end": end}),
         "efficiency": ("/v1/efficiency", {"days": days, "end": end}),
         "inference": ("/v1/inference", {"days": days, "end": end}),
+        "periods": ("/v1/ledger/periods", {}),
     }

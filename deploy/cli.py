@@ -201,6 +201,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="mail it as [report.email] in --config says (admins: page, PDF, summary CSV; each team: "
                              "its page and CSV)")
 
+    stmt = sub.add_parser(
+        "statement", help="print and write a period's statement (CSV, HTML, --pdf): final once the period closed",
+        description="Closes every period whose grace has passed ([ledger] period and grace_days), then prints the "
+                    "statement of --period: per team, GPU model and rate card version, with the adjustments "
+                    "booked into it, and writes it as CSV and HTML (and PDF) into --out. A closed period's "
+                    "statement is the stored one and never changes; an open period's figures are a draft "
+                    "(--draft).")
+    _add_common(stmt)
+    stmt.add_argument("--period", required=True, metavar="YYYY-MM|YYYY-Www",
+                      help="the period: a month such as 2026-11 (or an ISO week such as 2026-W48 when [ledger] "
+                           "period = week)")
+    stmt.add_argument("--team", help="only this team's lines and adjustments (the total is then the team's)")
+    stmt.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
+    stmt.add_argument("--pdf", action="store_true", help="also print the page to PDF (headless Chromium)")
+    stmt.add_argument("--draft", action="store_true", help="an open period: its figures so far, marked as a draft")
+
     rec = sub.add_parser("recommend", help="re-evaluate, store and print the open recommendations as JSON",
                          description="Evaluates the policy now over the policy window ([quota] window_days, default "
                                      "14), stores what is new (a change only after the cool-down and by at least "
@@ -460,7 +476,7 @@ def _store(args: argparse.Namespace, read_only: bool = False) -> Store:
 def _open_store(args: argparse.Namespace, config: Config) -> Store:
     store = _store(args)
     config.apply_to(store)
-    store.set_rates(config.rates)
+    config.price(store)
     if config.teams:
         store.upsert_teams(config.team_frame())
         store.set_team_quotas(config.quota_frame())
@@ -547,6 +563,57 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
                 raise InputError("--send needs [report.email] in the --config file (host, admins, teams)")
             print(f"mailed {send(config.email, files)} message(s) through {config.email.host}:{config.email.port}")
     return 0
+
+
+def cmd_statement(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.ledger import close_due, for_team, statement
+    from gpuledger.analytics.report import write_statement
+    with _open_existing(args, config) as store:
+        for period in close_due(store, config.ledger, by="gpuledger statement"):
+            print(f"closed period {period}", file=sys.stderr)
+        found = statement(store, config.ledger, args.period)
+    if found["state"] == "open" and not args.draft:
+        raise InputError(f"period {found['period']} is open until {found['closes_at']:%Y-%m-%d %H:%M} UTC "
+                         "([ledger] grace_days after its end), so it has no final statement yet: add --draft for its "
+                         "figures so far")
+    if args.team:
+        found = for_team(found, args.team)
+    try:
+        csv, page = write_statement(found, args.out, args.team)
+    except OSError as exc:
+        raise InputError(f"cannot write the statement into {args.out}: {exc.strerror or exc}") from exc
+    print(statement_text(found))
+    print(f"csv: {csv}\nhtml: {page}")
+    if args.pdf:
+        from gpuledger.deploy.report_delivery import print_pdf
+        pdf = print_pdf(page)
+        print(f"pdf: {pdf}" if pdf else "pdf: not written (no Chromium found; see the log)")
+    return 0
+
+
+def statement_text(found: dict) -> str:
+    """A statement as the terminal shows it: its state, a line per team, GPU model and rate card version, the
+    adjustments, the team totals and the total."""
+    import pandas as pd
+
+    def when(key: str, shown: str = "%Y-%m-%d %H:%M UTC") -> str:
+        return f"{pd.Timestamp(found[key]):{shown}}"
+    state = (f"closed {when('closed_at')} by {found['closed_by']} (final)" if found["state"] == "closed"
+             else f"DRAFT: open until {when('closes_at')}")
+    out = [f"statement {found['period']} ({when('start', '%Y-%m-%d')} to {when('end', '%Y-%m-%d')}), {state}",
+           f"{'team':<24} {'GPU model':<14} {'rate card':<26} {'USD/GPU-h':>9} {'GPU-hours':>11} {'cost USD':>12}"]
+    for line in found["lines"]:
+        rate = "-" if line["usd_per_gpu_hour"] is None else f"{line['usd_per_gpu_hour']:.4g}"
+        out.append(f"{line['team']:<24.24} {line['gpu_model'] or '-':<14.14} {line['rate_card'] or 'unpriced':<26} "
+                   f"{rate:>9} {line['gpu_hours']:>11,.2f} {line['cost_usd']:>12,.2f}")
+    for adj in found["adjustments"]:
+        out.append(f"adjustment {adj['id']}: {adj['team']} {adj['usd']:+,.2f} USD for {adj['corrects']} "
+                   f"by {adj['made_by']}: {adj['reason']}")
+    for team in found["teams"]:
+        out.append(f"  {team['team']:<22.22} usage {team['usage_usd']:>12,.2f}  adjustments "
+                   f"{team['adjustments_usd']:>10,.2f}  total {team['total_usd']:>12,.2f}")
+    out.append(f"total USD {found['total_usd']:,.2f}")
+    return "\n".join(out)
 
 
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
@@ -988,7 +1055,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "demo": cmd_demo, "serve": cmd_serve, "agent": cmd_agent, "collect": cmd_collect,
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
-    "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape,
+    "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape, "statement": cmd_statement,
 }
 
 

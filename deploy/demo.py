@@ -68,7 +68,7 @@ def _fresh_demo_store(path: Path, config: Config) -> Store:
         stale.unlink(missing_ok=True)
     store = Store(path)
     store.set_meta(DEMO_MARK, "true")
-    store.set_rates(config.rates)
+    config.price(store)
     return store
 
 

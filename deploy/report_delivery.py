@@ -28,25 +28,30 @@ class DeliveryError(GpuledgerError):
 
 def render_pdf(files: ReportFiles) -> Path | None:
     """The admin page as PDF beside it; None (with a warning) when no Chromium is at hand."""
+    files.pdf = print_pdf(files.html)
+    return files.pdf
+
+
+def print_pdf(page: Path) -> Path | None:
+    """An HTML page printed to PDF beside it (A4) by headless Chromium; None (with a warning) without one."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError:
         log.warning("no PDF: playwright is not installed")
         return None
-    target = files.html.with_suffix(".pdf")
+    target = page.with_suffix(".pdf")
     try:
         with sync_playwright() as p:
             options = {"executable_path": CHROMIUM} if Path(CHROMIUM).exists() else {}
             browser = p.chromium.launch(args=CHROMIUM_FLAGS, **options)
-            page = browser.new_page()
-            page.goto(files.html.resolve().as_uri())
-            page.pdf(path=str(target), format="A4", print_background=True,
-                     margin={"top": "1cm", "bottom": "1cm", "left": "1cm", "right": "1cm"})
+            tab = browser.new_page()
+            tab.goto(page.resolve().as_uri())
+            tab.pdf(path=str(target), format="A4", print_background=True,
+                    margin={"top": "1cm", "bottom": "1cm", "left": "1cm", "right": "1cm"})
             browser.close()
     except Error as exc:
-        log.warning("no PDF of %s: %s", files.html, exc)
+        log.warning("no PDF of %s: %s", page, exc)
         return None
-    files.pdf = target
     return target
 
 

@@ -20,6 +20,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from gpuledger.analytics import fragmentation
 from gpuledger.analytics.config import Config
+from gpuledger.analytics.ledger import close_due
 from gpuledger.analytics.report import ReportFiles, write_weekly_report
 from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.store.ingest_writer import IngestWriter
@@ -141,6 +142,22 @@ def refresh_advice(service: RecommendationService, store: Store) -> None:
         log.exception("advice not refreshed")
 
 
+def close_periods(store: Store, config: Config) -> list[str]:
+    """The ledger's periods whose grace has passed, closed (their statements stored); a problem is logged, never
+    raised (a ledger whose period kind changed says so here until the config is put back)."""
+    try:
+        closed = close_due(store, config.ledger, by="gpuledger server")
+    except GpuledgerError as exc:
+        log.warning("ledger periods not closed: %s", exc)
+        return []
+    except Exception:  # noqa: BLE001 - a scheduled job must not die; the traceback is in the log
+        log.exception("ledger periods not closed")
+        return []
+    for period in closed:
+        log.info("ledger period %s closed: its statement is stored and final", period)
+    return closed
+
+
 def start_report_scheduler(store: Store, config: Config, out_dir: str | Path) -> BackgroundScheduler:
     """Every Monday 01:00 UTC, report the ISO week that just ended; every FRAGMENTATION_EVERY_MIN minutes,
     record the cluster's fragmentation."""
@@ -171,6 +188,9 @@ class Serving:
         self.scheduler.add_job(refresh_advice, IntervalTrigger(minutes=1), args=[api.app.state.recommender, store],
                                id="advice", name="advice refresh", next_run_time=utc_now(), coalesce=True,
                                max_instances=1)
+        # periods whose grace has passed are closed at start and then every hour
+        self.scheduler.add_job(close_periods, IntervalTrigger(hours=1), args=[store, config], id="ledger",
+                               name="ledger periods", next_run_time=utc_now(), coalesce=True, max_instances=1)
         self.loop = CollectLoop(source, store, interval_s, after_batch=after_batch) if source else None
         if self.loop:
             api.app.state.collection = self.loop  # /healthz reports degraded while it keeps failing

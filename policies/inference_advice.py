@@ -88,7 +88,7 @@ def rightsize_advice(store: Store, config: Config, at: datetime, latest: datetim
     if profiles.empty:
         return []
     profiles = with_compute_need(with_p95(store, profiles, start, at))  # one percentile query for them all
-    rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
+    rates = store.current_rates()
     out = []
     for row in calm.itertuples(index=False):
         bounds = row.slo

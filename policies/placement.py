@@ -59,7 +59,7 @@ def reclaim_advice(store: Store, config: Config, start: datetime, at: datetime,
 def resize_advice(store: Store, config: Config, start: datetime, at: datetime, latest: datetime,
                   skip_jobs: set[str | None]) -> list[Recommendation]:
     over = oversized_jobs(store, start, at, config.waste)
-    rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
+    rates = store.current_rates()
     out = []
     for row in over.itertuples(index=False):
         if row.fits is None or pd.Timestamp(row.last_ts) < pd.Timestamp(latest):

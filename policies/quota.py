@@ -197,7 +197,7 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
     # same hours `covered_hours` counts in, so coverage is never over 1
     window_hours = float(len(pd.date_range(pd.Timestamp(start).floor("h"), pd.Timestamp(at) - pd.Timedelta(1, "us"),
                                            freq="h")))
-    rates = dict(zip(*[store.rate_card()[c] for c in ("gpu_model", "usd_per_gpu_hour")]))
+    rates = store.current_rates()
     busiest = (demand.groupby(["team", "gpu_model"])["allocated_gpus"].sum().reset_index()
                .sort_values("allocated_gpus").groupby("team").tail(1).set_index("team")["gpu_model"].to_dict())
     models = sorted(set(capacity) | {m for (t, m) in current if t in shares} | set(demand["gpu_model"].dropna()))

@@ -67,7 +67,7 @@ def test_cost_and_usage_match_the_raw_samples_to_the_cent(demo):
                sum(interval_s * gpu_fraction) / 3600 AS gpu_hours,
                sum(interval_s * gpu_fraction * coalesce(util_pct, 0) / 100) / 3600 AS used_gpu_hours,
                sum(interval_s * gpu_fraction / 3600 * coalesce(usd_per_gpu_hour, 0)) AS cost_usd
-        FROM samples LEFT JOIN rate_card USING (gpu_model) WHERE ts >= $start AND ts < $end GROUP BY 1""")
+        FROM samples LEFT JOIN rate_versions USING (gpu_model) WHERE ts >= $start AND ts < $end GROUP BY 1""")
     got = cost_by_team(demo, LO, HI).set_index("team")
     want = want.set_index("team").loc[got.index]
     assert len(got) == len(want) >= 4
@@ -165,7 +165,7 @@ def totals(store: Store, lo=START, hi=NOW) -> tuple[float, float]:
 def raw_totals(store: Store, lo=START, hi=NOW) -> tuple[float, float]:
     row = store.query("""SELECT sum(interval_s * gpu_fraction) / 3600 AS h,
                                 sum(interval_s * gpu_fraction / 3600 * coalesce(usd_per_gpu_hour, 0)) AS c
-                         FROM samples LEFT JOIN rate_card USING (gpu_model) WHERE ts >= $lo AND ts < $hi""",
+                         FROM samples LEFT JOIN rate_versions USING (gpu_model) WHERE ts >= $lo AND ts < $hi""",
                       {"lo": lo, "hi": hi})
     return round(row["h"][0], 6), round(row["c"][0], 2)
 

@@ -16,7 +16,8 @@ def test_schema_created_once_and_data_survives_reopen(open_store):
         assert s.sample_count() == 10
         assert s.teams() == ["t"]
         tables = set(s.query("SELECT table_name FROM information_schema.tables")["table_name"])
-        assert {"samples", "processes", "jobs", "teams", "rate_card", "meta"} <= tables
+        assert {"samples", "processes", "jobs", "teams", "rate_versions", "meta", "ledger_periods",
+                "statement_lines", "ledger_adjustments"} <= tables
 
 
 def test_append_is_one_bulk_insert_per_batch(open_store):
@@ -55,7 +56,7 @@ def test_upserts_replace_by_key(store):
     got = store.query("SELECT * FROM teams ORDER BY team")
     assert got.values.tolist() == [["a", 5.0, 3, None], ["b", 2.0, 2, None]]
     store.set_rates({"H100": 9.99})
-    assert store.scalar("SELECT usd_per_gpu_hour FROM rate_card WHERE gpu_model = 'H100'") == 9.99
+    assert store.current_rates() == {"H100": 9.99}  # a card is replaced whole
 
 
 def test_idle_checkpoints_leave_row_groups_alone_until_the_daily_compaction(tmp_path):

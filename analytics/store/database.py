@@ -40,6 +40,7 @@ from gpuledger.analytics.store.metrics import (
     ROW_RATE,
     ROWS_WRITTEN,
 )
+from gpuledger.analytics.store.rates import RateChange, RateRow, replace_card
 from gpuledger.analytics.store.schema import (
     APP_HOUR_FOLD,
     APP_INCREASE,
@@ -49,6 +50,7 @@ from gpuledger.analytics.store.schema import (
     KEYS,
     QUERY_LAYER,
     SCHEMA_VERSION,
+    SINCE_EVER,
     column_migrations,
     job_column_migrations,
     table_migrations,
@@ -852,9 +854,13 @@ class Store:
                     {"status": status, "by": by, "at": at, "note": note, "ids": list(ids)})
         return int(cur.fetchone()[0])
 
-    def set_rates(self, rates: Mapping[str, float]) -> int:
-        frame = pd.DataFrame({"gpu_model": list(rates), "usd_per_gpu_hour": [float(v) for v in rates.values()]})
-        return self._insert("rate_card", frame, replace=True)
+    def set_rates(self, rates: Mapping[str, float], dated: Sequence[RateRow] = ()) -> list[RateChange]:
+        """Replace the rate card: `rates` in force since ever (the config's [rates]) and the `dated` rows from their
+        starts. Refused whole (ClosedPeriodError) where it would re-price a closed period; returns what it
+        re-prices of open time."""
+        rows = [(m, SINCE_EVER, float(v)) for m, v in rates.items()] + [(m, s, float(v)) for m, s, v in dated]
+        with self.transaction() as cur:
+            return replace_card(cur, rows)
 
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as cur:
@@ -935,8 +941,25 @@ class Store:
             {"statuses": list(statuses) if statuses is not None else None, "team": team,
              "ids": list(ids) if ids is not None else None, "limit": limit})
 
-    def rate_card(self) -> pd.DataFrame:
-        return self.query("SELECT gpu_model, usd_per_gpu_hour FROM rate_card ORDER BY gpu_model")
+    def rate_card(self, at: datetime | None = None) -> pd.DataFrame:
+        """The rates in force at `at` (default now), one per GPU model, with the start of each
+        (`effective_from`; SINCE_EVER for an undated rate): what advice about the future is priced at."""
+        return self.query("""SELECT gpu_model, arg_max(usd_per_gpu_hour, effective_from) AS usd_per_gpu_hour,
+                                    max(effective_from) AS effective_from
+                             FROM rate_versions WHERE effective_from <= $at GROUP BY 1 ORDER BY 1""",
+                          {"at": at or utc_now()})
+
+    def current_rates(self) -> dict[str, float]:
+        """GPU model -> USD per GPU-hour in force now."""
+        card = self.rate_card()
+        return dict(zip(card["gpu_model"], card["usd_per_gpu_hour"].astype(float)))
+
+    def rate_history(self) -> pd.DataFrame:
+        """Every version of every model's rate, oldest first, with the start of the next (`until`; null: open)."""
+        return self.query("""SELECT gpu_model, effective_from, lead(effective_from) OVER (
+                                        PARTITION BY gpu_model ORDER BY effective_from) AS until, usd_per_gpu_hour,
+                                    rate_card_version(effective_from) AS rate_card
+                             FROM rate_versions ORDER BY gpu_model, effective_from""")
 
     def nodes(self) -> pd.DataFrame:
         """Agents that pushed batches: last seen, interval, batches and rows stored."""

@@ -1,6 +1,8 @@
 """DuckDB DDL, derived from the collector's Arrow schema so the two cannot drift apart."""
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pyarrow as pa
 
 from gpuledger.collector.samples import PROCESS_SCHEMA, PROFILING_FIELDS, SAMPLE_SCHEMA
@@ -44,6 +46,12 @@ def _columns(schema: pa.Schema) -> str:
 INGEST_RUNS = """CREATE TABLE IF NOT EXISTS ingest_runs (
     node VARCHAR NOT NULL, stream VARCHAR NOT NULL, first_seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
     rows BIGINT NOT NULL, rejected BIGINT NOT NULL, received_ts TIMESTAMPTZ NOT NULL)"""
+
+# the rate card with its history (schema 14): each GPU model's rate from its effective start until the model's next
+# one; a sample is priced at the rate in force at its time (analytics/usage.py PRICE_JOIN). No key: a card is
+# replaced whole, in one transaction, by Store.set_rates, which refuses one that re-prices a closed period.
+RATE_VERSIONS = """CREATE TABLE IF NOT EXISTS rate_versions (
+    gpu_model VARCHAR NOT NULL, effective_from TIMESTAMPTZ NOT NULL, usd_per_gpu_hour DOUBLE NOT NULL)"""
 
 # jobs columns added after the first schema: the lifecycle a scheduler reports (collector/jobs/lifecycle.py)
 JOB_LIFECYCLE_COLUMNS = {"eligible_ts": "TIMESTAMPTZ", "partition": "VARCHAR", "qos": "VARCHAR",
@@ -97,7 +105,7 @@ DDL = [
     total DOUBLE, n BIGINT NOT NULL, top DOUBLE, increase DOUBLE, counted BIGINT NOT NULL,
     first_prev_ts TIMESTAMPTZ, first_increase DOUBLE)""",
     "CREATE TABLE IF NOT EXISTS teams (team VARCHAR PRIMARY KEY, share DOUBLE NOT NULL, quota_gpus INTEGER)",
-    "CREATE TABLE IF NOT EXISTS rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)",
+    RATE_VERSIONS,
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
     INGEST_RUNS,
     """CREATE TABLE IF NOT EXISTS nodes (
@@ -118,6 +126,18 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS fragmentation_history (
     ts TIMESTAMPTZ NOT NULL, node VARCHAR NOT NULL, gpu_model VARCHAR, gpus DOUBLE NOT NULL,
     idle_gpus DOUBLE NOT NULL, fragmented_gpus DOUBLE NOT NULL)""",
+    # the ledger (analytics/ledger.py), schema 14: a closed period, its statement's lines (per bill line, GPU model
+    # and rate version, in cents) and the adjustments booked into a period; none of them is updated or deleted
+    """CREATE TABLE IF NOT EXISTS ledger_periods (
+    period VARCHAR NOT NULL, start_ts TIMESTAMPTZ NOT NULL, end_ts TIMESTAMPTZ NOT NULL,
+    closed_at TIMESTAMPTZ NOT NULL, closed_by VARCHAR NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS statement_lines (
+    period VARCHAR NOT NULL, team VARCHAR NOT NULL, gpu_model VARCHAR, rate_from TIMESTAMPTZ,
+    usd_per_gpu_hour DOUBLE, gpu_hours DOUBLE NOT NULL, used_gpu_hours DOUBLE, util_coverage DOUBLE,
+    cost_usd DECIMAL(18, 2) NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ledger_adjustments (
+    id VARCHAR NOT NULL, period VARCHAR NOT NULL, corrects VARCHAR NOT NULL, team VARCHAR NOT NULL,
+    usd DECIMAL(18, 2) NOT NULL, reason VARCHAR NOT NULL, made_by VARCHAR NOT NULL, made_at TIMESTAMPTZ NOT NULL)""",
 ]
 
 
@@ -142,7 +162,7 @@ APP_HOUR_FOLD = """
     GROUP BY ALL"""
 
 # the key of each table whose rows are replaced by key (DuckDB: its PRIMARY KEY; DuckLake has no keys)
-KEYS = {"jobs": "job_id", "teams": "team", "rate_card": "gpu_model", "meta": "key", "nodes": "node"}
+KEYS = {"jobs": "job_id", "teams": "team", "meta": "key", "nodes": "node"}
 
 
 def without_keys(statement: str) -> str:
@@ -175,6 +195,11 @@ def table_migrations(existing: set[str]) -> list[str]:
                GROUP BY node, stream, run""",
             "DROP TABLE ingest_batches",
         ]
+    if "rate_card" in existing:  # schema 13 kept one undated rate per model: in force since ever
+        statements += [RATE_VERSIONS,
+                       "INSERT INTO rate_versions SELECT gpu_model, TIMESTAMPTZ '1970-01-01 00:00:00+00', "
+                       "usd_per_gpu_hour FROM rate_card",
+                       "DROP TABLE rate_card"]
     return statements
 
 
@@ -182,8 +207,11 @@ def table_migrations(existing: set[str]) -> list[str]:
 # 7: API tokens and the audit log (analytics/store/access.py); 8: the rollups keep the hottest temperature;
 # 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown;
 # 10: job lifecycle columns and job_events; 11: the schedulers' queue metrics, a job's workload class; 12: profiling
-# rollups and inference servers' figures; 13: app rows keep their series and increase (app_series)
-SCHEMA_VERSION = "13"
+# rollups and inference servers' figures; 13: app rows keep their series and increase (app_series); 14: dated rate
+# cards (rate_versions) and the ledger's closed periods, statements and adjustments
+SCHEMA_VERSION = "14"
+# the start of a rate card's undated rates ([rates] in the config): in force before any dated version
+SINCE_EVER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 # The query layer: the owner bucket and the bill line, each written once for every query (GPU-hours and cost
@@ -196,6 +224,11 @@ QUERY_LAYER = [
     # the line of the bill: the owner when a job held the GPU, else the idle-capacity bucket
     """CREATE OR REPLACE MACRO bill_line(allocated, team, unattributed, idle) AS
        CASE WHEN allocated THEN owner(team, unattributed) ELSE idle END""",
+    # which version of the rate card priced a line, from its start: "[rates]" (the undated rates), "from <start>"
+    # (a dated version), null (unpriced: the model had no rate then)
+    """CREATE OR REPLACE MACRO rate_card_version(since) AS
+       CASE WHEN since IS NULL THEN NULL WHEN since < TIMESTAMPTZ '1971-01-01 00:00:00+00' THEN '[rates]'
+            ELSE 'from ' || strftime(since, '%Y-%m-%d %H:%M') || ' UTC' END""",
     "DROP VIEW IF EXISTS priced_samples",  # schema 4 priced raw samples; analytics read the rollups since schema 5
     # the UTC clock hour and day of an instant, by integer arithmetic: date_trunc on TIMESTAMPTZ goes through the
     # time-zone library and took 60 ms per 220 k hour rows at 1,000 GPUs, this 5 (the store's zone is UTC)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
 from gpuledger.analytics.records import records
+from gpuledger.analytics.store import Store
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
@@ -25,9 +26,15 @@ def costs(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime
     lines = caller.visible(every)
     # the total of the lines shown, so a team token's table adds up to its total too (its own line and the shared
     # unattributed and idle-capacity lines); the cluster's cost beside it, without the other teams' names
-    return {"window": span, "rates": records(store.rate_card()), "teams": lines,
+    return {"window": span, "rates": rates_in(store, start, stop), "teams": lines,
             "total_usd": round(sum(line["cost_usd"] or 0.0 for line in lines), 6),
             "cluster_total_usd": round(sum(line["cost_usd"] or 0.0 for line in every), 6)}
+
+
+def rates_in(store: Store, start: datetime, stop: datetime) -> list[dict]:
+    """The versions of the rate card in force at some instant of [start, stop), with their labels."""
+    history = store.rate_history()
+    return records(history[(history["effective_from"] < stop) & (history["until"].isna() | (history["until"] > start))])
 
 
 @router.get("/v1/waste", response_model=Waste)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
 from gpuledger.analytics.inference import SLO_STATUSES
+from gpuledger.analytics.ledger import PERIOD_STATES
 from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
 from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
 from gpuledger.collector.jobs.queues import SCHEDULERS
@@ -36,6 +37,7 @@ PROFILE_FIELD_HELP = ("mean over the GPU-seconds that read it (0..1); null: the 
 Target = Literal[TARGETS]
 ExportStatus = Literal[tuple(EXPORT_STATUSES)]
 ExportFormat = Literal[FORMATS]
+PeriodStateName = Literal[PERIOD_STATES]
 
 
 class Window(BaseModel):
@@ -125,6 +127,8 @@ class UsageTotals(BaseModel):
 class ModelCost(BaseModel):
     team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
     gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
+    rate_from: datetime | None = Field(None, description="start of the rate card version that priced these hours")
+    rate_card: str | None = Field(None, description="that version's label: '[rates]' or 'from <start>'")
     usd_per_gpu_hour: float | None = Field(description="rate card; null: the model is unpriced")
     gpu_hours: float = Field(description="allocated GPU-hours on this model")
     cost_usd: float = Field(description="GPU-hours x the rate, USD")
@@ -170,6 +174,74 @@ class TeamUsage(BaseModel):
 class Rate(BaseModel):
     gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
     usd_per_gpu_hour: float = Field(description="price of one GPU-hour of this model, USD")
+    effective_from: datetime = Field(description="when this rate starts (1970-01-01: the undated [rates])")
+    until: datetime | None = Field(None, description="when the model's next rate starts; null: in force since")
+    rate_card: str = Field(description="the version's label, as bill lines name it: '[rates]' or 'from <start>'")
+
+
+class StatementLine(BaseModel):
+    team: str = Field(description="a team, 'unattributed' or '__idle__' (idle capacity)")
+    gpu_model: str | None = Field(description="GPU model; null: the samples named none")
+    rate_from: datetime | None = Field(description="start of the rate card version that priced the line; null: "
+                                                   "unpriced (no rate for the model then)")
+    rate_card: str | None = Field(description="the version's label: '[rates]' or 'from <start>'")
+    usd_per_gpu_hour: float | None = Field(description="the rate that priced the line, USD; null: unpriced")
+    gpu_hours: float = Field(description="allocated GPU-hours (idle capacity: GPU-hours no job held)")
+    used_gpu_hours: float | None = Field(description="busy GPU-hours (allocated, weighted by utilisation); null "
+                                                     "where none was measured")
+    util_coverage: float | None = Field(description=UTIL_COVERAGE)
+    cost_usd: float = Field(description="USD, rounded to the cent")
+
+
+class Adjustment(BaseModel):
+    id: str = Field(description="the adjustment's id")
+    period: str = Field(description="the period it is booked into (the first open one at or after `corrects`)")
+    corrects: str = Field(description="the period it corrects")
+    team: str = Field(description="the team (or bill line) charged or credited")
+    usd: float = Field(description="USD: positive charges the team, negative credits it")
+    reason: str = Field(description="what it corrects and why, as given")
+    made_by: str = Field(description="the token that booked it (name and id)")
+    made_at: datetime = Field(description="when it was booked")
+
+
+class AdjustmentRequest(BaseModel):
+    team: str = Field(min_length=1, max_length=253, description="a team of the config, the store or a statement")
+    usd: float = Field(description="USD, to the cent: positive charges, negative credits; not zero")
+    reason: str = Field(min_length=1, max_length=2000, description="what it corrects and why")
+    corrects: str = Field(min_length=1, max_length=16, description="the period corrected, e.g. 2026-11")
+
+
+class StatementTeam(BaseModel):
+    team: str = Field(description="a team, 'unattributed' or '__idle__' (idle capacity)")
+    gpu_hours: float = Field(description="its lines' GPU-hours")
+    usage_usd: float = Field(description="its lines' cost, USD (the sum of their cents)")
+    adjustments_usd: float = Field(description="the adjustments booked for it into this period, USD")
+    total_usd: float = Field(description="usage plus adjustments, USD")
+
+
+class PeriodState(BaseModel):
+    period: str = Field(description="2026-11 (a month) or 2026-W48 (an ISO week), as [ledger] period says")
+    start: datetime = Field(description="inclusive, UTC")
+    end: datetime = Field(description="exclusive, UTC")
+    state: PeriodStateName = Field(description="closed: its statement is stored and final; open: not yet")
+    closes_at: datetime = Field(description="when it closes (its end plus [ledger] grace_days), or closed")
+    closed_at: datetime | None = Field(description="when it closed; null while open")
+    closed_by: str | None = Field(description="what closed it (the server, or `gpuledger statement`)")
+    total_usd: float | None = Field(description="a closed period's statement total (usage and adjustments)")
+
+
+class Statement(BaseModel):
+    period: str = Field(description="2026-11 (a month) or 2026-W48 (an ISO week)")
+    start: datetime = Field(description="inclusive, UTC")
+    end: datetime = Field(description="exclusive, UTC")
+    state: PeriodStateName = Field(description="closed: stored, final; open: a draft computed now")
+    closes_at: datetime = Field(description="its end plus [ledger] grace_days")
+    closed_at: datetime | None = Field(description="when it closed; null while open")
+    closed_by: str | None = Field(description="what closed it")
+    lines: list[StatementLine] = Field(description="per bill line, GPU model and rate card version")
+    adjustments: list[Adjustment] = Field(description="the corrections booked into this period")
+    teams: list[StatementTeam] = Field(description="per bill line: usage, adjustments and total, in cents")
+    total_usd: float = Field(description="the sum of the lines' and adjustments' cents")
 
 
 class TeamCost(BaseModel):
@@ -184,7 +256,7 @@ class TeamCost(BaseModel):
 
 class Costs(BaseModel):
     window: Window = Field(description="the window priced, [start, end)")
-    rates: list[Rate] = Field(description="the rate card used, USD per GPU-hour")
+    rates: list[Rate] = Field(description="the rate card versions in force during the window, USD per GPU-hour")
     teams: list[TeamCost] = Field(description="one line per team and bill line")
     total_usd: float = Field(description="USD: the sum of the lines shown (a team token: its own and the shared "
                                          "lines), so the table adds up to it")

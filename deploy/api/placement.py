@@ -38,7 +38,7 @@ def fragmentation(caller: ReadCaller, store: StoreDep, days: float = Days, end: 
     if workload is None:
         return {**empty, "reason": f"no job held a GPU in the last {days:g} day(s): no workload to measure against"}
     per_node = frag.node_report(nodes, workload)
-    rates = dict(store.rate_card().itertuples(index=False))
+    rates = store.current_rates()
     per_node["stranded_usd_per_day"] = [g * rates[m] * 24 if m in rates else None
                                         for g, m in zip(per_node["fragmented_gpus"], per_node["gpu_model"])]
     idle, fragmented, gpus = (float(per_node[c].sum()) for c in ("idle_gpus", "fragmented_gpus", "gpus"))

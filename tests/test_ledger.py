@@ -1,0 +1,249 @@
+"""The ledger: dated rate cards, periods that close after their grace, stored statements that never change, and
+adjustments booked into the next open period; through the analytics, the API, the weekly report and the CLI."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuledger.analytics.config import Config, ConfigError, LedgerConfig, load_config
+from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
+from gpuledger.analytics.ledger import close_due, parse_period, periods, statement
+from gpuledger.analytics.report import write_weekly_report
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.access import Role, check_audit, create_token
+from gpuledger.analytics.store.rates import ClosedPeriodError
+from gpuledger.collector.samples import IDLE_CAPACITY
+from gpuledger.deploy.api import create_app
+from gpuledger.deploy.cli import main
+from tests.helpers import gpu_rows, table
+
+UTC = timezone.utc
+START = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of ISO week 2026-W48
+DEC = datetime(2026, 12, 1, tzinfo=UTC)
+AFTER_GRACE = datetime(2026, 12, 5, tzinfo=UTC)  # November's grace (3 days) is over on December 4
+LEDGER = LedgerConfig()
+H100 = Config().rates["H100"]
+L4 = Config().rates["L4"]
+
+
+def _fill(store: Store) -> Store:
+    """Ten days of one busy and one free H100 (Nov 23 - Dec 3) and four days of an L4 across the month's end,
+    sampled every 10 minutes."""
+    store.set_rates(Config().rates)
+    store.append_samples(table(
+        gpu_rows("n1", 0, "H100", 10 * 1440, step_s=600, start=START, util=50.0, job="a/1", team="a"),
+        gpu_rows("n1", 1, "H100", 10 * 1440, step_s=600, start=START),
+        gpu_rows("n2", 0, "L4", 4 * 1440, step_s=600, start=DEC - timedelta(days=2), util=80.0, job="b/1",
+                 team="b", mem_total=23034),
+    ))
+    store.fold()
+    return store
+
+
+@pytest.fixture
+def ledger(file_store) -> Store:
+    return _fill(file_store)
+
+
+def _cents(value: float) -> int:
+    return int(Decimal(str(value)).scaleb(2))
+
+
+def test_periods_close_once_after_their_grace_and_a_statement_adds_up_to_the_cent(ledger):
+    assert close_due(ledger, LEDGER, DEC + timedelta(days=3) - timedelta(seconds=1)) == []
+    assert close_due(ledger, LEDGER, AFTER_GRACE, by="test") == ["2026-11"]
+    assert close_due(ledger, LEDGER, AFTER_GRACE) == []  # closed once
+    found = statement(ledger, LEDGER, "2026-11", AFTER_GRACE)
+    assert found["state"] == "closed" and found["closed_by"] == "test"
+    lines = {(r["team"], r["gpu_model"]): r for r in found["lines"]}
+    # a/1: Nov 23-30, 8 days at the H100 rate; the free H100 the idle-capacity line; b/1's L4: Nov 29-30
+    assert lines[("a", "H100")]["gpu_hours"] == pytest.approx(8 * 24)
+    assert lines[("a", "H100")]["cost_usd"] == round(8 * 24 * H100, 2)
+    assert lines[(IDLE_CAPACITY, "H100")]["cost_usd"] == round(8 * 24 * H100, 2)
+    assert lines[("b", "L4")]["gpu_hours"] == pytest.approx(48) and lines[("b", "L4")]["rate_card"] == "[rates]"
+    assert _cents(found["total_usd"]) == sum(_cents(r["cost_usd"]) for r in found["lines"])
+    assert _cents(found["total_usd"]) == sum(_cents(t["total_usd"]) for t in found["teams"])
+    assert found["teams"][-1]["team"] == IDLE_CAPACITY
+    states = {p["period"]: p["state"] for p in periods(ledger, LEDGER, AFTER_GRACE)}
+    assert states == {"2026-11": "closed", "2026-12": "open"}
+    # a sample arriving after the close changes the live figures, never the stored statement
+    ledger.append_samples(table(gpu_rows("n3", 0, "H100", 60, step_s=600, start=DEC - timedelta(hours=2),
+                                         util=90.0, job="a/2", team="a")))
+    assert statement(ledger, LEDGER, "2026-11", AFTER_GRACE) == found
+    live = cost_by_team(ledger, START, DEC).set_index("team")
+    assert live.loc["a", "cost_usd"] == pytest.approx((8 * 24 + 1) * H100)
+
+
+def test_a_rate_dated_after_a_closed_period_changes_no_figure_of_it_and_prices_only_later_samples(ledger, tmp_path):
+    """Done when: the closed statement, the report and the API say the same to the cent before and after a new
+    rate dated after the close; the new rate prices only the samples from its start."""
+    close_due(ledger, LEDGER, AFTER_GRACE)
+    client = TestClient(create_app(ledger, Config(), open_reads=True))
+
+    seen: list[tuple] = []
+
+    def figures() -> tuple:
+        costs = client.get("/v1/costs", params={"days": 8, "end": DEC.isoformat()}).json()
+        api_statement = client.get("/v1/ledger/statements/2026-11").json()
+        report = write_weekly_report(ledger, Config(), tmp_path / f"r{len(seen)}", START, START + timedelta(days=7),
+                                     "2026-W48", [])
+        return (costs["teams"], costs["cluster_total_usd"], api_statement["lines"], api_statement["total_usd"],
+                report.summary_csv.read_text(), statement(ledger, LEDGER, "2026-11", AFTER_GRACE)["lines"])
+
+    seen.append(figures())
+    change = DEC + timedelta(hours=12)
+    ledger.set_rates(Config().rates, [("H100", change, 1.0)])
+    seen.append(figures())
+    assert seen[0][:4] == seen[1][:4] and seen[0][5] == seen[1][5]
+    assert seen[0][4].splitlines()[1:] == seen[1][4].splitlines()[1:]  # the weekly report's rows
+    # December: 12 hours at the old rate, then the new one; each line names the version that priced it
+    by_version = cost_by_team_and_model(ledger, DEC, DEC + timedelta(days=1), "a").set_index("rate_card")
+    assert by_version.loc["[rates]", "cost_usd"] == pytest.approx(12 * H100)
+    assert by_version.loc["from 2026-12-01 12:00 UTC", "cost_usd"] == pytest.approx(12 * 1.0)
+    draft = client.get("/v1/ledger/statements/2026-12").json()
+    assert draft["state"] == "open"
+    assert {line["rate_card"] for line in draft["lines"] if line["gpu_model"] == "H100"} == {
+        "[rates]", "from 2026-12-01 12:00 UTC"}
+    rates = client.get("/v1/costs", params={"days": 2, "end": (DEC + timedelta(days=1)).isoformat()}).json()["rates"]
+    assert {(r["gpu_model"], r["rate_card"]) for r in rates if r["gpu_model"] == "H100"} == {
+        ("H100", "[rates]"), ("H100", "from 2026-12-01 12:00 UTC")}
+
+
+def test_a_card_that_would_reprice_a_closed_period_is_refused_whole_and_says_what_to_do(ledger):
+    close_due(ledger, LEDGER, AFTER_GRACE)
+    before = ledger.rate_history()
+    with pytest.raises(ClosedPeriodError, match=r"H100 from 2026-11-01 00:00 UTC: \$6.88/GPU-hour -> \$2/GPU-hour "
+                                                r"\(closed period 2026-11\).*on or after 2026-12-01 00:00 UTC"):
+        ledger.set_rates({**Config().rates, "H100": 2.0})
+    with pytest.raises(ClosedPeriodError, match="closed period 2026-11"):
+        ledger.set_rates(Config().rates, [("L4", datetime(2026, 11, 30, 6, tzinfo=UTC), 0.1)])
+    with pytest.raises(ClosedPeriodError, match="L4"):  # a model losing its rate re-prices it too (unpriced)
+        ledger.set_rates({m: r for m, r in Config().rates.items() if m != "L4"})
+    assert ledger.rate_history().equals(before)  # nothing of a refused card was written
+    assert ledger.set_rates(Config().rates, [("H100", DEC, 2.0)])  # open time: re-priced, and said so
+    assert ledger.current_rates()["H100"] == 2.0
+
+
+def test_adjustments_are_booked_into_the_next_open_period_with_who_and_why_and_audited(ledger):
+    close_due(ledger, LEDGER, AFTER_GRACE)
+    _, team_token = create_token(ledger, "lead-b", Role.parse("team:b"), "test")
+    client = TestClient(create_app(ledger, Config(), token="root"))
+    admin = {"Authorization": "Bearer root"}
+    body = {"team": "a", "usd": -125.5, "reason": "a/1 ran on a faulty node for 20 hours", "corrects": "2026-11"}
+    booked = client.post("/v1/ledger/adjustments", json=body, headers=admin)
+    assert booked.status_code == 201, booked.text
+    assert booked.json()["period"] == "2026-12" and booked.json()["corrects"] == "2026-11"
+    assert booked.json()["made_by"] == "bootstrap"
+    closed = client.get("/v1/ledger/statements/2026-11", headers=admin).json()
+    assert closed["adjustments"] == []  # a closed statement never changes
+    december = client.get("/v1/ledger/statements/2026-12", headers=admin).json()
+    team_a = next(t for t in december["teams"] if t["team"] == "a")
+    assert team_a["adjustments_usd"] == -125.5
+    assert _cents(team_a["total_usd"]) == _cents(team_a["usage_usd"]) - 12550
+    assert _cents(december["total_usd"]) == sum(_cents(t["total_usd"]) for t in december["teams"])
+    # a team token sees its own and the shared lines, never another team's adjustment
+    seen = client.get("/v1/ledger/statements/2026-12", headers={"Authorization": f"Bearer {team_token}"}).json()
+    assert {line["team"] for line in seen["lines"]} <= {"b", IDLE_CAPACITY, "unattributed"}
+    assert seen["adjustments"] == [] and "a" not in {t["team"] for t in seen["teams"]}
+    bad = [({**body, "team": "nobody"}, 404), ({**body, "usd": 0}, 422), ({**body, "reason": " "}, 422),
+           ({**body, "corrects": "2026-13"}, 422), ({**body, "corrects": "2026-W48"}, 422),
+           ({**body, "corrects": "2027-01"}, 422), ({**body, "usd": 1e12}, 422)]
+    for request, status in bad:
+        answer = client.post("/v1/ledger/adjustments", json=request, headers=admin)
+        assert answer.status_code == status, (request, answer.text)
+    refused = client.post("/v1/ledger/adjustments", json=body, headers={"Authorization": f"Bearer {team_token}"})
+    assert refused.status_code == 403
+    entries = ledger.query("SELECT detail FROM audit_log WHERE target LIKE '%/v1/ledger/adjustments%' AND status = 201")
+    assert len(entries) == 1 and "a/1 ran on a faulty node" in entries["detail"].iloc[0]
+    assert check_audit(ledger).intact
+
+
+def test_the_statement_command_closes_what_is_due_prints_writes_and_refuses_an_open_period(tmp_path, capsys):
+    db = tmp_path / "ledger.duckdb"
+    with Store(db) as store:
+        _fill(store)
+    out = tmp_path / "out"
+    # November's grace is long over today: the command closes it, then prints and writes its statement
+    assert main(["statement", "--db", str(db), "--period", "2026-11", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "closed period 2026-11" in printed.err and "(final)" in printed.out
+    csv = (out / "statement-2026-11.csv").read_text().splitlines()
+    assert csv[0].startswith("kind,period,state,team,gpu_model,rate_card") and len(csv) == 4
+    assert (out / "statement-2026-11.html").exists()
+    assert main(["statement", "--db", str(db), "--period", "2026-11", "--team", "b", "--out", str(out)]) == 0
+    assert f"total USD {round(48 * L4, 2):,.2f}" in capsys.readouterr().out
+    assert main(["statement", "--db", str(db), "--period", "2026-11", "--team", "zz", "--out", str(out)]) == 2
+    assert "teams on it: a, b, __idle__" in capsys.readouterr().err
+    current = datetime.now(UTC).strftime("%Y-%m")
+    assert main(["statement", "--db", str(db), "--period", current, "--out", str(out)]) == 2
+    assert "add --draft" in capsys.readouterr().err
+    assert main(["statement", "--db", str(db), "--period", "2026-W48", "--out", str(out)]) == 2
+    assert "periods are months" in capsys.readouterr().err
+    # the config's H100 rate changed after the close: refused at load, naming the closed period
+    config = tmp_path / "site.toml"
+    config.write_text("[rates]\nH100 = 3.0\n")
+    assert main(["collect", "--db", str(db), "--config", str(config), "--source", "simulator", "--count", "1"]) == 2
+    assert "closed period 2026-11" in capsys.readouterr().err
+
+
+def test_a_rate_card_needs_dated_whole_hour_starts_no_overlap_and_no_negative_price(tmp_path):
+    def load(text: str) -> Config:
+        path = tmp_path / "c.toml"
+        path.write_text(text)
+        return load_config(path)
+
+    config = load("[[rate_cards]]\nfrom = 2026-12-01\nH100 = 5.5\n[[rate_cards]]\n"
+                  "from = 2026-11-15T08:00:00+02:00\nL4 = 0.7\n")
+    assert config.dated_rates() == [("L4", datetime(2026, 11, 15, 6, tzinfo=UTC), 0.7),
+                                    ("H100", datetime(2026, 12, 1, tzinfo=UTC), 5.5)]
+    for text, message in [
+        ("[[rate_cards]]\nH100 = 5.5\n", "has no `from`"),
+        ("[[rate_cards]]\nfrom = 2026-12-01\nH100 = 5\n[[rate_cards]]\nfrom = 2026-12-01T00:00:00Z\nL4 = 1\n",
+         "overlapping"),
+        ("[[rate_cards]]\nfrom = 2026-12-01\nH100 = -1\n", "must be a number >= 0"),
+        ("[[rate_cards]]\nfrom = 2026-12-01T08:30:00Z\nH100 = 5\n", "whole UTC hour"),
+        ("[[rate_cards]]\nfrom = 2026-12-01T08:00:00\nH100 = 5\n", "has no offset"),
+        ("[[rate_cards]]\nfrom = 2026-12-01\n", "sets no rate"),
+        ("[[rate_cards]]\nfrom = \"soon\"\nH100 = 5\n", "must be a date"),
+        ("[ledger]\nperiod = \"quarter\"\n", "must be one of month, week"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            load(text)
+
+
+def test_weekly_periods_and_an_older_store_whose_rates_were_undated(tmp_path):
+    assert parse_period("2026-W48", "week").start == START
+    assert parse_period("2026-12", "month").end == datetime(2027, 1, 1, tzinfo=UTC)
+    weekly = LedgerConfig(period="week", grace_days=1)
+    with Store(tmp_path / "w.duckdb") as store:
+        _fill(store)
+        assert close_due(store, weekly, AFTER_GRACE) == ["2026-W48"]  # W49 ends Dec 7: not due yet
+        found = statement(store, weekly, "2026-W48", AFTER_GRACE)
+        assert found["end"] == START + timedelta(days=7)
+        with pytest.raises(Exception, match="does not start a month"):
+            close_due(store, LEDGER, AFTER_GRACE + timedelta(days=60))
+    import duckdb
+    old = tmp_path / "old.duckdb"
+    with duckdb.connect(str(old)) as con:  # a schema-13 store's rate card: one undated rate per model
+        con.execute("CREATE TABLE rate_card (gpu_model VARCHAR PRIMARY KEY, usd_per_gpu_hour DOUBLE NOT NULL)")
+        con.execute("INSERT INTO rate_card VALUES ('H100', 4.25)")
+    with Store(old) as store:
+        assert store.current_rates() == {"H100": 4.25}
+        assert store.rate_history()["rate_card"].tolist() == ["[rates]"]
+
+
+def test_the_api_lists_periods_and_refuses_periods_outside_the_ledger(ledger):
+    close_due(ledger, LEDGER, AFTER_GRACE)
+    client = TestClient(create_app(ledger, Config(), open_reads=True))
+    listed = client.get("/v1/ledger/periods").json()
+    assert [(p["period"], p["state"]) for p in listed][:2] == [("2026-11", "closed"), ("2026-12", "open")]
+    assert listed[0]["closes_at"].startswith("2026-12-04") and listed[0]["total_usd"] == statement(
+        ledger, LEDGER, "2026-11")["total_usd"]
+    before = client.get("/v1/ledger/statements/2026-10")
+    assert before.status_code == 404 and "first period, 2026-11" in before.json()["detail"]
+    assert client.get("/v1/ledger/statements/2199-01").status_code == 404
+    assert client.get("/v1/ledger/statements/Robert'); DROP TABLE x").status_code == 422
