@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 import tomllib
 
+from gpuledger.analytics.cost_split import IDLE_MODES, IDLE_SCOPES, SHARE_BY
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.database import Retention
 from gpuledger.analytics.store.rollups import DEFAULT_IDLE_UTIL_PCT, MINUTE_DAYS, RAW_DAYS
@@ -149,6 +150,10 @@ class LedgerConfig:
     corrections to its usage come in meanwhile); from then on its statement is stored and never changes."""
     period: str = "month"
     grace_days: float = 3.0
+    idle: str = "own_line"  # idle capacity: its own line, or "shared" to who allocated (analytics/cost_split.py)
+    idle_by: str = "cluster"  # shared idle: by allocation across the cluster, or per "node"
+    shared_teams: tuple[str, ...] = ()  # teams whose cost is spread over the others (a platform team's GPUs)
+    share_by: str = "cost"  # spread by the others' cost, or "even"
 
 
 @dataclass(frozen=True)
@@ -312,6 +317,10 @@ SETTINGS: dict[str, dict[str, Bound]] = {
     "ledger": {
         "period": Bound(choices=LEDGER_PERIODS),
         "grace_days": Bound(0.0, 31.0),
+        "idle": Bound(choices=IDLE_MODES),
+        "idle_by": Bound(choices=IDLE_SCOPES),
+        "shared_teams": Bound(names="team"),
+        "share_by": Bound(choices=SHARE_BY),
     },
     "retention": {
         "raw_days": Bound(1.0),  # raw samples; also the oldest sample ingest accepts

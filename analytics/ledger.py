@@ -21,6 +21,7 @@ import pandas as pd
 
 from gpuledger.analytics.config import LedgerConfig
 from gpuledger.analytics.cost import PRICED
+from gpuledger.analytics.cost_split import split
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import Audit
@@ -85,26 +86,34 @@ def parse_period(text: str, kind: str) -> Period:
     raise LedgerError(f"the ledger's periods are {kind}s ([ledger] period): give one like {example}, got {text!r}")
 
 
+def split_of(config: LedgerConfig) -> str:
+    """How a statement splits idle capacity and shared-cost teams, in words a statement shows."""
+    idle = "idle capacity its own line" if config.idle == "own_line" else f"idle shared by {config.idle_by}"
+    shared = (f"; {', '.join(config.shared_teams)} spread by {config.share_by}" if config.shared_teams else "")
+    return idle + shared
+
+
 def closes_at(period: Period, config: LedgerConfig) -> datetime:
     return period.end + timedelta(days=config.grace_days)
 
 
-def statement_lines(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
-    """What a statement of [start, end) says, per bill line (team, unattributed, idle capacity), GPU model and rate
-    card version (`rate_from`, null: unpriced): GPU-hours, busy GPU-hours (null where none was measured), the share
-    measured, the rate, and the cost rounded to the cent (the statement's total is the sum of its lines' cents)."""
+def statement_lines(store: Store, start: datetime, end: datetime, config: LedgerConfig) -> pd.DataFrame:
+    """What a statement of [start, end) says, per bill line (team, unattributed, idle capacity), line kind (own
+    use, or a share of idle capacity or of a shared-cost team: analytics/cost_split.py, as `config` says), GPU
+    model and rate card version (`rate_from`, null: unpriced): GPU-hours, busy GPU-hours (null where none was
+    measured), the share measured, the rate, and the cost in cents that add up to the cluster's cost."""
     sql = f"""
-        SELECT * FROM (
-        SELECT bill_line(allocated, team, $unattributed, $idle) AS team, gpu_model, rate_from,
+        SELECT bill_line(allocated, team, $unattributed, $idle) AS team, node, gpu_model, rate_from,
                rate_card_version(rate_from) AS rate_card, any_value(usd_per_gpu_hour) AS usd_per_gpu_hour,
-               sum(gpu_hours) AS gpu_hours,
-               {measured("sum(used_gpu_hours)")} AS used_gpu_hours,
-               sum(util_gpu_s) / nullif(sum(gpu_s), 0) AS util_coverage,
-               round(sum(cost_usd), 2)::DECIMAL(18, 2) AS cost_usd
+               sum(gpu_hours) AS gpu_hours, {measured("sum(used_gpu_hours)")} AS used_gpu_hours,
+               sum(util_gpu_s) / 3600.0 AS measured_gpu_hours, sum(cost_usd) AS cost
         FROM {PRICED}
-        GROUP BY ALL)
-        ORDER BY (team = $idle), team, gpu_model, rate_from"""
-    return store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
+        GROUP BY ALL"""
+    per_node = store.query_usage(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED,
+                                       "idle": IDLE_CAPACITY})
+    lines = split(per_node, config.idle, config.idle_by, config.shared_teams, config.share_by)
+    lines["cost_usd"] = lines.pop("cost_cents").map(lambda c: Decimal(int(c)).scaleb(-2))
+    return lines
 
 
 def _closed(store: Store) -> pd.DataFrame:
@@ -142,8 +151,8 @@ def close_due(store: Store, config: LedgerConfig, now: datetime | None = None, b
     period = _first_open(store, config)
     done: list[str] = []
     while period is not None and closes_at(period, config) <= now and not store.folding_backlog():
-        lines = statement_lines(store, period.start, period.end)
-        if close_period(store, period.name, period.start, period.end, lines, by, now):
+        lines = statement_lines(store, period.start, period.end, config)
+        if close_period(store, period.name, period.start, period.end, lines, by, now, split_of(config)):
             done.append(period.name)
         period = period_of(period.end, config.period)
     return done
@@ -190,13 +199,14 @@ def statement(store: Store, config: LedgerConfig, name: str, now: datetime | Non
     if not closed.empty:
         lines = store.query("""SELECT * EXCLUDE (period), rate_card_version(rate_from) AS rate_card
                                FROM statement_lines WHERE period = $p
-                               ORDER BY (team = $idle), team, gpu_model, rate_from""",
+                               ORDER BY (team = $idle), team, kind, gpu_model, rate_from""",
                             {"p": period.name, "idle": IDLE_CAPACITY})
         meta = records(closed)[0]
-        state = {"state": CLOSED, "closed_at": meta["closed_at"], "closed_by": meta["closed_by"]}
+        state = {"state": CLOSED, "closed_at": meta["closed_at"], "closed_by": meta["closed_by"],
+                 "split": meta["split"]}
     else:
-        lines = statement_lines(store, period.start, min(period.end, now))
-        state = {"state": OPEN, "closed_at": None, "closed_by": None}
+        lines = statement_lines(store, period.start, min(period.end, now), config)
+        state = {"state": OPEN, "closed_at": None, "closed_by": None, "split": split_of(config)}
     adjustments = store.query("SELECT * FROM ledger_adjustments WHERE period = $p ORDER BY made_at",
                               {"p": period.name})
     line_rows = [{**r, "cost_usd": _usd(r["cost_usd"])} for r in records(lines)]

@@ -247,3 +247,71 @@ def test_the_api_lists_periods_and_refuses_periods_outside_the_ledger(ledger):
     assert before.status_code == 404 and "first period, 2026-11" in before.json()["detail"]
     assert client.get("/v1/ledger/statements/2199-01").status_code == 404
     assert client.get("/v1/ledger/statements/Robert'); DROP TABLE x").status_code == 422
+
+
+def _shared_cluster(store: Store) -> Store:
+    """Two nodes of H100s (team a and an idle GPU on n1; team b, the platform team and an idle GPU on n2), an L4
+    nobody holds on n3 and an unpriced card team c holds; 7-minute samples and odd hours, so cents do not fall
+    evenly."""
+    store.set_rates(Config().rates)
+    start = DEC + timedelta(hours=1)
+    store.append_samples(table(
+        gpu_rows("n1", 0, "H100", 7 * 101, step_s=420, start=start, util=40.0, job="a/1", team="a"),
+        gpu_rows("n1", 1, "H100", 7 * 133, step_s=420, start=start),
+        gpu_rows("n2", 0, "H100", 7 * 89, step_s=420, start=start, util=70.0, job="b/1", team="b"),
+        gpu_rows("n2", 1, "H100", 7 * 61, step_s=420, start=start, util=20.0, job="p/1", team="platform"),
+        gpu_rows("n2", 2, "H100", 7 * 77, step_s=420, start=start),
+        gpu_rows("n3", 0, "L4", 7 * 59, step_s=420, start=start, mem_total=23034),
+        gpu_rows("n3", 1, "Z9000", 7 * 31, step_s=420, start=start, util=5.0, job="c/1", team="c"),
+    ))
+    store.fold()
+    return store
+
+
+SPLIT_MODES = {
+    "own line": LedgerConfig(),
+    "idle shared by cluster": LedgerConfig(idle="shared"),
+    "idle shared by node": LedgerConfig(idle="shared", idle_by="node"),
+    "platform spread by cost": LedgerConfig(shared_teams=("platform",)),
+    "idle by node, platform spread evenly": LedgerConfig(idle="shared", idle_by="node", shared_teams=("platform",),
+                                                         share_by="even"),
+}
+
+
+@pytest.mark.parametrize("mode", SPLIT_MODES)
+def test_every_split_mode_adds_up_to_the_cluster_cost_to_the_cent(file_store, mode):
+    store = _shared_cluster(file_store)
+    config = SPLIT_MODES[mode]
+    end = DEC + timedelta(days=1)
+    found = statement(store, config, "2026-12", end)
+    exact = float(cost_by_team(store, DEC, end)["cost_usd"].sum())
+    assert _cents(found["total_usd"]) == round(exact * 100)  # the cluster's cost, rounded once
+    assert _cents(found["total_usd"]) == sum(_cents(line["cost_usd"]) for line in found["lines"])
+    assert _cents(found["total_usd"]) == sum(_cents(t["total_usd"]) for t in found["teams"])
+    assert sum(line["gpu_hours"] for line in found["lines"]) == pytest.approx(
+        float(cost_by_team(store, DEC, end)["gpu_hours"].sum()))  # and no GPU-hour is lost or counted twice
+    assert all(line["cost_usd"] >= 0 for line in found["lines"])
+    assert found["split"] == ("idle capacity its own line" if config.idle == "own_line"
+                              else f"idle shared by {config.idle_by}") + (
+        f"; platform spread by {config.share_by}" if config.shared_teams else "")
+    teams = {t["team"]: t["total_usd"] for t in found["teams"]}
+    idle_models = {line["gpu_model"] for line in found["lines"] if line["team"] == IDLE_CAPACITY}
+    assert idle_models == ({"H100", "L4"} if config.idle == "own_line" else {"L4"})  # nobody allocated the L4
+    assert ("platform" in teams) == (not config.shared_teams)
+    unpriced = [line for line in found["lines"] if line["gpu_model"] == "Z9000"]
+    assert unpriced and all(line["rate_card"] is None and line["cost_usd"] == 0 for line in unpriced)
+    if config.idle_by == "node":  # n1's idle H100 went to team a alone, n2's to b and the platform team
+        shares = {line["team"]: line["gpu_hours"] for line in found["lines"] if line["kind"] == "idle share"}
+        n2_idle = 77 * 7 / 60
+        assert shares["a"] == pytest.approx(133 * 7 / 60)
+        assert shares["b"] == pytest.approx(n2_idle * 89 / (89 + 61))
+
+
+def test_a_closed_statement_keeps_the_split_it_closed_with(file_store):
+    store = _shared_cluster(file_store)
+    later = datetime(2027, 1, 10, tzinfo=UTC)
+    assert close_due(store, LedgerConfig(idle="shared"), later) == ["2026-12"]
+    closed = statement(store, LedgerConfig(idle="shared"), "2026-12", later)
+    assert statement(store, LedgerConfig(), "2026-12", later) == closed  # a new [ledger] idle changes no closed bill
+    assert closed["split"] == "idle shared by cluster"
+    assert {line["kind"] for line in closed["lines"]} == {"usage", "idle share"}

@@ -17,12 +17,12 @@ from gpuledger.analytics.store.rates import ClosedPeriodError
 if TYPE_CHECKING:
     from gpuledger.analytics.store.database import Store
 
-LINE_COLUMNS = ("team", "gpu_model", "rate_from", "usd_per_gpu_hour", "gpu_hours", "used_gpu_hours", "util_coverage",
-                "cost_usd")
+LINE_COLUMNS = ("team", "kind", "shared_from", "gpu_model", "rate_from", "usd_per_gpu_hour", "gpu_hours",
+                "used_gpu_hours", "util_coverage", "cost_usd")
 
 
 def close_period(store: "Store", period: str, start: datetime, end: datetime, lines: pd.DataFrame, by: str,
-                 at: datetime) -> bool:
+                 at: datetime, split: str) -> bool:
     """Store `period`'s statement `lines` (LINE_COLUMNS) and mark it closed; False when it was closed already
     (nothing written). A period overlapping a closed one is refused (ClosedPeriodError)."""
     with store.transaction() as cur:
@@ -36,7 +36,7 @@ def close_period(store: "Store", period: str, start: datetime, end: datetime, li
             cur.register("statement_in", lines[list(LINE_COLUMNS)])
             cur.execute("INSERT INTO statement_lines BY NAME SELECT ? AS period, * FROM statement_in", [period])
             cur.unregister("statement_in")
-        cur.execute("INSERT INTO ledger_periods VALUES (?, ?, ?, ?, ?)", [period, start, end, at, by])
+        cur.execute("INSERT INTO ledger_periods VALUES (?, ?, ?, ?, ?, ?)", [period, start, end, at, by, split])
     return True
 
 

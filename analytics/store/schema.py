@@ -130,9 +130,10 @@ DDL = [
     # and rate version, in cents) and the adjustments booked into a period; none of them is updated or deleted
     """CREATE TABLE IF NOT EXISTS ledger_periods (
     period VARCHAR NOT NULL, start_ts TIMESTAMPTZ NOT NULL, end_ts TIMESTAMPTZ NOT NULL,
-    closed_at TIMESTAMPTZ NOT NULL, closed_by VARCHAR NOT NULL)""",
+    closed_at TIMESTAMPTZ NOT NULL, closed_by VARCHAR NOT NULL, split VARCHAR NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS statement_lines (
-    period VARCHAR NOT NULL, team VARCHAR NOT NULL, gpu_model VARCHAR, rate_from TIMESTAMPTZ,
+    period VARCHAR NOT NULL, team VARCHAR NOT NULL, kind VARCHAR NOT NULL, shared_from VARCHAR, gpu_model VARCHAR,
+    rate_from TIMESTAMPTZ,
     usd_per_gpu_hour DOUBLE, gpu_hours DOUBLE NOT NULL, used_gpu_hours DOUBLE, util_coverage DOUBLE,
     cost_usd DECIMAL(18, 2) NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS ledger_adjustments (

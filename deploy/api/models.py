@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
 from gpuledger.analytics.inference import SLO_STATUSES
+from gpuledger.analytics.cost_split import LINE_KINDS
 from gpuledger.analytics.ledger import PERIOD_STATES
 from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
 from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
@@ -38,6 +39,7 @@ Target = Literal[TARGETS]
 ExportStatus = Literal[tuple(EXPORT_STATUSES)]
 ExportFormat = Literal[FORMATS]
 PeriodStateName = Literal[PERIOD_STATES]
+LineKind = Literal[LINE_KINDS]
 
 
 class Window(BaseModel):
@@ -181,6 +183,9 @@ class Rate(BaseModel):
 
 class StatementLine(BaseModel):
     team: str = Field(description="a team, 'unattributed' or '__idle__' (idle capacity)")
+    kind: LineKind = Field(description="usage: the team's own; idle share: its share of idle capacity; shared "
+                                       "cost: its share of a shared-cost team's ([ledger] idle, shared_teams)")
+    shared_from: str | None = Field(description="whose cost a share was: '__idle__' or the shared-cost team")
     gpu_model: str | None = Field(description="GPU model; null: the samples named none")
     rate_from: datetime | None = Field(description="start of the rate card version that priced the line; null: "
                                                    "unpriced (no rate for the model then)")
@@ -238,6 +243,8 @@ class Statement(BaseModel):
     closes_at: datetime = Field(description="its end plus [ledger] grace_days")
     closed_at: datetime | None = Field(description="when it closed; null while open")
     closed_by: str | None = Field(description="what closed it")
+    split: str = Field(description="how idle capacity and shared-cost teams were split ([ledger] idle, idle_by, "
+                                   "shared_teams, share_by); a closed statement keeps the split it closed with")
     lines: list[StatementLine] = Field(description="per bill line, GPU model and rate card version")
     adjustments: list[Adjustment] = Field(description="the corrections booked into this period")
     teams: list[StatementTeam] = Field(description="per bill line: usage, adjustments and total, in cents")
