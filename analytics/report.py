@@ -496,22 +496,22 @@ the profiling fields, where the GPUs report them).</p>
     return files
 
 
-STATEMENT_COLUMNS = ["kind", "period", "state", "team", "gpu_model", "rate_card", "usd_per_gpu_hour", "gpu_hours",
-                     "used_gpu_hours", "cost_usd", "corrects", "reason", "made_by", "made_at"]
+STATEMENT_COLUMNS = ["kind", "period", "state", "team", "shared_from", "gpu_model", "rate_card", "usd_per_gpu_hour",
+                     "gpu_hours", "used_gpu_hours", "cost_usd", "corrects", "reason", "made_by", "made_at"]
 
 
 def write_statement(found: dict, out: Path, team: str | None = None) -> tuple[Path, Path]:
     """A period's statement (analytics/ledger.py `statement`, already narrowed to `team` when given) as CSV, its
-    usage lines then its adjustments, each row saying which (`kind`), and as a self-contained page (for PDF).
+    lines then its adjustments, each row saying which (`kind`: usage, idle share, shared cost, adjustment), and as
+    a self-contained page (for PDF).
     Returns (csv, html)."""
     out.mkdir(parents=True, exist_ok=True)
     base = out / (f"statement-{found['period']}" + (f"-{_safe(team)}" if team else ""))
     lines = pd.DataFrame(found["lines"], columns=[c for c in STATEMENT_COLUMNS if c not in
-                                                  ("kind", "period", "state", "corrects", "reason", "made_by",
-                                                   "made_at")])
+                                                  ("period", "state", "corrects", "reason", "made_by", "made_at")])
     adjustments = pd.DataFrame(found["adjustments"], columns=["team", "usd", "corrects", "reason", "made_by",
                                                               "made_at"])
-    rows = pd.concat([lines.assign(kind="usage"),
+    rows = pd.concat([lines,
                       adjustments.rename(columns={"usd": "cost_usd"}).assign(kind="adjustment")], ignore_index=True)
     rows = rows.assign(period=found["period"], state=found["state"]).reindex(columns=STATEMENT_COLUMNS)
     write_csv(rows, base.with_suffix(".csv"))
@@ -522,7 +522,7 @@ def write_statement(found: dict, out: Path, team: str | None = None) -> tuple[Pa
     title = found["period"] + (f" — {owner_label(team)}" if team else "")
     body = f"""<h1>GPU statement — {html.escape(title)}</h1>
 <p>{pd.Timestamp(found['start']):%Y-%m-%d} to {pd.Timestamp(found['end']):%Y-%m-%d} (UTC, end exclusive).
-{html.escape(state) if found['state'] == 'closed' else state}
+{html.escape(state) if found['state'] == 'closed' else state} Split: {html.escape(found['split'])}.
 Total <strong>${found['total_usd']:,.2f}</strong>.</p>
 <h2>Per team</h2>
 {_table(pd.DataFrame(found['teams']), money=("usage_usd", "adjustments_usd", "total_usd"))}

@@ -600,12 +600,14 @@ def statement_text(found: dict) -> str:
         return f"{pd.Timestamp(found[key]):{shown}}"
     state = (f"closed {when('closed_at')} by {found['closed_by']} (final)" if found["state"] == "closed"
              else f"DRAFT: open until {when('closes_at')}")
-    out = [f"statement {found['period']} ({when('start', '%Y-%m-%d')} to {when('end', '%Y-%m-%d')}), {state}",
+    out = [f"statement {found['period']} ({when('start', '%Y-%m-%d')} to {when('end', '%Y-%m-%d')}), {state}; "
+           f"{found['split']}",
            f"{'team':<24} {'GPU model':<14} {'rate card':<26} {'USD/GPU-h':>9} {'GPU-hours':>11} {'cost USD':>12}"]
     for line in found["lines"]:
         rate = "-" if line["usd_per_gpu_hour"] is None else f"{line['usd_per_gpu_hour']:.4g}"
+        share = "" if line["kind"] == "usage" else f"  ({line['kind']} of {line['shared_from']})"
         out.append(f"{line['team']:<24.24} {line['gpu_model'] or '-':<14.14} {line['rate_card'] or 'unpriced':<26} "
-                   f"{rate:>9} {line['gpu_hours']:>11,.2f} {line['cost_usd']:>12,.2f}")
+                   f"{rate:>9} {line['gpu_hours']:>11,.2f} {line['cost_usd']:>12,.2f}{share}")
     for adj in found["adjustments"]:
         out.append(f"adjustment {adj['id']}: {adj['team']} {adj['usd']:+,.2f} USD for {adj['corrects']} "
                    f"by {adj['made_by']}: {adj['reason']}")

@@ -172,7 +172,7 @@ def test_the_statement_command_closes_what_is_due_prints_writes_and_refuses_an_o
     printed = capsys.readouterr()
     assert "closed period 2026-11" in printed.err and "(final)" in printed.out
     csv = (out / "statement-2026-11.csv").read_text().splitlines()
-    assert csv[0].startswith("kind,period,state,team,gpu_model,rate_card") and len(csv) == 4
+    assert csv[0].startswith("kind,period,state,team,shared_from,gpu_model,rate_card") and len(csv) == 4
     assert (out / "statement-2026-11.html").exists()
     assert main(["statement", "--db", str(db), "--period", "2026-11", "--team", "b", "--out", str(out)]) == 0
     assert f"total USD {round(48 * L4, 2):,.2f}" in capsys.readouterr().out
