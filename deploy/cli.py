@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from gpuledger.analytics.config import Config, load_config
+from gpuledger.analytics.focus_export import FORMATS as FOCUS_FORMATS
 from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc, utc_now
@@ -216,6 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
     stmt.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
     stmt.add_argument("--pdf", action="store_true", help="also print the page to PDF (headless Chromium)")
     stmt.add_argument("--draft", action="store_true", help="an open period: its figures so far, marked as a draft")
+
+    export = sub.add_parser(
+        "export", help="a period's statement in a format finance tools read (FOCUS 1.2, CSV or Parquet)",
+        description="Closes every period whose grace has passed, then writes --period's statement as FOCUS rows "
+                    "(FinOps Open Cost and Usage Specification 1.2, plus the 1.0 column names its validator "
+                    "checks): one row per statement line and per adjustment, amounts in the statement's cents.")
+    _add_common(export)
+    export.add_argument("what", choices=["focus"], help="the format: focus")
+    export.add_argument("--period", required=True, metavar="YYYY-MM|YYYY-Www", help="the period, as for statement")
+    export.add_argument("--out", type=Path, required=True, help="the file to write")
+    export.add_argument("--format", choices=FOCUS_FORMATS, help="csv or parquet (default: from --out's suffix, "
+                                                                "else csv)")
+    export.add_argument("--draft", action="store_true", help="an open period: its figures so far")
 
     rec = sub.add_parser("recommend", help="re-evaluate, store and print the open recommendations as JSON",
                          description="Evaluates the policy now over the policy window ([quota] window_days, default "
@@ -565,17 +579,36 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def cmd_statement(args: argparse.Namespace, config: Config) -> int:
-    from gpuledger.analytics.ledger import close_due, for_team, statement
-    from gpuledger.analytics.report import write_statement
+def _statement_of(args: argparse.Namespace, config: Config) -> dict:
+    """--period's statement, after closing what is due; an open period only with --draft."""
+    from gpuledger.analytics.ledger import close_due, statement
     with _open_existing(args, config) as store:
-        for period in close_due(store, config.ledger, by="gpuledger statement"):
+        for period in close_due(store, config.ledger, by=f"gpuledger {args.command}"):
             print(f"closed period {period}", file=sys.stderr)
         found = statement(store, config.ledger, args.period)
     if found["state"] == "open" and not args.draft:
         raise InputError(f"period {found['period']} is open until {found['closes_at']:%Y-%m-%d %H:%M} UTC "
                          "([ledger] grace_days after its end), so it has no final statement yet: add --draft for its "
                          "figures so far")
+    return found
+
+
+def cmd_export(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.focus_export import focus_rows, write_focus
+    kind = args.format or ("parquet" if args.out.suffix.lower() == ".parquet" else "csv")
+    rows = focus_rows(_statement_of(args, config))
+    try:
+        write_focus(rows, args.out, kind)
+    except OSError as exc:
+        raise InputError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+    print(f"FOCUS {kind}: {args.out} ({len(rows)} rows, BilledCost {rows['BilledCost'].sum():,.2f} USD)")
+    return 0
+
+
+def cmd_statement(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.ledger import for_team
+    from gpuledger.analytics.report import write_statement
+    found = _statement_of(args, config)
     if args.team:
         found = for_team(found, args.team)
     try:
@@ -1058,6 +1091,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
     "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape, "statement": cmd_statement,
+    "export": cmd_export,
 }
 
 

@@ -6,12 +6,14 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
 from gpuledger.analytics.config import Config, ConfigError, LedgerConfig, load_config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
-from gpuledger.analytics.ledger import close_due, parse_period, periods, statement
+from gpuledger.analytics.focus_export import focus_rows, write_focus
+from gpuledger.analytics.ledger import adjust, close_due, parse_period, periods, statement
 from gpuledger.analytics.report import write_weekly_report
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import Role, check_audit, create_token
@@ -19,6 +21,7 @@ from gpuledger.analytics.store.rates import ClosedPeriodError
 from gpuledger.collector.samples import IDLE_CAPACITY
 from gpuledger.deploy.api import create_app
 from gpuledger.deploy.cli import main
+from tests.focus_validator import validate
 from tests.helpers import gpu_rows, table
 
 UTC = timezone.utc
@@ -315,3 +318,37 @@ def test_a_closed_statement_keeps_the_split_it_closed_with(file_store):
     assert statement(store, LedgerConfig(), "2026-12", later) == closed  # a new [ledger] idle changes no closed bill
     assert closed["split"] == "idle shared by cluster"
     assert {line["kind"] for line in closed["lines"]} == {"usage", "idle share"}
+
+
+def test_the_focus_export_passes_the_finops_validator_and_adds_up_to_the_statement(tmp_path, capsys):
+    """Done when: the FOCUS export passes focus-validator with no failed rule. Every kind of row is in it: own
+    use, idle shares, a shared-cost team spread, an unpriced card, idle capacity nobody allocated, an adjustment."""
+    db = tmp_path / "focus.duckdb"
+    config = LedgerConfig(idle="shared", idle_by="node", shared_teams=("platform",))
+    later = datetime(2027, 1, 10, tzinfo=UTC)
+    with Store(db) as store:
+        _shared_cluster(store)
+        adjust(store, config, "b", -12.34, "b/1 was preempted by maintenance", "2026-12", "ops",
+               {"a", "b", "c"}, now=DEC + timedelta(days=2))
+        close_due(store, config, later)
+        found = statement(store, config, "2026-12", later)
+    rows = focus_rows(found)
+    assert {"usage", "idle share", "shared cost", "adjustment"} <= set(rows["x_LineKind"])
+    assert set(rows["ChargeCategory"]) == {"Usage", "Adjustment"} and rows["BilledCost"].notna().all()
+    assert _cents(round(float(rows["BilledCost"].sum()), 2)) == _cents(found["total_usd"])
+    csv = tmp_path / "focus.csv"
+    write_focus(rows, csv, "csv")
+    checked = validate(csv)
+    assert checked.returncode == 0 and "Validation succeeded" in checked.stdout, checked.stdout + checked.stderr
+    assert "failed" not in checked.stdout.lower()
+    parquet = tmp_path / "focus.parquet"
+    write_focus(rows, parquet, "parquet")
+    back = pd.read_parquet(parquet)
+    assert list(back.columns) == list(rows.columns) and back["BilledCost"].sum() == pytest.approx(
+        rows["BilledCost"].sum())
+    assert str(back["BillingPeriodStart"].dt.tz) == "UTC"
+    # the command writes the same rows (the period is closed: the stored statement)
+    out = tmp_path / "cli.csv"
+    assert main(["export", "focus", "--db", str(db), "--period", "2026-12", "--out", str(out)]) == 0
+    assert pd.read_csv(out)["BilledCost"].sum() == pytest.approx(rows["BilledCost"].sum())
+    assert "FOCUS csv" in capsys.readouterr().out
