@@ -352,3 +352,61 @@ def test_the_focus_export_passes_the_finops_validator_and_adds_up_to_the_stateme
     assert main(["export", "focus", "--db", str(db), "--period", "2026-12", "--out", str(out)]) == 0
     assert pd.read_csv(out)["BilledCost"].sum() == pytest.approx(rows["BilledCost"].sum())
     assert "FOCUS csv" in capsys.readouterr().out
+
+
+# the fields OpenCost's Allocation marshals to JSON (core/pkg/opencost allocation_json.go), by name
+OPENCOST_FIELDS = {
+    "name", "properties", "window", "start", "end", "minutes", "cpuCores", "cpuCoreRequestAverage",
+    "cpuCoreUsageAverage", "cpuCoreHours", "cpuCost", "cpuCostAdjustment", "cpuEfficiency", "gpuCount", "gpuHours",
+    "gpuCost", "gpuCostAdjustment", "networkTransferBytes", "networkReceiveBytes", "networkCost",
+    "networkCostAdjustment", "loadBalancerCost", "loadBalancerCostAdjustment", "pvBytes", "pvByteHours", "pvCost",
+    "pvCostAdjustment", "ramBytes", "ramByteRequestAverage", "ramByteUsageAverage", "ramByteHours", "ramCost",
+    "ramCostAdjustment", "ramEfficiency", "sharedCost", "externalCost", "totalCost", "totalEfficiency",
+    "rawAllocationOnly"}
+
+
+def test_the_opencost_allocation_api_answers_its_documented_queries_with_its_field_names(file_store):
+    store = _shared_cluster(file_store)
+    _, team_token = create_token(store, "lead-b", Role.parse("team:b"), "test")
+    client = TestClient(create_app(store, Config(), token="root"))
+    admin = {"Authorization": "Bearer root"}
+    day = f"{DEC.isoformat()},{(DEC + timedelta(days=1)).isoformat()}"
+    # the queries OpenCost's documentation shows: a window, an aggregate, a step, a resolution (ignored here)
+    weekly = client.get("/allocation", headers=admin, params={"window": "7d", "aggregate": "namespace",
+                                                              "resolution": "1m"})
+    assert weekly.status_code == 200 and weekly.json()["code"] == 200 and len(weekly.json()["data"]) == 1
+    stepped = client.get("/allocation/compute", headers=admin, params={
+        "window": day, "step": "6h", "resolution": "10m", "aggregate": "team", "includeIdle": "true"}).json()
+    assert len(stepped["data"]) == 4
+    whole = client.get("/allocation", headers=admin, params={
+        "window": day, "aggregate": "team", "accumulate": "true", "includeIdle": "true"}).json()["data"][0]
+    for found in whole.values():
+        assert OPENCOST_FIELDS <= set(found) and found["window"]["start"] == "2026-12-01T00:00:00Z"
+        assert found["totalCost"] == pytest.approx(found["gpuCost"]) and found["minutes"] == 1440
+    exact = cost_by_team(store, DEC, DEC + timedelta(days=1)).set_index("team")
+    assert sum(a["totalCost"] for a in whole.values()) == pytest.approx(exact["cost_usd"].sum())
+    assert sum(a["totalCost"] for s in stepped["data"] for a in s.values()) == pytest.approx(exact["cost_usd"].sum())
+    assert whole["a"]["properties"]["labels"] == {"team": "a"} and whole["a"]["gpuCost"] == pytest.approx(
+        exact.loc["a", "cost_usd"])
+    assert whole["__idle__"]["gpuHours"] == pytest.approx(exact.loc[IDLE_CAPACITY, "gpu_hours"])
+    # shared idle: the cost moves to who allocated the same card (the L4 nobody held stays idle), none is lost
+    shared = client.get("/allocation", headers=admin, params={
+        "window": day, "aggregate": "team", "accumulate": "true", "includeIdle": "true", "shareIdle": "true",
+        "idleByNode": "true"}).json()["data"][0]
+    assert sum(a["totalCost"] for a in shared.values()) == pytest.approx(exact["cost_usd"].sum())
+    assert shared["a"]["gpuCost"] > whole["a"]["gpuCost"] and shared["a"]["gpuHours"] == whole["a"]["gpuHours"]
+    by_node = client.get("/allocation", headers=admin, params={"window": day, "aggregate": "node",
+                                                               "accumulate": "true"}).json()["data"][0]
+    assert set(by_node) == {"n1", "n2", "n3"} and by_node["n1"]["properties"]["node"] == "n1"
+    # a team token: its own team and the shared lines only, and no aggregate that names other teams' things
+    mine = client.get("/allocation", headers={"Authorization": f"Bearer {team_token}"}, params={
+        "window": day, "aggregate": "team", "accumulate": "true", "includeIdle": "true"}).json()["data"][0]
+    assert set(mine) == {"b", IDLE_CAPACITY}
+    assert client.get("/allocation", headers={"Authorization": f"Bearer {team_token}"},
+                      params={"window": day, "aggregate": "node"}).status_code == 403
+    for bad in ({"window": "7x"}, {"window": "2026-12-02T00:00:00Z,2026-12-01T00:00:00Z"},
+                {"window": "1d", "aggregate": "label:app"}, {"window": "400d"},
+                {"window": "7d", "step": "1m"}, {"window": "0001-01-01T00:00:00Z,2026-12-01T00:00:00Z"}):
+        assert client.get("/allocation", headers=admin, params=bad).status_code == 422, bad
+    for named in ("today", "yesterday", "week", "month", "lastweek", "lastmonth", "30m", "24h", "2w"):
+        assert client.get("/allocation", headers=admin, params={"window": named}).status_code == 200, named

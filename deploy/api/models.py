@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
 from gpuledger.analytics.inference import SLO_STATUSES
+from gpuledger.analytics.allocation import ZERO_FIELDS as ALLOCATION_ZERO_FIELDS
 from gpuledger.analytics.cost_split import LINE_KINDS
 from gpuledger.analytics.ledger import PERIOD_STATES
 from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
@@ -945,3 +946,45 @@ class Inference(BaseModel):
     services: list[InferenceService] = Field(description="per service (server kind, model served, team)")
     teams: list[TeamInference] = Field(description="per team: its services' tokens, requests and cost")
     unknown_slos: list[str] = Field(description="[slo] names that match no service or team ever read")
+
+
+class AllocationWindow(BaseModel):
+    start: str = Field(description="RFC 3339, UTC")
+    end: str = Field(description="RFC 3339, UTC")
+
+
+class GpuAllocation(BaseModel):
+    gpuRequestAverage: float = Field(description="GPUs allocated on average over the set's window")
+    gpuUsageAverage: float | None = Field(description="GPUs busy (allocated, weighted by utilisation) on average; "
+                                                      "null where nothing was measured")
+    utilCoverage: float | None = Field(description=UTIL_COVERAGE)
+
+
+# OpenCost's resource fields gpuledger does not price: present, so tools reading them find numbers, and always 0
+_ZERO = {name: (float, Field(0.0, description="always 0: gpuledger prices GPUs only (OpenCost field)"))
+         for name in ALLOCATION_ZERO_FIELDS}
+OpenCostAllocation = create_model(
+    "OpenCostAllocation",
+    name=(str, Field(description="the aggregated value; __idle__ (no job held the GPUs), __unallocated__ (held, "
+                                 "without a value of the aggregated property)")),
+    properties=(dict[str, Any], Field(description="cluster, and the aggregated property (labels.team for team)")),
+    window=(AllocationWindow, Field(description="the set's window")),
+    start=(str, Field(description="RFC 3339, UTC")), end=(str, Field(description="RFC 3339, UTC")),
+    minutes=(float, Field(description="the window's length in minutes")),
+    gpuCount=(float, Field(description="GPUs on average over the window")),
+    gpuHours=(float, Field(description="allocated GPU-hours (shared idle adds cost, not hours)")),
+    gpuCost=(float, Field(description="USD at the rate card in force at each hour")),
+    gpuCostAdjustment=(float, Field(description="always 0 (corrections are ledger adjustments)")),
+    sharedCost=(float, Field(description="always 0 (shared-cost teams are split in ledger statements)")),
+    totalCost=(float, Field(description="USD: gpuCost")),
+    totalEfficiency=(float | None, Field(description="GPU efficiency: busy over allocated GPU-hours that were "
+                                                     "measured; null where none was (never 0)")),
+    gpuAllocation=(GpuAllocation, Field(description="gpuledger's GPU figures")),
+    rawAllocationOnly=(Any, Field(None, description="always null (OpenCost field)")),
+    **_ZERO)
+
+
+class AllocationAnswer(BaseModel):
+    code: int = Field(description="200, as OpenCost answers")
+    data: list[dict[str, OpenCostAllocation]] = Field(description="one set per step (one when accumulated), "
+                                                                  "name -> allocation")
