@@ -157,6 +157,26 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True)
+class AlertsConfig:
+    """`[alerts]`: when a team is warned about its budget (`warn_at` and `alert_at`: shares of the budget that the
+    period's spend, or its forecast at the period's end, crosses), when a job holding GPUs idle is (`idle_hours`),
+    how often the server checks (`every_minutes`), and where alerts go: the `[report.email]` server (admins and the
+    team's recipients) unless `email = false`, and a `webhook` URL that takes a Slack-compatible JSON body, tried
+    `retries` more times when it does not answer."""
+    warn_at: float = 0.8
+    alert_at: float = 1.0
+    idle_hours: float = 4.0
+    every_minutes: float = 5.0
+    retries: int = 3
+    email: bool = True
+    webhook: str | None = None
+
+
+ALERT_NUMBERS = {"warn_at": (0.01, 10.0), "alert_at": (0.01, 10.0), "idle_hours": (0.25, 720.0),
+                 "every_minutes": (1.0, 1440.0), "retries": (0.0, 10.0)}
+
+
+@dataclass(frozen=True)
 class RateCard:
     """One dated version of the rate card (`[[rate_cards]]`): the models whose rate changes at `start`, each
     in force until that model's next version. `start` is a whole UTC hour."""
@@ -233,6 +253,8 @@ class Config:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     efficiency: EfficiencyConfig = field(default_factory=EfficiencyConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    budgets: dict[str, float] = field(default_factory=dict)  # team -> USD per ledger period ([budgets])
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     slo: dict[str, Slo] = field(default_factory=dict)  # by service (model served) or team
     apps: AppsConfig = field(default_factory=AppsConfig)
     email: EmailConfig | None = None  # [report.email]: mail the weekly report
@@ -336,7 +358,7 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "rate_cards", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
+SECTIONS = ("rates", "rate_cards", "budgets", "alerts", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
 
@@ -432,6 +454,40 @@ def _start(where: str, value: Any) -> datetime:
     return value
 
 
+def _budgets(table: Mapping[str, Any], config: Config) -> dict[str, float]:
+    """`[budgets]`: team = USD per ledger period. A budget for a team the config does not name (under [teams] or as
+    an attribution map's team) is refused: it would never be compared with anything."""
+    known = set(config.teams) | set(config.namespace_to_team.values()) | set(config.user_to_team.values())
+    budgets = {}
+    for team, usd in table.items():
+        _name("team", team, "[budgets]")
+        if team not in known:
+            raise ConfigError(f"[budgets] {team}: unknown team; name it under [teams] (or as an attribution map's "
+                              f"team) first{f' (known: {sorted(known)})' if known else ''}")
+        budgets[team] = _number("budgets", team, usd, minimum=0.01)
+    return budgets
+
+
+def _alerts(table: Mapping[str, Any]) -> AlertsConfig:
+    """`[alerts]`, each key checked: shares and hours in range, `email` true or false, `webhook` an http(s) URL."""
+    _known_keys("alerts", table, [f.name for f in fields(AlertsConfig)])
+    values: dict[str, Any] = {}
+    for key, (low, high) in ALERT_NUMBERS.items():
+        if key in table:
+            values[key] = _number("alerts", key, table[key], low, high)
+    if "retries" in values:
+        values["retries"] = int(values["retries"])
+    if not isinstance(table.get("email", True), bool):
+        raise ConfigError("[alerts] email must be true or false")
+    hook = table.get("webhook")
+    if hook is not None and (not isinstance(hook, str) or not re.fullmatch(r"https?://[^\s]+", hook)):
+        raise ConfigError(f"[alerts] webhook must be an http:// or https:// URL, got {hook!r}")
+    alerts = AlertsConfig(**values, email=table.get("email", True), webhook=hook)
+    if alerts.warn_at > alerts.alert_at:
+        raise ConfigError(f"[alerts] warn_at ({alerts.warn_at:g}) is above alert_at ({alerts.alert_at:g})")
+    return alerts
+
+
 def _rate_cards(value: Any) -> list[RateCard]:
     """`[[rate_cards]]`: each version's `from` and the rates that change then. A version without a start, two with
     the same start (overlapping dates) or a negative rate is refused: a bill is never priced by a guess."""
@@ -506,6 +562,8 @@ def load_config(path: str | Path | None) -> Config:
         kind = "namespace" if key == "namespace_to_team" else "user"
         getattr(config, key).update(_names(f"attribution.{key}", attribution.get(key, {}), kind))
     config.email = _email(data)
+    config.budgets = _budgets(_table("budgets", data.get("budgets", {})), config)
+    config.alerts = _alerts(_table("alerts", data.get("alerts", {})))
     config.slo = _slos(_table("slo", data.get("slo", {})))
     config.apps = _apps(_table("apps", data.get("apps", {})))
     for section in SECTION_TYPES:

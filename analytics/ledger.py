@@ -218,6 +218,11 @@ def statement(store: Store, config: LedgerConfig, name: str, now: datetime | Non
                                 + sum(_cents_of(r["usd"]) for r in adjustment_rows))}
 
 
+def team_total(teams: list[dict[str, Any]]) -> float:
+    """The total of the team lines given (a team token's share of a statement), in cents."""
+    return _cents(sum(_cents_of(t["total_usd"]) for t in teams))
+
+
 def _cents_of(usd: float) -> int:
     return int(Decimal(str(usd)).scaleb(2).to_integral_value(ROUND_HALF_EVEN))
 
@@ -258,11 +263,16 @@ def adjust(store: Store, config: LedgerConfig, team: str, usd: Any, reason: str,
         amount = Decimal(str(usd)).quantize(CENT, ROUND_HALF_EVEN)
     except (InvalidOperation, ValueError) as exc:
         raise LedgerError(f"usd must be an amount such as -125.50, got {usd!r}") from exc
-    if not amount.is_finite() or amount == 0 or abs(amount) > MAX_ADJUSTMENT_USD:
-        raise LedgerError(f"usd must be a non-zero amount of at most {MAX_ADJUSTMENT_USD:,.0f} either way, got {usd!r}")
+    if not amount.is_finite() or amount != Decimal(str(usd)) or amount == 0 or abs(amount) > MAX_ADJUSTMENT_USD:
+        raise LedgerError(f"usd must be an amount in whole cents, not zero, of at most {MAX_ADJUSTMENT_USD:,.0f} "
+                          f"either way, got {usd!r}")
     reason = (reason or "").strip()
-    if not reason:
-        raise LedgerError("an adjustment needs its reason (what it corrects and why)")
+    if not reason or any(ord(c) < 32 or ord(c) == 127 for c in reason):
+        raise LedgerError("an adjustment needs its reason (what it corrects and why), printable text only")
+    first = _first_period(store, config)
+    if first is not None and target.end <= first.start:
+        raise LedgerError(f"period {target.name} is before the ledger's first period, {first.name}: nothing in it "
+                          "was billed")
     first_open = _first_open(store, config)
     booked = target if first_open is None or target.start >= first_open.start else first_open
     entry = {"id": uuid.uuid4().hex[:12], "period": booked.name, "corrects": target.name, "team": team,
@@ -280,4 +290,4 @@ def for_team(found: dict[str, Any], team: str) -> dict[str, Any]:
         raise NotFoundError(f"team {team!r} has no line on the statement of {found['period']} (teams on it: {named})")
     return {**found, "lines": [r for r in found["lines"] if r["team"] == team],
             "adjustments": [r for r in found["adjustments"] if r["team"] == team], "teams": mine,
-            "total_usd": mine[0]["total_usd"]}
+            "total_usd": team_total(mine)}

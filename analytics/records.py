@@ -55,7 +55,9 @@ def write_csv(frame: pd.DataFrame, path: Any) -> None:
         if not pd.api.types.is_numeric_dtype(safe[column]) and not pd.api.types.is_datetime64_any_dtype(safe[column]):
             safe[column] = safe[column].map(csv_cell)
     safe.columns = [csv_cell(str(c)) for c in safe.columns]
-    safe.to_csv(path, index=False)
+    # CRLF rows, as RFC 4180 has them: a cell holding a bare CR is then quoted too (with "\n" rows it was not, and a
+    # spreadsheet read "ok\r=1+1" as a new row starting with a formula)
+    safe.to_csv(path, index=False, lineterminator="\r\n")
 
 
 def number_or_none(value: Any) -> float | None:

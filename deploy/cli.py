@@ -583,6 +583,8 @@ def _statement_of(args: argparse.Namespace, config: Config) -> dict:
     """--period's statement, after closing what is due; an open period only with --draft."""
     from gpuledger.analytics.ledger import close_due, statement
     with _open_existing(args, config) as store:
+        if args.config:  # the site's card, checked as the server checks it; without --config: the stored one
+            config.price(store)
         for period in close_due(store, config.ledger, by=f"gpuledger {args.command}"):
             print(f"closed period {period}", file=sys.stderr)
         found = statement(store, config.ledger, args.period)

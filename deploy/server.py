@@ -27,6 +27,7 @@ from gpuledger.analytics.store.ingest_writer import IngestWriter
 from gpuledger.analytics.windows import iso_week, utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.source import Source
+from gpuledger.deploy.alerting import check_alerts
 from gpuledger.deploy.api import create_app
 from gpuledger.deploy.collect_loop import CollectLoop
 from gpuledger.deploy.app_loop import AppLoop
@@ -188,6 +189,9 @@ class Serving:
         self.scheduler.add_job(refresh_advice, IntervalTrigger(minutes=1), args=[api.app.state.recommender, store],
                                id="advice", name="advice refresh", next_run_time=utc_now(), coalesce=True,
                                max_instances=1)
+        # budget and idle-job alerts, raised once and resolved when their condition ends (deploy/alerting.py)
+        self.scheduler.add_job(check_alerts, IntervalTrigger(minutes=config.alerts.every_minutes), args=[store, config],
+                               id="alerts", name="alerts", next_run_time=utc_now(), coalesce=True, max_instances=1)
         # periods whose grace has passed are closed at start and then every hour
         self.scheduler.add_job(close_periods, IntervalTrigger(hours=1), args=[store, config], id="ledger",
                                name="ledger periods", next_run_time=utc_now(), coalesce=True, max_instances=1)

@@ -127,6 +127,8 @@ def test_a_card_that_would_reprice_a_closed_period_is_refused_whole_and_says_wha
     with pytest.raises(ClosedPeriodError, match="L4"):  # a model losing its rate re-prices it too (unpriced)
         ledger.set_rates({m: r for m, r in Config().rates.items() if m != "L4"})
     assert ledger.rate_history().equals(before)  # nothing of a refused card was written
+    ledger.set_rates({**Config().rates, "B200": 9.9})  # a model no closed statement billed: no refusal
+    assert ledger.current_rates()["B200"] == 9.9
     assert ledger.set_rates(Config().rates, [("H100", DEC, 2.0)])  # open time: re-priced, and said so
     assert ledger.current_rates()["H100"] == 2.0
 
@@ -152,9 +154,14 @@ def test_adjustments_are_booked_into_the_next_open_period_with_who_and_why_and_a
     seen = client.get("/v1/ledger/statements/2026-12", headers={"Authorization": f"Bearer {team_token}"}).json()
     assert {line["team"] for line in seen["lines"]} <= {"b", IDLE_CAPACITY, "unattributed"}
     assert seen["adjustments"] == [] and "a" not in {t["team"] for t in seen["teams"]}
+    assert _cents(seen["total_usd"]) == sum(_cents(t["total_usd"]) for t in seen["teams"])  # its own share only
+    assert seen["cluster_total_usd"] == december["total_usd"]
     bad = [({**body, "team": "nobody"}, 404), ({**body, "usd": 0}, 422), ({**body, "reason": " "}, 422),
            ({**body, "corrects": "2026-13"}, 422), ({**body, "corrects": "2026-W48"}, 422),
-           ({**body, "corrects": "2027-01"}, 422), ({**body, "usd": 1e12}, 422)]
+           ({**body, "corrects": "2027-01"}, 422), ({**body, "usd": 1e12}, 422),
+           ({**body, "reason": "ok\r=1+1"}, 422), ({**body, "reason": "\x1b[31mred"}, 422),
+           ({**body, "usd": 1.234}, 422), ({**body, "usd": True}, 422), ({**body, "usd": "12.5"}, 422),
+           ({**body, "corrects": "2026-10"}, 422)]  # before the ledger's first period
     for request, status in bad:
         answer = client.post("/v1/ledger/adjustments", json=request, headers=admin)
         assert answer.status_code == status, (request, answer.text)

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuledger.analytics.store import access, health, lake, rollups
+from gpuledger.analytics.store import alerts as alert_tables
 from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
     CHECKPOINT_SECONDS,
@@ -193,7 +194,8 @@ class Store:
                 tables = {row[0] for row in self._con.execute(
                     f"SELECT table_name FROM information_schema.tables WHERE {here}").fetchall()}
                 self._con.execute("BEGIN TRANSACTION")
-                for statement in table_migrations(tables) + DDL + rollups.DDL + health.DDL + access.DDL:
+                for statement in (table_migrations(tables) + DDL + rollups.DDL + health.DDL + access.DDL
+                                  + alert_tables.DDL):
                     self._con.execute(without_keys(statement) if self.lake else statement)
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(

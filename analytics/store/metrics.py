@@ -69,3 +69,8 @@ ROLLUP_FOLD_SECONDS = Histogram("gpuledger_rollup_fold_seconds", "Time to fold c
                                 registry=REGISTRY)
 RETENTION_ROWS_DROPPED = Counter("gpuledger_retention_rows_dropped",
                                  "Rows dropped by retention once folded, by table", ["table"], registry=REGISTRY)
+ALERT_DELIVERIES = Counter("gpuledger_alert_deliveries",
+                           "Alert messages (firing or resolved) handed to a channel, by channel (email, webhook) "
+                           "and outcome (sent, failed: after its retries)", ["channel", "outcome"], registry=REGISTRY)
+ALERT_RETRIES = Counter("gpuledger_alert_delivery_retries", "Alert deliveries tried again after a failure, by channel",
+                        ["channel"], registry=REGISTRY)

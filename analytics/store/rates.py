@@ -1,5 +1,5 @@
 """The dated rate card as the store keeps it, and the one rule that guards it: a new card may not re-price a closed
-period.
+period (a model its statement billed; a card adding a model no closed statement has is fine).
 
 A card is a set of (GPU model, effective start, USD per GPU-hour) rows; a model's rate is in force from its start
 until the model's next start. Replacing the card is how a site changes rates (the config is read at every start),
@@ -50,13 +50,14 @@ def rate_at(rows: Sequence[RateRow], model: str, at: datetime) -> float | None:
 
 
 def changes_in(before: Sequence[RateRow], after: Sequence[RateRow],
-               spans: Iterable[tuple[str, datetime, datetime]]) -> list[RateChange]:
-    """Where `after` prices an instant of a span (period, start, end) differently from `before`: checked at each
-    span's start and at every start of either card inside it, the only instants a rate can change at."""
+               spans: Iterable[tuple[str, datetime, datetime, set[str] | None]]) -> list[RateChange]:
+    """Where `after` prices an instant of a span (label, start, end, the models it billed; None: any) differently
+    from `before`: checked at each span's start and at every start of either card inside it, the only instants a
+    rate can change at."""
     found = []
-    models = sorted({r[0] for r in before} | {r[0] for r in after})
-    for period, lo, hi in spans:
-        for model in models:
+    every = sorted({r[0] for r in before} | {r[0] for r in after})
+    for period, lo, hi, billed in spans:
+        for model in (every if billed is None else sorted(billed & set(every))):
             starts = {lo} | {s for m, s, _ in (*before, *after) if m == model and lo < s < hi}
             for at in sorted(starts):
                 old, new = rate_at(before, model, at), rate_at(after, model, at)
@@ -72,7 +73,11 @@ def replace_card(cur: duckdb.DuckDBPyConnection, rows: Sequence[RateRow]) -> lis
     before = [(m, s, r) for m, s, r in cur.execute(
         "SELECT gpu_model, effective_from, usd_per_gpu_hour FROM rate_versions").fetchall()]
     closed = cur.execute("SELECT period, start_ts, end_ts FROM ledger_periods ORDER BY start_ts").fetchall()
-    refused = changes_in(before, rows, [(f"closed period {p}", lo, hi) for p, lo, hi in closed])
+    billed: dict[str, set[str]] = {}  # per closed period, the models its statement billed: no other can re-price it
+    for period, model in cur.execute("SELECT DISTINCT period, gpu_model FROM statement_lines "
+                                     "WHERE gpu_model IS NOT NULL").fetchall():
+        billed.setdefault(period, set()).add(model)
+    refused = changes_in(before, rows, [(f"closed period {p}", lo, hi, billed.get(p, set())) for p, lo, hi in closed])
     if refused:
         last = max(end for _, _, end in closed)
         raise ClosedPeriodError(
@@ -81,7 +86,8 @@ def replace_card(cur: duckdb.DuckDBPyConnection, rows: Sequence[RateRow]) -> lis
             + f". Keep those rates and date the change on or after {last:%Y-%m-%d %H:%M} UTC ([[rate_cards]] "
             "with `from`), or book a correction as an adjustment (POST /v1/ledger/adjustments)")
     newest_closed = max((end for _, _, end in closed), default=SINCE_EVER)
-    reopened = changes_in(before, rows, [("open time", newest_closed, datetime.max.replace(tzinfo=SINCE_EVER.tzinfo))])
+    reopened = changes_in(before, rows, [("open time", newest_closed, datetime.max.replace(tzinfo=SINCE_EVER.tzinfo),
+                                          None)])
     cur.execute("DELETE FROM rate_versions")
     if rows:
         cur.executemany("INSERT INTO rate_versions VALUES (?, ?, ?)", [list(r) for r in rows])

@@ -24,8 +24,8 @@ from gpuledger.analytics.store.metrics import REGISTRY as STORE_METRICS
 from gpuledger.collector.metrics import REGISTRY as COLLECTOR_METRICS
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.metrics import exported
-from gpuledger.deploy.api import (admin, allocation, cost, efficiency, fairness, gpu_health, inference, ingest,
-                                  ledger, ops, placement, recommendations, usage, workloads)
+from gpuledger.deploy.api import (admin, allocation, budgets, cost, efficiency, fairness, gpu_health, inference,
+                                  ingest, ledger, ops, placement, recommendations, usage, workloads)
 from gpuledger.deploy.api.access import Gate, audit_writes, trusted_networks
 from gpuledger.deploy.api.limits import RequestLimits
 from gpuledger.deploy.api.live_metrics import StoreGauges
@@ -68,7 +68,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.add_middleware(RequestLimits, open_reads=open_reads)  # outermost: bodies bounded before anything
     app.add_exception_handler(GpuledgerError, _answer_error)
     for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement, workloads,
-                 efficiency, inference, ledger, allocation):
+                 efficiency, inference, ledger, allocation, budgets):
         app.include_router(area.router)
     return app
 

@@ -21,15 +21,16 @@ def allocation(caller: ReadCaller, store: StoreDep,
                step: str | None = Query(None, max_length=16, description="one set per step (e.g. 1d); default: "
                                                                           "the whole window"),
                accumulate: bool = Query(False, description="one set over the whole window"),
-               includeIdle: bool = Query(False, description="include the __idle__ allocation"),  # noqa: N803
-               shareIdle: bool = Query(False, description="share idle cost to allocations by their GPU-hours of "  # noqa: N803
-                                                          "the same card"),
-               idleByNode: bool = Query(False, description="share idle per node, not per cluster")) -> dict:  # noqa: N803
+               include_idle: bool = Query(False, alias="includeIdle", description="include the __idle__ allocation"),
+               share_idle: bool = Query(False, alias="shareIdle", description="share idle cost to allocations by "
+                                                                              "their GPU-hours of the same card"),
+               idle_by_node: bool = Query(False, alias="idleByNode", description="share idle per node, not per "
+                                                                                 "cluster")) -> dict:
     """Allocations as OpenCost's API returns them ({code, data: [set, ...]}), with its field names and units; a team
     token may aggregate by team or cluster only and sees its own team and the shared lines."""
     if caller.team is not None and aggregate not in TEAM_AGGREGATES:
         raise HTTPException(status_code=403, detail=f"a team token may aggregate by {', '.join(TEAM_AGGREGATES)}")
-    sets = allocation_sets(store, window, aggregate, step, accumulate, includeIdle, shareIdle, idleByNode)
+    sets = allocation_sets(store, window, aggregate, step, accumulate, include_idle, share_idle, idle_by_node)
     if caller.team is not None and aggregate != "cluster":
         sets = [{name: a for name, a in found.items() if caller.visible([{"team": name}])} for found in sets]
     return {"code": 200, "data": sets}

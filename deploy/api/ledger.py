@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Request
 
-from gpuledger.analytics.ledger import adjust, periods, statement
+from gpuledger.analytics.ledger import adjust, periods, statement, team_total
 from gpuledger.deploy.api.access import AdminCaller, ReadCaller, audit_of
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, StoreDep
 from gpuledger.deploy.api.models import Adjustment, AdjustmentRequest, PeriodState, Statement
@@ -25,10 +25,12 @@ def period_statement(caller: ReadCaller, store: StoreDep, config: ConfigDep, per
     it. A closed period's is the stored one and never changes; an open period's is a draft computed now. A team
     token sees its own and the shared lines (unattributed, idle capacity) and the cluster's total."""
     found = statement(store, config.ledger, period)
+    found["cluster_total_usd"] = found["total_usd"]
     if caller.team:
         found["lines"] = caller.visible(found["lines"])
         found["adjustments"] = caller.visible(found["adjustments"])
         found["teams"] = caller.visible(found["teams"])
+        found["total_usd"] = team_total(found["teams"])
     return found
 
 

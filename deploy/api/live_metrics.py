@@ -16,13 +16,21 @@ import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics import fragmentation as frag
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.config import Config
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.health import health_totals
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.inference import service_table, team_inference
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.usage import node_gauges, team_gauges
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.windows import utc_now
+from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.workloads import workload_summary
 from gpuledger.policies.fairshare import fairshare_at
 
@@ -81,6 +89,14 @@ TEAM_INFERENCE_GAUGES = (
                                                                               "services per million tokens, USD, "
                                                                               "last hour"),
 )
+# per team with a budget, in the ledger period in progress (analytics/budgets.py); the shipped alerting rules
+# (deploy/prometheus/gpuledger-alerts.yml) compare these
+BUDGET_GAUGES = (
+    ("budget_usd", "gpuledger_team_budget_usd", "The team's budget for the ledger period in progress, USD"),
+    ("spend_usd", "gpuledger_team_period_spend_usd", "The team's cost so far in the ledger period in progress, USD"),
+    ("forecast_usd", "gpuledger_team_period_forecast_usd", "The team's cost forecast at the period's end, USD (no "
+                                                           "series without a day of history)"),
+)
 FAIRSHARE = "gpuledger_team_fairshare"
 HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total
 NODE_FRAGMENTED, CLUSTER_FRAGMENTED = "gpuledger_node_fragmented_gpus", "gpuledger_cluster_fragmented_gpus"
@@ -130,6 +146,9 @@ class StoreGauges(Collector):
                                        team=pd.Series(dtype=object))
         families += _gauges(services, ("kind", "service", "team"), SERVICE_GAUGES)
         families += _gauges(team_inference(services), "team", TEAM_INFERENCE_GAUGES)
+        budgets = pd.DataFrame(budget_status(self.store, self.config, end),
+                               columns=["team", *[column for column, _, _ in BUDGET_GAUGES]])
+        families += _gauges(budgets, "team", BUDGET_GAUGES)
         return families
 
 

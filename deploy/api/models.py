@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, create_model
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
 from gpuledger.analytics.inference import SLO_STATUSES
 from gpuledger.analytics.allocation import ZERO_FIELDS as ALLOCATION_ZERO_FIELDS
+from gpuledger.analytics.budgets import ALERT_KINDS
 from gpuledger.analytics.cost_split import LINE_KINDS
 from gpuledger.analytics.ledger import PERIOD_STATES
 from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
@@ -40,6 +41,7 @@ Target = Literal[TARGETS]
 ExportStatus = Literal[tuple(EXPORT_STATUSES)]
 ExportFormat = Literal[FORMATS]
 PeriodStateName = Literal[PERIOD_STATES]
+AlertKind = Literal[ALERT_KINDS]
 LineKind = Literal[LINE_KINDS]
 
 
@@ -212,8 +214,12 @@ class Adjustment(BaseModel):
 
 class AdjustmentRequest(BaseModel):
     team: str = Field(min_length=1, max_length=253, description="a team of the config, the store or a statement")
-    usd: float = Field(description="USD, to the cent: positive charges, negative credits; not zero")
-    reason: str = Field(min_length=1, max_length=2000, description="what it corrects and why")
+    usd: float = Field(strict=True, description="USD, to the cent (no finer): positive charges, negative credits; "
+                                                "not zero")
+    # printable text only: a reason is written into terminals, CSV files and pages, where a control character
+    # (a CR, an escape sequence) could rewrite what finance reads
+    reason: str = Field(min_length=1, max_length=2000, pattern=r"^[^\x00-\x1f\x7f]+$",
+                        description="what it corrects and why (printable text, no control characters)")
     corrects: str = Field(min_length=1, max_length=16, description="the period corrected, e.g. 2026-11")
 
 
@@ -249,7 +255,9 @@ class Statement(BaseModel):
     lines: list[StatementLine] = Field(description="per bill line, GPU model and rate card version")
     adjustments: list[Adjustment] = Field(description="the corrections booked into this period")
     teams: list[StatementTeam] = Field(description="per bill line: usage, adjustments and total, in cents")
-    total_usd: float = Field(description="the sum of the lines' and adjustments' cents")
+    total_usd: float = Field(description="the sum of the lines' and adjustments' cents shown (a team token: its own "
+                                         "and the shared lines)")
+    cluster_total_usd: float = Field(description="the whole statement's total, every line")
 
 
 class TeamCost(BaseModel):
@@ -988,3 +996,33 @@ class AllocationAnswer(BaseModel):
     code: int = Field(description="200, as OpenCost answers")
     data: list[dict[str, OpenCostAllocation]] = Field(description="one set per step (one when accumulated), "
                                                                   "name -> allocation")
+
+
+class BudgetRequest(BaseModel):
+    usd: float = Field(gt=0, le=1e12, description="the team's budget per ledger period, USD")
+
+
+class BudgetStatus(BaseModel):
+    team: str = Field(description="the team")
+    period: str = Field(description="the ledger period in progress")
+    period_end: datetime = Field(description="when it ends")
+    budget_usd: float = Field(description="the budget for the period, USD")
+    source: str = Field(description="config, or who set it through the API")
+    spend_usd: float = Field(description="cost so far in the period, USD")
+    forecast_usd: float | None = Field(description="cost forecast at the period's end, USD; null without a day of "
+                                                   "history")
+    forecast_basis: str = Field(description="what the forecast rests on, or why there is none")
+    spend_share: float = Field(description="spend over budget")
+    forecast_share: float | None = Field(description="forecast over budget")
+
+
+class Alert(BaseModel):
+    id: str = Field(description="the alert's id")
+    key: str = Field(description="its condition: one alert per key while the condition holds")
+    kind: AlertKind = Field(description="budget spend, budget forecast or idle job")
+    team: str = Field(description="the team it concerns")
+    subject: str = Field(description="one line saying what happened")
+    detail: Any = Field(description="the evidence (JSON): figures, threshold, job")
+    fired_at: datetime = Field(description="when its condition started (as checked)")
+    resolved_at: datetime | None = Field(description="when its condition ended; null: still holds")
+    deliveries: Any = Field(description="per phase and channel (e.g. 'fired webhook'): sent or failed, tries")
