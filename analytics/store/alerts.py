@@ -63,7 +63,9 @@ def raise_and_resolve(store: "Store", holding: list[dict[str, Any]], at: datetim
                 continue
             row = {**condition, "id": uuid.uuid4().hex[:12], "fired_at": at, "resolved_at": None, "deliveries": {}}
             cur.execute("INSERT INTO alerts VALUES ($id, $key, $kind, $team, $subject, $detail, $fired_at, NULL, "
-                        "'{}')", {**row, "detail": json.dumps(condition.get("detail") or {})})
+                        "'{}')", {"id": row["id"], "key": row["key"], "kind": row["kind"], "team": row["team"],
+                                  "subject": row["subject"], "fired_at": at,
+                                  "detail": json.dumps(condition.get("detail") or {}, default=str)})
             raised.append(row)
             known.add(condition["key"])
         ended = open_now[~open_now["key"].isin(keys)]
