@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 import tomllib
 
+from gpuledger.analytics.cost_models import CLOUD_PRICING, COST_MODEL_KINDS, Cloud, CostModel, OnPrem
 from gpuledger.analytics.cost_split import IDLE_MODES, IDLE_SCOPES, SHARE_BY
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.database import Retention
@@ -243,6 +244,8 @@ SECTION_TYPES: dict[str, type] = {"placement": PlacementConfig, "waste": WasteCo
 class Config:
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))  # in force since ever
     rate_cards: list[RateCard] = field(default_factory=list)  # dated changes, oldest first
+    cost_models: list[CostModel] = field(default_factory=list)  # [cost_models]: where rates come from
+    rate_basis: dict[tuple[str, datetime | None], str] = field(default_factory=dict)  # (model, start) -> workings
     teams: dict[str, TeamConfig] = field(default_factory=dict)
     namespace_to_team: dict[str, str] = field(default_factory=dict)
     user_to_team: dict[str, str] = field(default_factory=dict)
@@ -272,8 +275,12 @@ class Config:
     def price(self, store: Store) -> None:
         """Give the store this site's rate card (refused where it would re-price a closed period), logging what
         it re-prices of open time."""
-        for change in store.set_rates(self.rates, self.dated_rates()):
+        for change in store.set_rates(self.rates, self.dated_rates(), self.rate_basis):
             log.warning("rate card changed: %s is re-priced; its periods are not closed yet", change)
+
+    def pue(self) -> float | None:
+        """The data centre's PUE, from the first on-premises cost model (None: no such model)."""
+        return next((c.model.pue for c in self.cost_models if isinstance(c.model, OnPrem)), None)
 
     def attributor(self) -> Attributor:
         return Attributor(namespace_to_team=self.namespace_to_team, user_to_team=self.user_to_team)
@@ -358,7 +365,7 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "rate_cards", "budgets", "alerts", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
+SECTIONS = ("rates", "rate_cards", "cost_models", "budgets", "alerts", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
 
@@ -488,6 +495,69 @@ def _alerts(table: Mapping[str, Any]) -> AlertsConfig:
     return alerts
 
 
+ON_PREM_KEYS = {"purchase_usd": (0.0, None), "life_years": (0.1, 50.0), "power_w": (0.0, 5000.0),
+                "node_power_w": (0.0, 100000.0), "gpus_per_node": (1.0, 1024.0), "usd_per_kwh": (0.0, 100.0),
+                "pue": (1.0, 5.0), "node_overhead_usd_per_month": (0.0, None)}
+ON_PREM_REQUIRED = ("purchase_usd", "life_years", "power_w")
+CLOUD_PRICE_KEYS = {f"{p}_usd_per_hour": p for p in CLOUD_PRICING}
+
+
+def _cost_model(model: str, spec: Mapping[str, Any]) -> CostModel:
+    """One `[cost_models."<GPU model>"]`: its kind's keys, each checked; the price the `pricing` names must be
+    given; `from` as a rate card's."""
+    where = f"cost_models.{model}"
+    spec = dict(spec)
+    start = _start(where, spec.pop("from")) if "from" in spec else None
+    kind = spec.pop("kind", None)
+    if kind not in COST_MODEL_KINDS:
+        raise ConfigError(f"[{where}] kind must be one of {', '.join(COST_MODEL_KINDS)}, got {kind!r}")
+    if kind == "on_prem":
+        _known_keys(where, spec, ON_PREM_KEYS)
+        missing = [k for k in ON_PREM_REQUIRED if k not in spec]
+        if missing:
+            raise ConfigError(f"[{where}] an on-premises cost model needs {', '.join(missing)}")
+        values = {k: _number(where, k, v, *ON_PREM_KEYS[k]) for k, v in spec.items()}
+        return CostModel(model, OnPrem(**values), start)
+    _known_keys(where, spec, ("instance_type", "gpus_per_instance", "pricing", *CLOUD_PRICE_KEYS))
+    pricing = spec.get("pricing", "on_demand")
+    if pricing not in CLOUD_PRICING:
+        raise ConfigError(f"[{where}] pricing must be one of {', '.join(CLOUD_PRICING)}, got {pricing!r}")
+    prices = {CLOUD_PRICE_KEYS[k]: _number(where, k, v, 0.0) for k, v in spec.items() if k in CLOUD_PRICE_KEYS}
+    if pricing not in prices:
+        raise ConfigError(f"[{where}] pricing is {pricing} but {pricing}_usd_per_hour is not given")
+    instance = _name("model_name", spec.get("instance_type", "instance"), f"[{where}] instance_type")
+    return CostModel(model, Cloud(instance, _number(where, "gpus_per_instance", spec.get("gpus_per_instance"), 1.0,
+                                                    1024.0), pricing, prices), start)
+
+
+def _cost_models(table: Mapping[str, Any]) -> list[CostModel]:
+    return [_cost_model(_model(model, "cost_models"), _table(f"cost_models.{model}", spec))
+            for model, spec in table.items()]
+
+
+def _derive_rates(config: Config, given: set[str]) -> None:
+    """Put each cost model's rate on the card: undated into [rates], dated as a version of its start (merged into a
+    [[rate_cards]] entry of the same start). A model's rate given twice (in [rates] and by an undated cost model,
+    or twice at one start) is refused: which one prices the bill would be a guess."""
+    for derived in config.cost_models:
+        row = derived.row()
+        if derived.start is None:
+            if derived.gpu_model in given:
+                raise ConfigError(f"[cost_models.{derived.gpu_model}] and [rates] both set {derived.gpu_model}'s rate: "
+                                  "keep one, or give the cost model a `from`")
+            config.rates[derived.gpu_model] = row["usd_per_gpu_hour"]
+        else:
+            same = next((c for c in config.rate_cards if c.start == derived.start), None)
+            if same is not None and derived.gpu_model in same.rates:
+                raise ConfigError(f"[cost_models.{derived.gpu_model}] and a [[rate_cards]] entry both set its rate "
+                                  f"from {derived.start:%Y-%m-%d %H:%M} UTC: overlapping dates")
+            if same is None:
+                config.rate_cards = sorted([*config.rate_cards, RateCard(derived.start, {})], key=lambda c: c.start)
+                same = next(c for c in config.rate_cards if c.start == derived.start)
+            same.rates[derived.gpu_model] = row["usd_per_gpu_hour"]
+        config.rate_basis[(derived.gpu_model, derived.start)] = row["basis"]
+
+
 def _rate_cards(value: Any) -> list[RateCard]:
     """`[[rate_cards]]`: each version's `from` and the rates that change then. A version without a start, two with
     the same start (overlapping dates) or a negative rate is refused: a bill is never priced by a guess."""
@@ -534,6 +604,8 @@ def load_config(path: str | Path | None) -> Config:
         model = _model(model, "rates")  # the name first: a bad rate's message then shows a checked name
         config.rates[model] = _number("rates", model, rate)
     config.rate_cards = _rate_cards(data.get("rate_cards", []))
+    config.cost_models = _cost_models(_table("cost_models", data.get("cost_models", {})))
+    _derive_rates(config, set(_table("rates", data.get("rates", {}))))
     for team, spec in _table("teams", data.get("teams", {})).items():
         where = f"teams.{team}"
         _name("team", team, "[teams]")

@@ -856,13 +856,16 @@ class Store:
                     {"status": status, "by": by, "at": at, "note": note, "ids": list(ids)})
         return int(cur.fetchone()[0])
 
-    def set_rates(self, rates: Mapping[str, float], dated: Sequence[RateRow] = ()) -> list[RateChange]:
+    def set_rates(self, rates: Mapping[str, float], dated: Sequence[RateRow] = (),
+                  basis: Mapping[tuple[str, datetime | None], str] | None = None) -> list[RateChange]:
         """Replace the rate card: `rates` in force since ever (the config's [rates]) and the `dated` rows from their
-        starts. Refused whole (ClosedPeriodError) where it would re-price a closed period; returns what it
-        re-prices of open time."""
+        starts, each with the workings of the cost model that derived it (`basis`, keyed by model and start, None
+        for an undated rate). Refused whole (ClosedPeriodError) where it would re-price a closed period; returns
+        what it re-prices of open time."""
         rows = [(m, SINCE_EVER, float(v)) for m, v in rates.items()] + [(m, s, float(v)) for m, s, v in dated]
+        keyed = {(m, s or SINCE_EVER): text for (m, s), text in (basis or {}).items()}
         with self.transaction() as cur:
-            return replace_card(cur, rows)
+            return replace_card(cur, rows, keyed)
 
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as cur:
@@ -960,7 +963,7 @@ class Store:
         """Every version of every model's rate, oldest first, with the start of the next (`until`; null: open)."""
         return self.query("""SELECT gpu_model, effective_from, lead(effective_from) OVER (
                                         PARTITION BY gpu_model ORDER BY effective_from) AS until, usd_per_gpu_hour,
-                                    rate_card_version(effective_from) AS rate_card
+                                    rate_card_version(effective_from) AS rate_card, basis
                              FROM rate_versions ORDER BY gpu_model, effective_from""")
 
     def nodes(self) -> pd.DataFrame:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import duckdb
 
@@ -67,9 +67,11 @@ def changes_in(before: Sequence[RateRow], after: Sequence[RateRow],
     return found
 
 
-def replace_card(cur: duckdb.DuckDBPyConnection, rows: Sequence[RateRow]) -> list[RateChange]:
-    """Put `rows` in place of the stored card inside the caller's transaction; refused (ClosedPeriodError, nothing
-    written) when it re-prices a closed period. Returns what it re-prices of open time (for the log)."""
+def replace_card(cur: duckdb.DuckDBPyConnection, rows: Sequence[RateRow],
+                 basis: Mapping[tuple[str, datetime], str] | None = None) -> list[RateChange]:
+    """Put `rows` in place of the stored card inside the caller's transaction, each with its `basis` (how a cost
+    model derived it) where given; refused (ClosedPeriodError, nothing written) when it re-prices a closed period.
+    Returns what it re-prices of open time (for the log)."""
     before = [(m, s, r) for m, s, r in cur.execute(
         "SELECT gpu_model, effective_from, usd_per_gpu_hour FROM rate_versions").fetchall()]
     closed = cur.execute("SELECT period, start_ts, end_ts FROM ledger_periods ORDER BY start_ts").fetchall()
@@ -90,5 +92,6 @@ def replace_card(cur: duckdb.DuckDBPyConnection, rows: Sequence[RateRow]) -> lis
                                           None)])
     cur.execute("DELETE FROM rate_versions")
     if rows:
-        cur.executemany("INSERT INTO rate_versions VALUES (?, ?, ?)", [list(r) for r in rows])
+        cur.executemany("INSERT INTO rate_versions VALUES (?, ?, ?, ?)",
+                        [[*r, (basis or {}).get((r[0], r[1]))] for r in rows])
     return [] if not before else reopened

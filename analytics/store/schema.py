@@ -51,7 +51,8 @@ INGEST_RUNS = """CREATE TABLE IF NOT EXISTS ingest_runs (
 # one; a sample is priced at the rate in force at its time (analytics/usage.py PRICE_JOIN). No key: a card is
 # replaced whole, in one transaction, by Store.set_rates, which refuses one that re-prices a closed period.
 RATE_VERSIONS = """CREATE TABLE IF NOT EXISTS rate_versions (
-    gpu_model VARCHAR NOT NULL, effective_from TIMESTAMPTZ NOT NULL, usd_per_gpu_hour DOUBLE NOT NULL)"""
+    gpu_model VARCHAR NOT NULL, effective_from TIMESTAMPTZ NOT NULL, usd_per_gpu_hour DOUBLE NOT NULL,
+    basis VARCHAR)"""  # basis: how a cost model derived the rate (analytics/cost_models.py); null: given as is
 
 # jobs columns added after the first schema: the lifecycle a scheduler reports (collector/jobs/lifecycle.py)
 JOB_LIFECYCLE_COLUMNS = {"eligible_ts": "TIMESTAMPTZ", "partition": "VARCHAR", "qos": "VARCHAR",
@@ -199,7 +200,7 @@ def table_migrations(existing: set[str]) -> list[str]:
     if "rate_card" in existing:  # schema 13 kept one undated rate per model: in force since ever
         statements += [RATE_VERSIONS,
                        "INSERT INTO rate_versions SELECT gpu_model, TIMESTAMPTZ '1970-01-01 00:00:00+00', "
-                       "usd_per_gpu_hour FROM rate_card",
+                       "usd_per_gpu_hour, NULL FROM rate_card",
                        "DROP TABLE rate_card"]
     return statements
 

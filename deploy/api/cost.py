@@ -8,12 +8,13 @@ from datetime import datetime
 from fastapi import APIRouter, Query
 
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
+from gpuledger.analytics.energy import complete_from, energy
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.waste import job_table, waste
 from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
-from gpuledger.deploy.api.models import Costs, DailyCost, JobRow, Waste
+from gpuledger.deploy.api.models import Costs, DailyCost, Energy, JobRow, Rate, Waste
 
 router = APIRouter(tags=["cost"], dependencies=[CaughtUp])  # deps.caught_up
 
@@ -35,6 +36,28 @@ def rates_in(store: Store, start: datetime, stop: datetime) -> list[dict]:
     """The versions of the rate card in force at some instant of [start, stop), with their labels."""
     history = store.rate_history()
     return records(history[(history["effective_from"] < stop) & (history["until"].isna() | (history["until"] > start))])
+
+
+@router.get("/v1/rates", response_model=list[Rate])
+def rates(caller: ReadCaller, store: StoreDep) -> list[dict]:
+    """Every version of every GPU model's rate, with its start, its end (the next version's start) and, where a
+    cost model derived it, its arithmetic (`basis`)."""
+    return records(store.rate_history())
+
+
+@router.get("/v1/energy", response_model=Energy)
+def energy_view(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: float = Days,
+                end: datetime | None = End,
+                limit: int = Query(100, ge=1, le=5000, description="jobs, most energy first")) -> dict:
+    """Energy per bill line and per job: GPU kWh from the samples' power readings (null without any), the share
+    of GPU-hours read, and facility kWh at the on-premises cost model's PUE. From raw samples, kept
+    [retention] raw_days: `complete_from` says from when the figures are whole."""
+    start, stop, span = window(days, end)
+    pue = config.pue()
+    return {"window": span, "complete_from": complete_from(store), "pue": pue,
+            "teams": caller.visible(records(energy(store, start, stop, pue=pue, limit=10_000))),
+            "jobs": caller.visible(records(energy(store, start, stop, by_job=True, pue=pue, limit=limit)),
+                                   shared=False)}
 
 
 @router.get("/v1/waste", response_model=Waste)

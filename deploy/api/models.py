@@ -182,6 +182,8 @@ class Rate(BaseModel):
     effective_from: datetime = Field(description="when this rate starts (1970-01-01: the undated [rates])")
     until: datetime | None = Field(None, description="when the model's next rate starts; null: in force since")
     rate_card: str = Field(description="the version's label, as bill lines name it: '[rates]' or 'from <start>'")
+    basis: str | None = Field(None, description="how a cost model ([cost_models]) derived the rate, its arithmetic "
+                                                "written out; null: the rate was given as is")
 
 
 class StatementLine(BaseModel):
@@ -1026,3 +1028,21 @@ class Alert(BaseModel):
     fired_at: datetime = Field(description="when its condition started (as checked)")
     resolved_at: datetime | None = Field(description="when its condition ended; null: still holds")
     deliveries: Any = Field(description="per phase and channel (e.g. 'fired webhook'): sent or failed, tries")
+
+
+class EnergyLine(BaseModel):
+    team: str = Field(description="a team, 'unattributed' or '__idle__' (idle capacity)")
+    job_id: str | None = Field(None, description="the job (per-job rows)")
+    gpu_hours: float = Field(description="GPU-hours of the samples in the window")
+    gpu_kwh: float | None = Field(description="energy the GPUs drew, kWh, over the GPU-hours with a power reading; "
+                                              "null: none had one")
+    power_coverage: float = Field(description="share (0..1) of the GPU-hours with a power reading")
+    facility_kwh: float | None = Field(description="gpu_kwh x the on-premises cost model's PUE; null without one")
+
+
+class Energy(BaseModel):
+    window: Window = Field(description="the window read")
+    complete_from: datetime | None = Field(description="the oldest raw sample kept: figures before it are missing")
+    pue: float | None = Field(description="the PUE facility_kwh uses (the first on-premises cost model's)")
+    teams: list[EnergyLine] = Field(description="per bill line")
+    jobs: list[EnergyLine] = Field(description="per job, most energy first")
