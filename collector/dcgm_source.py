@@ -18,7 +18,7 @@ from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model, vgpu_share
 from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.prom_text import ParseResult, PromTextParser
-from gpuledger.collector.samples import HEALTH_COLUMNS, SAMPLE_SCHEMA, rows_to_table
+from gpuledger.collector.samples import HEALTH_COLUMNS, PROFILING_FIELDS, SAMPLE_SCHEMA, rows_to_table, unheld_part
 from gpuledger.collector.source import Source, SourceError
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,22 @@ class DcgmPageConverter:
         return row
 
 
+# readings a shared GPU's exporter repeats for every sharer: the device's, not the pod's
+DEVICE_READINGS = ("util_pct", *PROFILING_FIELDS)
+
+
+def _own_figures(sharers: list[dict[str, Any]]) -> None:
+    """Each sharer of a time-sliced (or HAMi, or DRA-shared) GPU with its own figures, not the device's: the
+    exporter repeats the device's utilisation on every pod's series, which made each of three pods on a GPU at 90%
+    look 90% busy. A device reading of 0 is each sharer's too (nobody used it); any other is unknown per pod (None),
+    so neither idle nor busy is claimed for a pod on evidence about the device."""
+    for name in DEVICE_READINGS:
+        for row in sharers:
+            value = row.get(name)
+            if value is not None and value != 0:
+                row[name] = None
+
+
 def bill_each_gpu_once(rows: list[dict[str, Any]],
                        pods: Mapping[tuple[str | None, str | None], PodFacts] | None = None) -> list[dict[str, Any]]:
     """Make the fractions billed for one physical GPU add up to at most 1.0.
@@ -310,12 +326,20 @@ def bill_each_gpu_once(rows: list[dict[str, Any]],
                 for row in slots[i]:
                     row["gpu_fraction"] = f
             models = {r["gpu_model"] for i in share for r in slots[i]} - {UNKNOWN_MODEL}
+            if None not in slots and held < 1.0:
+                # MIG in mixed mode without the card's own series: the slices no instance holds are the card's
+                # idle capacity (an A100 with 3/7 and 1/7 held has 3/7 idle), not lost from every bill
+                slots[None] = [unheld_part(slots[next(iter(share))][0], 1.0 - held)]
+                rows.append(slots[None][0])
+                continue
             for whole in slots.get(None, []):
                 whole.update(gpu_fraction=max(0.0, 1.0 - held), allocated=False, job_id=None, team=None, pod=None,
                              namespace=None, container=None)
                 if whole["gpu_model"] == UNKNOWN_MODEL and len(models) == 1:  # the card, as its instances tell it
                     whole["gpu_model"] = next(iter(models))
         for members in slots.values():
+            if len(members) > 1:
+                _own_figures(members)
             facts = [pods.get((r["namespace"], r["pod"])) for r in members]
             asked = [f.share_of(r.get("mem_total_mib")) if f else None for f, r in zip(facts, members)]
             if len(members) > 1 and all(a is not None and a > 0 for a in asked):

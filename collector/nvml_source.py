@@ -28,7 +28,7 @@ from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model, vgpu_share
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.proc_attribution import describe_process
-from gpuledger.collector.samples import PROCESS_SCHEMA, PROFILING_FIELDS, rows_to_table
+from gpuledger.collector.samples import PROCESS_SCHEMA, PROFILING_FIELDS, rows_to_table, unheld_part
 from gpuledger.collector.source import Source, SourceError
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class NvmlSource(Source):
         self.nvlink_links = nvlink_links or getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)
         self._initialised = False
         self._unsupported: set[tuple[str, str]] = set()
+        self._proc_seen: dict[str, int] = {}  # per GPU: the newest per-process utilisation sample read (µs)
         self._xid_events: Any = None  # NVML event set for XID errors (None: not created, or not supported)
         self._xid_watched: set[str] = set()  # GPUs registered with it
         self._last_xid: dict[str, int] = {}  # GPU UUID -> last XID seen, kept like DCGM's XID field (0: none)
@@ -155,12 +156,14 @@ class NvmlSource(Source):
             mig_rows = self._mig_rows(handle, uuid, model, base, procs)
             if mig_rows:
                 rows.extend(mig_rows)
+                held = [r["gpu_fraction"] for r in mig_rows if r.get("mig_instance") is not None]
+                if held and None not in held and sum(held) < 1.0 - 1e-9:  # slices no instance holds: idle capacity
+                    rows.append(unheld_part(base, 1.0 - sum(held)))
                 continue
             row = dict(base, gpu_fraction=vgpu_share(model_name) or 1.0)  # a vGPU guest holds part of its card
             self._fill_device(handle, uuid, row, now.timestamp())
             self._fill_gpm(handle, uuid, row, None, uuid)
-            self._attribute(handle, uuid, row, procs)
-            rows.append(row)
+            rows.extend(self._attribute(handle, uuid, row, procs))
         for key in set(self._gpm_prev) - self._gpm_seen:  # a GPU gone, or a MIG instance destroyed
             self._gpm_drop(key)
         SCRAPE_SECONDS.labels(source="nvml").observe(time.perf_counter() - started)
@@ -272,23 +275,66 @@ class NvmlSource(Source):
             if fid in totals:
                 row[column] = self.rates.rate((uuid, fid), now_s, totals[fid] * 1024.0)
 
-    def _attribute(self, handle: Any, uuid: str, row: dict[str, Any], procs: list[dict[str, Any]]) -> None:
+    def _attribute(self, handle: Any, uuid: str, row: dict[str, Any],
+                   procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The GPU's (or MIG instance's) rows: one, its owner the job of its processes; or, where processes of
+        several jobs (or users) share it, one per job, each billed its part of the GPU by what it used (its
+        processes' SM utilisation where NVML reports it per process, else their memory, else equal parts) and
+        with its own utilisation (unknown, None, where NVML has no per-process figure: never the device's)."""
         running = self._read(uuid, "processes", lambda: self.nvml.nvmlDeviceGetComputeRunningProcesses(handle))
         if not running:
             row["allocated"] = False
-            return
-        owner = None
+            return [row]
+        owners: dict[str, list[tuple[Any, Any]]] = {}
         for proc in sorted(running, key=lambda p: -(p.usedGpuMemory or 0)):
             info = describe_process(proc.pid, self.proc_root)
             used = proc.usedGpuMemory
             procs.append({"ts": row["ts"], "node": self.node, "gpu_uuid": uuid, "pid": proc.pid,
                           "used_mem_mib": used / MIB if used is not None else None,
                           "user": info.user, "job_id": info.job_id})
-            owner = owner or info
-        row["allocated"] = True
-        row["user"] = owner.user
-        row["job_id"] = owner.job_id
-        row["team"] = self.attributor.team_for(user=owner.user)
+            owners.setdefault(info.job_id or f"user:{info.user}", []).append((proc, info))
+        if len(owners) == 1:
+            owner = next(iter(owners.values()))[0][1]
+            return [dict(row, allocated=True, user=owner.user, job_id=owner.job_id,
+                         team=self.attributor.team_for(user=owner.user))]
+        sm = self._process_sm(handle, uuid)
+        by_sm = {k: sum(sm.get(p.pid, 0.0) for p, _ in members) for k, members in owners.items()}
+        by_mem = {k: sum((p.usedGpuMemory or 0) for p, _ in members) for k, members in owners.items()}
+        weights = by_sm if sm and sum(by_sm.values()) > 0 else by_mem if sum(by_mem.values()) > 0 else None
+        out = []
+        for key, members in owners.items():
+            info = members[0][1]
+            share = weights[key] / sum(weights.values()) if weights else 1.0 / len(owners)
+            used = [p.usedGpuMemory for p, _ in members if p.usedGpuMemory is not None]
+            out.append(dict(row, allocated=True, user=info.user, job_id=info.job_id,
+                            team=self.attributor.team_for(user=info.user),
+                            gpu_fraction=(row.get("gpu_fraction") or 1.0) * share,
+                            util_pct=min(100.0, by_sm[key]) if sm else None,
+                            mem_used_mib=sum(used) / MIB if used else None))
+        return out
+
+    def _process_sm(self, handle: Any, uuid: str) -> dict[int, float]:
+        """Per pid, its mean SM utilisation (%) over the samples NVML kept since the last read; empty where NVML
+        has none (no sample yet: NotFound) or does not report it (MIG instances, older GPUs: NotSupported)."""
+        nvml = self.nvml
+        if (uuid, "process_util") in self._unsupported or not hasattr(nvml, "nvmlDeviceGetProcessUtilization"):
+            return {}
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._proc_seen.get(uuid, 0))
+        except nvml.NVMLError_NotFound:
+            return {}
+        except nvml.NVMLError_NotSupported:
+            self._unsupported.add((uuid, "process_util"))
+            return {}
+        except nvml.NVMLError as exc:
+            SCRAPE_ERRORS.labels(source="nvml", reason="error:process_util").inc()
+            log.warning("NVML: per-process utilisation on %s failed: %s", uuid, exc)
+            return {}
+        per_pid: dict[int, list[float]] = {}
+        for sample in samples:
+            per_pid.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+            self._proc_seen[uuid] = max(self._proc_seen.get(uuid, 0), int(sample.timeStamp))
+        return {pid: sum(values) / len(values) for pid, values in per_pid.items()}
 
     def _mig_rows(self, handle: Any, uuid: str, model: str, base: dict[str, Any],
                   procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -318,8 +364,7 @@ class NvmlSource(Source):
             self._fill_memory(mig, mig_uuid, row)
             if instance is not None and hasattr(nvml, "nvmlGpmMigSampleGet"):
                 self._fill_gpm(handle, uuid, row, int(instance), mig_uuid)
-            self._attribute(mig, mig_uuid, row, procs)
-            rows.append(row)
+            rows.extend(self._attribute(mig, mig_uuid, row, procs))
         return rows
 
     # GPM: GPU Performance Monitoring (NVML, Hopper and later)

@@ -101,3 +101,13 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]], schema: pa.Schema = SAMPLE_
     columns = {name: [row.get(name) for row in rows] for name in schema.names}
     return pa.Table.from_pydict(columns, schema=schema)
 
+
+
+CARD_FIELDS = ("ts", "interval_s", "node", "gpu_index", "gpu_uuid", "gpu_model", "model_name", "source")
+
+
+def unheld_part(instance: dict[str, Any], fraction: float) -> dict[str, Any]:
+    """The part of a MIG card no instance holds, as a row of its own: the card's identity (from one of its
+    instances), unallocated, and no readings (nothing measured it)."""
+    return {**{k: instance[k] for k in CARD_FIELDS if k in instance}, "gpu_fraction": fraction, "allocated": False,
+            "mig_profile": None, "mig_instance": None}

@@ -79,6 +79,8 @@ class FakeGpu:
     pcie_rx_kbps: int = 2000
     nvlink_kib: dict[int, int] = field(default_factory=dict)  # link -> cumulative KiB (tx and rx alike)
     processes: list[tuple[int, float]] = field(default_factory=list)
+    # per-process utilisation samples NVML keeps: (pid, smUtil %); their timeStamps are the fake's clock (µs)
+    process_util: list[tuple[int, int]] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)  # names of nvml functions raising NotSupported
     migs: list[FakeMig] | None = None
     lost: bool = False
@@ -222,6 +224,22 @@ class FakeNvml:
             info = pynvml.c_nvmlProcessInfo_v3_t(pid=pid, usedGpuMemory=int(used * MIB))
             out.append(pynvml.nvmlStructToFriendlyObject(info))
         return out
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list:  # noqa: N803 - pynvml's name
+        """As nvidia-ml-py returns them: c_nvmlProcessUtilizationSample_t structs newer than `timeStamp`; NotFound
+        where there are none (NVML's answer for a GPU without process samples), NotSupported on a MIG device."""
+        self._check("nvmlDeviceGetProcessUtilization", handle)
+        if not isinstance(handle, FakeGpu):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        samples = []
+        for i, (pid, sm) in enumerate(handle.process_util):
+            stamp = 1_000_000 * (i + 1)
+            if stamp > timeStamp:
+                samples.append(pynvml.c_nvmlProcessUtilizationSample_t(pid=pid, timeStamp=stamp, smUtil=sm, memUtil=0,
+                                                                       encUtil=0, decUtil=0))
+        if not samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return samples
 
     def nvmlDeviceGetMigMode(self, handle: FakeGpu) -> list[int]:
         self._check("nvmlDeviceGetMigMode", handle)

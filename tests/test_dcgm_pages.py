@@ -38,13 +38,16 @@ PAGES = {
     "dcgm-exporter-issue-188-1x-compat-names.txt":  # dcgm_* 1.x names; Hostname is the exporter's pod
         Page(1, 0, ("unknown",), "unknown", 0, 1.0, ("power_w", "temp_c", "util_pct")),
     "dcgm-exporter-issue-250-v100.txt": Page(4, 0, ("V100",), "r6i3n0", 0, 4.0, ("util_pct",)),
-    "dcgm-exporter-issue-317-a30-mig.txt":  # 1g.6gb is a quarter of an A30 (4 compute slices), not a seventh
-        Page(2, 6, ("A30",), "yg-data-k8s-gpu-a30-node-test-test0003.mt", 0, 6 * 0.25, ("tensor_active", "util_pct")),
+    # 1g.6gb is a quarter of an A30 (4 compute slices), not a seventh; each card's quarter no instance holds is its
+    # idle capacity (a row of its own), so the two cards bill 2.0 in all, not 1.5
+    "dcgm-exporter-issue-317-a30-mig.txt":
+        Page(2, 6, ("A30",), "yg-data-k8s-gpu-a30-node-test-test0003.mt", 0, 2.0, ("tensor_active", "util_pct")),
     "dcgm-exporter-issue-363-rtxa5000.txt":
         Page(1, 0, ("NVIDIA RTX A5000",), "k8s-gpu1", 0, 1.0, ("mem_used_mib", "util_pct")),
-    "dcgm-exporter-issue-512-h100-mig-pods.txt": Page(1, 3, ("H100",), "gsrh100-074", 2, 3 / 7, ("util_pct",)),
+    # MIG without the card's own series: 3/7 held, 4/7 the card's idle capacity
+    "dcgm-exporter-issue-512-h100-mig-pods.txt": Page(1, 3, ("H100",), "gsrh100-074", 2, 1.0, ("util_pct",)),
     "dcgm-exporter-issue-544-h100nvl-mig.txt":  # the profile as pasted, "**1g.11gb**": one slice each, not a GPU
-        Page(1, 2, ("H100-NVL",), "vijay-1-bodha-h100-nvl-nfm45-5h7w7-gj5nn-9sbrb", 0, 2 / 7, ("mem_used_mib",)),
+        Page(1, 2, ("H100-NVL",), "vijay-1-bodha-h100-nvl-nfm45-5h7w7-gj5nn-9sbrb", 0, 1.0, ("mem_used_mib",)),
     "dcgm-exporter-issue-58-titanv-podhostname.txt":  # only clock series: the GPUs are there, nothing else is
         Page(5, 0, ("NVIDIA TITAN V",), "unknown", 0, 5.0, ()),
     "dcgm-exporter-readme-sentinel-9223372036854775794.txt": Page(1, 0, ("unknown",), "unknown", 0, 1.0, ()),
@@ -76,6 +79,9 @@ def test_no_physical_gpu_is_billed_more_than_once_on_any_page(path):
     if len(got):
         per_gpu = got.groupby(["node", "gpu_uuid"])["gpu_fraction"].sum()
         assert (per_gpu <= 1.0 + 1e-9).all(), per_gpu[per_gpu > 1.0].to_dict()
+        # and nothing of a MIG card is lost: its instances and the part none holds bill the whole card
+        mig_cards = got[got["mig_instance"].notna()].groupby(["node", "gpu_uuid"]).size().index
+        assert all(per_gpu[card] == pytest.approx(1.0) for card in mig_cards), per_gpu.to_dict()
         assert got["gpu_fraction"].between(0.0, 1.0).all()
         assert not got["node"].str.match(r"^[0-9a-f]{12}$|^(nvidia-)?dcgm-exporter-[a-z0-9]{5}$").any()
 
@@ -122,7 +128,14 @@ def test_a_gpu_shared_by_pods_bills_each_pod_an_equal_part():
     assert len(gpu0) == 3 and gpu0["allocated"].all()
     assert gpu0["gpu_fraction"].tolist() == pytest.approx([1 / 3] * 3)
     assert sorted(gpu0["pod"]) == ["vllm-agg-0-sliced-1", "vllm-agg-0-sliced-2", "vllm-agg-0-vllmdecodeworker-s65j5"]
-    assert gpu0["util_pct"].nunique() == 1  # each pod's row carries the GPU's own readings
+    # the device at 0% is each pod at 0% (nobody used it); a busy device's utilisation is not each pod's: unknown
+    # per pod (the exporter has no per-pod figure here), never the device's figure three times over
+    assert gpu0["util_pct"].tolist() == [0.0, 0.0, 0.0]
+    busy = "\n".join(re.sub(r"} 0$", "} 90", line) if line.startswith("DCGM_FI_DEV_GPU_UTIL") else line
+                     for line in (page + "\n" + "\n".join(extra)).splitlines())
+    shared = DcgmPageConverter().convert(busy + "\n", NOW, 10.0).to_pandas()
+    assert shared[shared["gpu_uuid"] == "GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"]["util_pct"].isna().all()
+    assert shared[shared["gpu_uuid"] != "GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"]["util_pct"].eq(90).all()
     assert got["gpu_fraction"].sum() == pytest.approx(8.0)
 
 

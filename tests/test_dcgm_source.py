@@ -29,7 +29,9 @@ def by_key(table):
 
 def test_realistic_page_becomes_one_row_per_gpu_and_mig_instance():
     rows = by_key(DcgmPageConverter().convert(PAGE, NOW, 30.0))
-    assert len(rows) == 5
+    assert len(rows) == 6  # 3 GPUs, 2 MIG instances and the 3/7 of their card no instance holds
+    unheld = rows[("GPU-5fa1b3c2-7d1e-4f7a-9a51-0c2b7f6e0a04", None)]
+    assert unheld["gpu_fraction"] == pytest.approx(3 / 7) and not unheld["allocated"] and unheld["util_pct"] is None
     busy = rows[("GPU-5fa1b3c2-7d1e-4f7a-9a51-0c2b7f6e0a01", None)]
     assert busy["gpu_model"] == "H100" and busy["node"] == "gpu-node-7" and busy["gpu_index"] == 0
     assert busy["util_pct"] == 97 and busy["mem_used_mib"] == 71234 and busy["nvlink_tx_bps"] == 1.2e11
@@ -59,7 +61,7 @@ def test_nan_unknown_and_garbage_lines_are_counted_in_collector_metrics_not_fata
         "}}}garbage{{{",
     ]) + "\n"
     rows = by_key(DcgmPageConverter().convert(page, NOW, 30.0))
-    assert len(rows) == 6  # the five GPUs plus GPU-x, whose good line survived
+    assert len(rows) == 7  # the six rows of the page plus GPU-x, whose good line survived
     assert rows[("GPU-x", None)]["temp_c"] is None and rows[("GPU-x", None)]["mem_used_mib"] == 100
     assert sample_value(REGISTRY, "gpuledger_collector_parse_errors_total", kind="nan_value") == before["nan_value"] + 1
     assert sample_value(REGISTRY, "gpuledger_collector_parse_errors_total", kind="unknown_metric") == before["unknown_metric"] + 1

@@ -85,6 +85,10 @@ def test_mig_instances_are_rows_with_profile_fraction_and_owner():
     big, small = got[("GPU-m", 1)], got[("GPU-m", 9)]
     assert big["mig_profile"] == "3g.40gb" and big["gpu_fraction"] == pytest.approx(3 / 7) and big["allocated"]
     assert small["mig_profile"] == "1g.10gb" and not small["allocated"] and small["mem_used_mib"] == 0
+    # mixed mode: the 3/7 of the card no instance holds is its idle capacity, so the card bills 1.0, not 4/7
+    free = got[("GPU-m", None)]
+    assert free["gpu_fraction"] == pytest.approx(3 / 7) and not free["allocated"] and free["util_pct"] is None
+    assert sum(r["gpu_fraction"] for r in got.values()) == pytest.approx(1.0)
 
 
 def test_a_lost_gpu_does_not_hide_the_others_and_init_failure_is_clear():
@@ -142,3 +146,38 @@ def test_a_vgpu_guest_is_billed_its_profile():
     source = NvmlSource(FakeNvml([FakeGpu("GPU-v", name="GRID A100-10C", total_mib=10240)]), node="n1")
     row = rows(source)[("GPU-v", None)]
     assert (row["gpu_model"], row["gpu_fraction"]) == ("A100-40GB", 0.25)
+
+
+def _slurm_procs(root, jobs: dict[int, str]) -> None:
+    for pid, job in jobs.items():
+        (root / str(pid)).mkdir()
+        (root / str(pid) / "cgroup").write_text(f"0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n")
+
+
+def test_a_gpu_shared_by_two_jobs_is_split_by_what_each_used_and_each_keeps_its_own_utilisation(tmp_path):
+    """Two Slurm jobs on one GPU (30 GB and 10 GB): billed by their processes' SM utilisation where NVML reports
+    it per process, else by their memory; never wholly to the first, never over 1.0 in all."""
+    _slurm_procs(tmp_path, {4242: "100", 4343: "200"})
+    by_memory = FakeGpu("GPU-s", util=70, processes=[(4242, 30720.0), (4343, 10240.0)])
+    by_sm = FakeGpu("GPU-t", util=70, processes=[(4242, 30720.0), (4343, 10240.0)],
+                    process_util=[(4242, 30), (4343, 50), (4242, 30)])
+    no_api = FakeGpu("GPU-u", util=70, processes=[(4242, 30720.0), (4343, 10240.0)],
+                     unsupported={"nvmlDeviceGetProcessUtilization"})
+    source = NvmlSource(FakeNvml([by_memory, by_sm, no_api]), interval_s=10, node="n1", proc_root=tmp_path)
+    got: dict[str, dict[str, dict]] = {}
+    for row in source.collect().to_pylist():
+        got.setdefault(row["gpu_uuid"], {})[row["job_id"]] = row
+    for uuid in ("GPU-s", "GPU-u"):  # no per-process figure: split by memory, utilisation unknown
+        jobs = got[uuid]
+        assert jobs["slurm:100"]["gpu_fraction"] == pytest.approx(0.75)
+        assert jobs["slurm:200"]["gpu_fraction"] == pytest.approx(0.25)
+        assert jobs["slurm:100"]["util_pct"] is None and jobs["slurm:200"]["mem_used_mib"] == pytest.approx(10240)
+    jobs = got["GPU-t"]
+    assert jobs["slurm:100"]["gpu_fraction"] == pytest.approx(30 / 80)  # mean SM of its samples: 30 of 80
+    assert (jobs["slurm:100"]["util_pct"], jobs["slurm:200"]["util_pct"]) == (30.0, 50.0)
+    for uuid, jobs in got.items():
+        assert sum(r["gpu_fraction"] for r in jobs.values()) == pytest.approx(1.0), uuid
+        assert all(r["allocated"] for r in jobs.values())
+    # the next read asks only for samples newer than those it has seen: none, so memory splits again
+    again = {r["job_id"]: r for r in source.collect().to_pylist() if r["gpu_uuid"] == "GPU-t"}
+    assert again["slurm:100"]["gpu_fraction"] == pytest.approx(0.75) and again["slurm:100"]["util_pct"] is None
