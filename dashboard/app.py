@@ -298,6 +298,12 @@ def column_labels(df: pd.DataFrame, **extra) -> dict:
     return {c: READABLE.get(c, c.replace("_", " ")) for c in df.columns} | extra
 
 
+def dollars(df: pd.DataFrame) -> dict:
+    """Column formats showing every USD column (named *_usd or usd) in dollars to the cent."""
+    return {c: st.column_config.NumberColumn(READABLE.get(c, c.replace("_", " ")), format="$%.2f")
+            for c in df.columns if c == "usd" or c.endswith("_usd")}
+
+
 def show_named(df: pd.DataFrame, names: dict[str, str], digits: int = 2, **config) -> None:
     """A table of `df`'s columns `names` under the words given (the page's own labels), floats rounded, missing
     values as the blank mark."""
@@ -700,25 +706,43 @@ with tab_cost:
         if periods.empty:
             st.info("No period yet: the ledger starts with the first sample.")
         else:
-            show_table(periods[["period", "state", "start", "end", "closes_at", "closed_by", "total_usd"]])
+            shown = periods[["period", "state", "start", "end", "closes_at", "closed_by", "total_usd"]]
+            show_table(shown, **dollars(shown))
             chosen = st.selectbox("Statement", periods["period"].iloc[::-1].tolist(),
                                   help="a closed period's stored, final statement; an open period's draft so far")
             CALLS["statement"] = (f"/v1/ledger/statements/{quote(str(chosen))}", {})
             found = get("statement")["statement"]
-            said = (f"final, closed {md(found['closed_at'])} by {md(found['closed_by'])}"
-                    if found["state"] == "closed" else f"a draft: open until {md(found['closes_at'])}")
-            st.caption(f"{md(chosen)}: {said} · total ${found['total_usd']:,.2f} · each line names the rate card "
-                       "version that priced it")
+            def when(stamp: str) -> str:
+                return f"{pd.Timestamp(stamp):%Y-%m-%d %H:%M} UTC"
+            said = (f"final, closed {when(found['closed_at'])} by {md(found['closed_by'])}"
+                    if found["state"] == "closed" else f"a draft: open until {when(found['closes_at'])}")
+            st.caption(f"{md(chosen)}: {said} · total ${found['total_usd']:,.2f} · {md(found['split'])} · each "
+                       "line names the rate card version that priced it")
             teams_df = frame(found["teams"])
             if not teams_df.empty:
                 teams_df["team"] = teams_df["team"].map(owner_label)
-            show_table(teams_df)
+            show_table(teams_df, **dollars(teams_df))
             lines_df = frame(found["lines"]).drop(columns=["rate_from"], errors="ignore")
             if not lines_df.empty:
                 lines_df["team"] = lines_df["team"].map(owner_label)
-            show_table(lines_df)
+            show_table(lines_df, **dollars(lines_df))
             if found["adjustments"]:
-                show_table(frame(found["adjustments"], ("made_at",)))
+                adjustments = frame(found["adjustments"], ("made_at",))
+                adjustments["team"] = adjustments["team"].map(owner_label)
+                show_table(adjustments, **dollars(adjustments))
+        st.subheader("Budgets and alerts")
+        budgets = frame(get("budgets")["budgets"], ("period_end",))
+        if budgets.empty:
+            st.info("No team has a budget: set one under [budgets] in the config or with PUT /v1/budgets/{team}.")
+        else:
+            show_table(budgets.drop(columns=["period_end"]), **dollars(budgets))
+            st.caption("Forecast: the spend so far plus, for each hour left in the period, the team's mean cost at "
+                       "that hour of the week over the last seven days; none with under a day of history.")
+        raised = frame(get("alerts")["alerts"], ("fired_at", "resolved_at"))
+        if raised.empty:
+            st.caption("No alert raised yet (budget spend and forecast, jobs holding GPUs idle: [alerts]).")
+        else:
+            show_table(raised[["kind", "team", "subject", "fired_at", "resolved_at"]])
 
 with tab_fair:
     if tab_fair.open:

@@ -113,4 +113,6 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "efficiency": ("/v1/efficiency", {"days": days, "end": end}),
         "inference": ("/v1/inference", {"days": days, "end": end}),
         "periods": ("/v1/ledger/periods", {}),
+        "budgets": ("/v1/budgets", {}),
+        "alerts": ("/v1/alerts", {"limit": 100}),
     }

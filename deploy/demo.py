@@ -39,13 +39,17 @@ DEMO_MARK = "demo"  # meta key set in every database the demo builds
 # assistant to a loose one it meets with room to spare (so it can be right-sized)
 DEMO_SLOS = {model: Slo(ttft_p95_s=0.25, tpot_p95_s=0.1, e2e_p95_s=15.0) for model in MODELS[::2]} | {
     MODELS[1]: Slo(ttft_p95_s=0.6, tpot_p95_s=0.25, e2e_p95_s=40.0)}
+# the demo's monthly budgets, unless the config sets its own: nlp's run rate is forecast well over its budget (an
+# alert a minute into the demo), vision's close to it, speech's far under
+DEMO_BUDGETS = {"nlp": 40_000.0, "vision": 52_000.0, "speech": 60_000.0}
 
 
 def with_demo_slos(store: Store, config: Config) -> Config:
-    """`config`, with the demo's SLOs where `store` is a demo's database and the config sets none: a report or
-    advice run on the demo's file afterwards judges its services as the running demo did."""
-    if not config.slo and store.meta(DEMO_MARK) is not None:
-        config.slo = dict(DEMO_SLOS)
+    """`config`, with the demo's SLOs and budgets where `store` is a demo's database and the config sets none: a
+    report or advice run on the demo's file afterwards judges its services as the running demo did."""
+    if store.meta(DEMO_MARK) is not None:
+        config.slo = config.slo or dict(DEMO_SLOS)
+        config.budgets = config.budgets or dict(DEMO_BUDGETS)
     return config
 
 
@@ -137,6 +141,8 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
     """The demo: the simulator's history and live collection, or (`trace`) a public trace's history, served."""
     if not config.slo:
         config.slo = dict(DEMO_SLOS)
+    if not config.budgets and not trace:
+        config.budgets = dict(DEMO_BUDGETS)
     if trace:
         echo(f"gpuledger demo: importing the {trace} trace into {db}")
         store, sim = build_trace_store(db, config, trace, trace_data, echo=echo), None
