@@ -101,6 +101,14 @@ def _positive(text: str) -> float:
     return value
 
 
+def _add_period(p: argparse.ArgumentParser) -> None:
+    """--period and --draft, as `statement` and `export` take them."""
+    p.add_argument("--period", required=True, metavar="YYYY-MM|YYYY-Www",
+                   help="the period: a month such as 2026-11 (or an ISO week such as 2026-W48 when [ledger] "
+                        "period = week)")
+    p.add_argument("--draft", action="store_true", help="an open period: its figures so far, marked as a draft")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuledger",
@@ -210,13 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "statement is the stored one and never changes; an open period's figures are a draft "
                     "(--draft).")
     _add_common(stmt)
-    stmt.add_argument("--period", required=True, metavar="YYYY-MM|YYYY-Www",
-                      help="the period: a month such as 2026-11 (or an ISO week such as 2026-W48 when [ledger] "
-                           "period = week)")
+    _add_period(stmt)
     stmt.add_argument("--team", help="only this team's lines and adjustments (the total is then the team's)")
     stmt.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
     stmt.add_argument("--pdf", action="store_true", help="also print the page to PDF (headless Chromium)")
-    stmt.add_argument("--draft", action="store_true", help="an open period: its figures so far, marked as a draft")
 
     export = sub.add_parser(
         "export", help="a period's statement in a format finance tools read (FOCUS 1.2, CSV or Parquet)",
@@ -225,11 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "checks): one row per statement line and per adjustment, amounts in the statement's cents.")
     _add_common(export)
     export.add_argument("what", choices=["focus"], help="the format: focus")
-    export.add_argument("--period", required=True, metavar="YYYY-MM|YYYY-Www", help="the period, as for statement")
+    _add_period(export)
     export.add_argument("--out", type=Path, required=True, help="the file to write")
     export.add_argument("--format", choices=FOCUS_FORMATS, help="csv or parquet (default: from --out's suffix, "
                                                                 "else csv)")
-    export.add_argument("--draft", action="store_true", help="an open period: its figures so far")
 
     rec = sub.add_parser("recommend", help="re-evaluate, store and print the open recommendations as JSON",
                          description="Evaluates the policy now over the policy window ([quota] window_days, default "
