@@ -42,8 +42,10 @@ ZERO_FIELDS = ("cpuCores", "cpuCoreRequestAverage", "cpuCoreUsageAverage", "cpuC
 
 def duration(text: str, what: str = "duration") -> timedelta:
     match = _DURATION.match(text or "")
-    if not match:
-        raise InputError(f"{what} must look like 30m, 24h, 7d or 2w, got {text!r}")
+    if not match or float(match.group(1)) <= 0:
+        raise InputError(f"{what} must be a positive duration such as 30m, 24h, 7d or 2w"
+                         + (" (or today, yesterday, week, month, lastweek, lastmonth, or start,end)"
+                            if what == "window" else "") + f", got {text!r}")
     return float(match.group(1)) * UNITS[match.group(2)]
 
 

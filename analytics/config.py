@@ -471,7 +471,7 @@ def _budgets(table: Mapping[str, Any], config: Config) -> dict[str, float]:
         if team not in known:
             raise ConfigError(f"[budgets] {team}: unknown team; name it under [teams] (or as an attribution map's "
                               f"team) first{f' (known: {sorted(known)})' if known else ''}")
-        budgets[team] = _number("budgets", team, usd, minimum=0.01)
+        budgets[team] = _number("budgets", team, usd, minimum=0.01, maximum=1e12)
     return budgets
 
 

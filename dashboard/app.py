@@ -300,7 +300,10 @@ def column_labels(df: pd.DataFrame, **extra) -> dict:
 
 def dollars(df: pd.DataFrame) -> dict:
     """Column formats showing every USD column (named *_usd or usd) in dollars to the cent."""
-    return {c: st.column_config.NumberColumn(READABLE.get(c, c.replace("_", " ")), format="$%.2f")
+    def label(column: str) -> str:
+        known = READABLE.get(column)  # a label, or a column config of its own (whose label is not a string here)
+        return known if isinstance(known, str) else column.replace("_", " ")
+    return {c: st.column_config.NumberColumn(label(c), format="dollar")
             for c in df.columns if c == "usd" or c.endswith("_usd")}
 
 

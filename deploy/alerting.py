@@ -31,7 +31,11 @@ PAUSE_S = 0.5  # before the first retry; doubled each time
 
 
 def _text(alert: dict[str, Any], phase: str) -> str:
-    return f"[gpuledger] {'RESOLVED' if phase == 'resolved' else 'ALERT'} {alert['kind']}: {alert['subject']}"
+    """One line: the alert's subject as it fired (a resolution says its condition ended, with what fired it)."""
+    if phase == "resolved":
+        return (f"[gpuledger] RESOLVED {alert['kind']}: its condition no longer holds (it fired as: "
+                f"{alert['subject']})")
+    return f"[gpuledger] ALERT {alert['kind']}: {alert['subject']}"
 
 
 def _mail(email: EmailConfig, alert: dict[str, Any], phase: str, timeout_s: float = 10.0) -> None:

@@ -147,8 +147,11 @@ def test_a_budget_crossing_fires_one_alert_per_channel_and_resolves(file_store, 
     assert raised == [] and [a["kind"] for a in resolved] == ["budget forecast"]
     assert len(mails) == 2 and "RESOLVED budget forecast" in mails[1][1]
     assert len(receiver.bodies) == 2 and receiver.bodies[1]["alert"]["state"] == "resolved"
+    assert "no longer holds" in receiver.bodies[1]["text"]
     stored = alerts(store)
     assert len(stored) == 1 and stored["resolved_at"].notna().all()
+    listed = TestClient(create_app(store, config, open_reads=True)).get("/v1/alerts").json()
+    assert listed[0]["detail"]["threshold"] == 1.0 and listed[0]["deliveries"]["fired email"]["outcome"] == "sent"
     deliveries = json.loads(stored["deliveries"].iloc[0])
     assert {k: v["outcome"] for k, v in deliveries.items()} == {
         "fired email": "sent", "fired webhook": "sent", "resolved email": "sent", "resolved webhook": "sent"}
@@ -206,7 +209,11 @@ def test_budgets_through_the_api_and_the_metrics(file_store):
     put = client.put("/v1/budgets/a", headers=admin, json={"usd": 5000})
     assert put.status_code == 200 and put.json()["budget_usd"] == 5000 and put.json()["source"].startswith("API")
     assert client.put("/v1/budgets/nobody", headers=admin, json={"usd": 5}).status_code == 404
-    assert client.put("/v1/budgets/a", headers=admin, json={"usd": -5}).status_code == 422
+    for bad in (-5, 0, True, "5000", 25000.555, 1e13):
+        assert client.put("/v1/budgets/a", headers=admin, json={"usd": bad}).status_code == 422, bad
+    for raw in (b'{"usd": NaN}', b'{"usd": Infinity}', b'{"usd": 1e400}'):  # Python's JSON reads these
+        answer = client.put("/v1/budgets/a", headers={**admin, "Content-Type": "application/json"}, content=raw)
+        assert answer.status_code == 422, (raw, answer.text)
     assert client.put("/v1/budgets/a", headers={"Authorization": f"Bearer {team_b}"},
                       json={"usd": 5}).status_code == 403
     assert client.get("/v1/budgets", headers={"Authorization": f"Bearer {team_b}"}).json() == []  # not its team's

@@ -413,7 +413,8 @@ def test_the_opencost_allocation_api_answers_its_documented_queries_with_its_fie
                       params={"window": day, "aggregate": "node"}).status_code == 403
     for bad in ({"window": "7x"}, {"window": "2026-12-02T00:00:00Z,2026-12-01T00:00:00Z"},
                 {"window": "1d", "aggregate": "label:app"}, {"window": "400d"},
-                {"window": "7d", "step": "1m"}, {"window": "0001-01-01T00:00:00Z,2026-12-01T00:00:00Z"}):
+                {"window": "7d", "step": "1m"}, {"window": "0001-01-01T00:00:00Z,2026-12-01T00:00:00Z"},
+                {"window": "7d", "step": "0h"}, {"window": "0d"}):
         assert client.get("/allocation", headers=admin, params=bad).status_code == 422, bad
     for named in ("today", "yesterday", "week", "month", "lastweek", "lastmonth", "30m", "24h", "2w"):
         assert client.get("/allocation", headers=admin, params={"window": named}).status_code == 200, named

@@ -11,12 +11,15 @@ from importlib.resources import files
 from typing import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from gpuledger.analytics.config import Config
+from gpuledger.analytics.records import json_safe
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import AuditLog
 from gpuledger.analytics.store.ingest_writer import IngestWriter
@@ -67,10 +70,17 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     audit_writes(app, app.state.audit)
     app.add_middleware(RequestLimits, open_reads=open_reads)  # outermost: bodies bounded before anything
     app.add_exception_handler(GpuledgerError, _answer_error)
+    app.add_exception_handler(RequestValidationError, _answer_invalid)
     for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement, workloads,
                  efficiency, inference, ledger, allocation, budgets):
         app.include_router(area.router)
     return app
+
+
+async def _answer_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A request that fails validation answers 422 with what failed, its input echoed as JSON allows: a NaN or
+    Infinity in a body (which Python's JSON reads) made the echo itself fail, answering 500."""
+    return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
 
 async def _answer_error(request: Request, exc: Exception) -> JSONResponse:

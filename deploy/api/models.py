@@ -216,8 +216,8 @@ class Adjustment(BaseModel):
 
 class AdjustmentRequest(BaseModel):
     team: str = Field(min_length=1, max_length=253, description="a team of the config, the store or a statement")
-    usd: float = Field(strict=True, description="USD, to the cent (no finer): positive charges, negative credits; "
-                                                "not zero")
+    usd: float = Field(strict=True, allow_inf_nan=False, description="USD, to the cent (no finer): positive "
+                                                                     "charges, negative credits; not zero")
     # printable text only: a reason is written into terminals, CSV files and pages, where a control character
     # (a CR, an escape sequence) could rewrite what finance reads
     reason: str = Field(min_length=1, max_length=2000, pattern=r"^[^\x00-\x1f\x7f]+$",
@@ -1001,7 +1001,8 @@ class AllocationAnswer(BaseModel):
 
 
 class BudgetRequest(BaseModel):
-    usd: float = Field(gt=0, le=1e12, description="the team's budget per ledger period, USD")
+    usd: float = Field(strict=True, gt=0, le=1e12, allow_inf_nan=False,
+                       description="the team's budget per ledger period, USD, to the cent (as [budgets] takes it)")
 
 
 class BudgetStatus(BaseModel):
@@ -1024,10 +1025,11 @@ class Alert(BaseModel):
     kind: AlertKind = Field(description="budget spend, budget forecast or idle job")
     team: str = Field(description="the team it concerns")
     subject: str = Field(description="one line saying what happened")
-    detail: Any = Field(description="the evidence (JSON): figures, threshold, job")
+    detail: dict[str, Any] = Field(description="the evidence: figures, threshold, job")
     fired_at: datetime = Field(description="when its condition started (as checked)")
     resolved_at: datetime | None = Field(description="when its condition ended; null: still holds")
-    deliveries: Any = Field(description="per phase and channel (e.g. 'fired webhook'): sent or failed, tries")
+    deliveries: dict[str, Any] = Field(description="per phase and channel (e.g. 'fired webhook'): sent or failed, "
+                                                   "tries")
 
 
 class EnergyLine(BaseModel):
