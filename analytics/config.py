@@ -365,7 +365,8 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "rate_cards", "cost_models", "budgets", "alerts", "teams", "attribution", "report", "slo", "apps", *SECTION_TYPES)
+SECTIONS = ("rates", "rate_cards", "cost_models", "budgets", "alerts", "teams", "attribution", "report", "slo", "apps",
+            *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
 
