@@ -18,7 +18,8 @@ import pandas as pd
 from gpuledger.analytics.config import WasteConfig
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import COMPUTE_NEED_MEANS, NO_UTILISATION, PROFILE_MEANS, USAGE, check_idle_threshold
+from gpuledger.analytics.usage import (COMPUTE_NEED_MEANS, NO_UTILISATION, PROFILE_MEANS, USAGE, check_idle_threshold,
+                                      price_join)
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
 from gpuledger.collector.samples import UNATTRIBUTED
 
@@ -61,7 +62,7 @@ def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteCon
                sum(p.gpu_s) / 3600.0 AS idle_gpu_hours,
                sum(p.gpu_s) / 3600.0 * coalesce(any_value(r.usd_per_gpu_hour), 0) AS idle_cost_usd,
                sum(p.util_sum) / nullif(sum(p.util_n), 0) AS mean_util_pct
-        FROM parts p ASOF LEFT JOIN rate_versions r ON p.gpu_model = r.gpu_model AND p.start_ts >= r.effective_from
+        FROM parts p {price_join("p", "p.start_ts")}
         GROUP BY p.team, p.job_id, p.node, p.gpu_uuid, p.mig_instance, p.gpu_model, p.run
         HAVING sum(p.s) >= $idle_minutes * 60
         ORDER BY idle_gpu_hours DESC"""
