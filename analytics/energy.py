@@ -21,24 +21,31 @@ WATTS = "coalesce(power_avg_w, power_w)"
 GPU_S = "seconds_of(interval_s) * share_of(gpu_fraction)"
 
 
-def energy(store: Store, start: datetime, end: datetime, by_job: bool = False, pue: float | None = None,
-           limit: int = 100) -> pd.DataFrame:
-    """Per bill line (and job, `by_job`; the `limit` most energy-hungry): GPU-hours, GPU kWh (null without any
-    reading), the share of GPU-hours with a power reading, and facility kWh at `pue` (null without one)."""
-    job = ", job_id" if by_job else ""
+def energy(store: Store, start: datetime, end: datetime, pue: float | None = None,
+           limit: int = 100) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per bill line, per job: the `limit` most energy-hungry), each with GPU-hours, GPU kWh (null without any
+    reading), the share of GPU-hours with a power reading, and facility kWh at `pue` (null without one). One scan
+    of the window's raw samples, grouped by line and job, summed per line after."""
     sql = f"""
-        SELECT bill_line(allocated, team, $unattributed, $idle) AS team{job},
-               sum({GPU_S}) / 3600.0 AS gpu_hours,
-               CASE WHEN count({WATTS}) > 0
-                    THEN sum({WATTS} * {GPU_S}) FILTER (WHERE {WATTS} IS NOT NULL) / 3.6e6 END AS gpu_kwh,
-               sum({GPU_S}) FILTER (WHERE {WATTS} IS NOT NULL) / nullif(sum({GPU_S}), 0) AS power_coverage
-        FROM samples WHERE ts >= $start AND ts < $end {"AND job_id IS NOT NULL" if by_job else ""}
-        GROUP BY ALL ORDER BY gpu_kwh DESC NULLS LAST LIMIT $limit"""
-    frame = store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY,
-                              "limit": limit})
-    frame["power_coverage"] = frame["power_coverage"].fillna(0.0)
-    frame["facility_kwh"] = frame["gpu_kwh"] * pue if pue is not None else float("nan")
-    return frame
+        SELECT bill_line(allocated, team, $unattributed, $idle) AS team, job_id,
+               sum({GPU_S}) AS gpu_s, sum({GPU_S}) FILTER (WHERE {WATTS} IS NOT NULL) AS read_s,
+               sum({WATTS} * {GPU_S}) FILTER (WHERE {WATTS} IS NOT NULL) AS joules
+        FROM samples WHERE ts >= $start AND ts < $end GROUP BY ALL"""
+    rows = store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
+    teams = rows.groupby("team", as_index=False)[["gpu_s", "read_s", "joules"]].sum(min_count=1)
+    jobs = rows[rows["job_id"].notna()]
+    return _figures(teams, pue), _figures(jobs, pue).sort_values("gpu_kwh", ascending=False,
+                                                                 na_position="last").head(limit)
+
+
+def _figures(frame: pd.DataFrame, pue: float | None) -> pd.DataFrame:
+    read = frame["read_s"].fillna(0.0)
+    out = frame.drop(columns=["gpu_s", "read_s", "joules"]).assign(
+        gpu_hours=frame["gpu_s"] / 3600.0,
+        gpu_kwh=(frame["joules"] / 3.6e6).where(read > 0),  # unknown is never zero
+        power_coverage=(read / frame["gpu_s"].where(frame["gpu_s"] > 0)).fillna(0.0))
+    out["facility_kwh"] = out["gpu_kwh"] * pue if pue is not None else float("nan")
+    return out.reset_index(drop=True)
 
 
 def complete_from(store: Store) -> datetime | None:

@@ -6,6 +6,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
@@ -81,12 +82,15 @@ def test_energy_per_team_and_job_counts_only_what_was_read(file_store):
                  gpu_fraction=3 / 7, mig_profile="3g.40gb", mig_instance=1),  # 2 h x 350 W x 3/7 = 0.3 kWh
         gpu_rows("n3", 0, "L4", 60, util=50.0, job="c/1", team="c"),  # never read: no figure
     ))
-    teams = energy(store, T0, T0 + timedelta(days=1), pue=1.4).set_index("team")
+    teams, jobs = energy(store, T0, T0 + timedelta(days=1), pue=1.4)
+    teams = teams.set_index("team")
     assert teams.loc["a", "gpu_kwh"] == pytest.approx(0.7) and teams.loc["a", "power_coverage"] == pytest.approx(0.5)
     assert teams.loc["b", "gpu_kwh"] == pytest.approx(0.3) and teams.loc["b", "facility_kwh"] == pytest.approx(0.42)
     assert teams["gpu_kwh"].isna()["c"] and teams.loc["c", "power_coverage"] == 0.0
-    jobs = energy(store, T0, T0 + timedelta(days=1), by_job=True).set_index("job_id")
-    assert jobs.loc["a/1", "gpu_kwh"] == pytest.approx(0.7) and jobs["facility_kwh"].isna().all()
+    jobs = energy(store, T0, T0 + timedelta(days=1))[1].set_index("job_id")
+    assert jobs.loc["a/1", "gpu_kwh"] == pytest.approx(0.7)
+    assert jobs.loc["c/1", "power_coverage"] == 0.0 and pd.isna(jobs.loc["c/1", "gpu_kwh"])
+    assert energy(store, T0, T0 + timedelta(days=1))[0]["facility_kwh"].isna().all()  # no PUE given: none
     answer = TestClient(create_app(store, Config(), open_reads=True)).get(
         "/v1/energy", params={"days": 30, "end": (T0 + timedelta(days=1)).isoformat()}).json()
     assert {t["team"]: t["gpu_kwh"] for t in answer["teams"]}["c"] is None

@@ -54,10 +54,9 @@ def energy_view(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: fl
     [retention] raw_days: `complete_from` says from when the figures are whole."""
     start, stop, span = window(days, end)
     pue = config.pue()
+    teams, jobs = energy(store, start, stop, pue=pue, limit=limit)
     return {"window": span, "complete_from": complete_from(store), "pue": pue,
-            "teams": caller.visible(records(energy(store, start, stop, pue=pue, limit=10_000))),
-            "jobs": caller.visible(records(energy(store, start, stop, by_job=True, pue=pue, limit=limit)),
-                                   shared=False)}
+            "teams": caller.visible(records(teams)), "jobs": caller.visible(records(jobs), shared=False)}
 
 
 @router.get("/v1/waste", response_model=Waste)
