@@ -22,7 +22,7 @@ from gpuledger.analytics.cost_split import IDLE_SHARE, USAGE, share_idle
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.windows import EARLIEST, LATEST, as_utc, utc_now
 from gpuledger.collector.errors import InputError
-from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
+from gpuledger.collector.samples import IDLE_CAPACITY
 
 UNALLOCATED = "__unallocated__"  # OpenCost's name for what has no value of the aggregated property
 AGGREGATES = ("cluster", "node", "namespace", "pod", "controller", "team", "user", "job", "label:team")

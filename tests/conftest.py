@@ -129,3 +129,12 @@ def central(open_store):
     url = server.start()
     yield url, store
     server.stop()
+
+
+@pytest.fixture
+def stack():
+    """An ExitStack closed when the test ends: what a test opens with `stack.enter_context` is closed even when it
+    fails."""
+    from contextlib import ExitStack
+    with ExitStack() as opened:
+        yield opened

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -71,3 +72,18 @@ class PageServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextmanager
+def api_client(store: Any, config: Any, **kwargs: Any) -> Iterator[Any]:
+    """FastAPI's TestClient over `create_app(store, config, **kwargs)`, whose audit log is closed afterwards: its
+    flush thread otherwise outlives the test's store and logs a failed write every second until the run ends."""
+    from fastapi.testclient import TestClient
+
+    from gpuledger.deploy.api import create_app
+    app = create_app(store, config, **kwargs)
+    try:
+        yield TestClient(app)
+    finally:
+        if app.state.audit is not None:
+            app.state.audit.close()

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fastapi.testclient import TestClient
 
 from gpuledger.analytics.budgets import budget_status, conditions
 from gpuledger.analytics.config import AlertsConfig, Config, ConfigError, EmailConfig, TeamConfig, load_config
@@ -25,9 +24,8 @@ from gpuledger.analytics.store.alerts import alerts, set_budget
 from gpuledger.analytics.store.metrics import REGISTRY
 from gpuledger.deploy import alerting
 from gpuledger.deploy.alerting import check_alerts
-from gpuledger.deploy.api import create_app
 from gpuledger.deploy.api.live_metrics import BUDGET_GAUGES, TEAM_GAUGES
-from tests.helpers import gpu_rows, table
+from tests.helpers import api_client, gpu_rows, table
 from tests.procs import free_port
 
 UTC = timezone.utc
@@ -150,7 +148,8 @@ def test_a_budget_crossing_fires_one_alert_per_channel_and_resolves(file_store, 
     assert "no longer holds" in receiver.bodies[1]["text"]
     stored = alerts(store)
     assert len(stored) == 1 and stored["resolved_at"].notna().all()
-    listed = TestClient(create_app(store, config, open_reads=True)).get("/v1/alerts").json()
+    with api_client(store, config, open_reads=True) as api:
+        listed = api.get("/v1/alerts").json()
     assert listed[0]["detail"]["threshold"] == 1.0 and listed[0]["deliveries"]["fired email"]["outcome"] == "sent"
     deliveries = json.loads(stored["deliveries"].iloc[0])
     assert {k: v["outcome"] for k, v in deliveries.items()} == {
@@ -197,12 +196,12 @@ def test_a_job_holding_gpus_idle_past_the_limit_alerts_and_resolves_when_it_work
     assert [a["key"] for a in resolved] == ["idle job:b/9"]
 
 
-def test_budgets_through_the_api_and_the_metrics(file_store):
+def test_budgets_through_the_api_and_the_metrics(stack, file_store):
     store = _busy_team(file_store)
     config = replace(Config(), teams={"a": TeamConfig(share=1.0)}, budgets={"a": 1000.0})
     store.upsert_teams(pd.DataFrame({"team": ["b"], "share": [1.0], "quota_gpus": [None]}))
     _, team_b = create_token(store, "lead-b", Role.parse("team:b"), "test")
-    client = TestClient(create_app(store, config, token="root"))
+    client = stack.enter_context(api_client(store, config, token="root"))
     admin = {"Authorization": "Bearer root"}
     listed = client.get("/v1/budgets", headers=admin).json()
     assert [(b["team"], b["budget_usd"], b["source"]) for b in listed] == [("a", 1000.0, "config")]

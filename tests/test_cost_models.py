@@ -3,17 +3,15 @@ per team and job from the samples' power readings."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from fastapi.testclient import TestClient
 
 from gpuledger.analytics.config import Config, ConfigError, load_config
 from gpuledger.analytics.energy import energy
-from gpuledger.deploy.api import create_app
-from tests.helpers import T0, gpu_rows, table
+from tests.helpers import T0, api_client, gpu_rows, table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 EXAMPLE = re.compile(r"```toml\n(\[cost_models\.[^\n]+\n.*?)```\nResult: \*\*\$([0-9.]+) per GPU-hour\*\*", re.S)
@@ -51,7 +49,8 @@ def test_cloud_pricing_options_and_a_dated_model_reach_the_card_with_their_worki
     assert history.loc[("H200", "[rates]"), "usd_per_gpu_hour"] == Config().rates["H200"]  # before the contract
     basis = history.loc[("H200", "from 2026-12-01 00:00 UTC"), "basis"]
     assert basis == "cloud: p5en.48xlarge reserved $55.1200/h / 8 GPUs = $6.8900/GPU-hour"
-    shown = TestClient(create_app(file_store, dated, open_reads=True)).get("/v1/rates").json()
+    with api_client(file_store, dated, open_reads=True) as api:
+        shown = api.get("/v1/rates").json()
     assert {r["basis"] for r in shown if r["gpu_model"] == "H200"} == {None, basis}
 
 
@@ -91,7 +90,7 @@ def test_energy_per_team_and_job_counts_only_what_was_read(file_store):
     assert jobs.loc["a/1", "gpu_kwh"] == pytest.approx(0.7)
     assert jobs.loc["c/1", "power_coverage"] == 0.0 and pd.isna(jobs.loc["c/1", "gpu_kwh"])
     assert energy(store, T0, T0 + timedelta(days=1))[0]["facility_kwh"].isna().all()  # no PUE given: none
-    answer = TestClient(create_app(store, Config(), open_reads=True)).get(
-        "/v1/energy", params={"days": 30, "end": (T0 + timedelta(days=1)).isoformat()}).json()
+    with api_client(store, Config(), open_reads=True) as api:
+        answer = api.get("/v1/energy", params={"days": 30, "end": (T0 + timedelta(days=1)).isoformat()}).json()
     assert {t["team"]: t["gpu_kwh"] for t in answer["teams"]}["c"] is None
     assert answer["complete_from"].startswith("2026-11-02")

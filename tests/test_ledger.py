@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from fastapi.testclient import TestClient
 
 from gpuledger.analytics.config import Config, ConfigError, LedgerConfig, load_config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model
@@ -19,10 +17,9 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import Role, check_audit, create_token
 from gpuledger.analytics.store.rates import ClosedPeriodError
 from gpuledger.collector.samples import IDLE_CAPACITY
-from gpuledger.deploy.api import create_app
 from gpuledger.deploy.cli import main
 from tests.focus_validator import validate
-from tests.helpers import gpu_rows, table
+from tests.helpers import api_client, gpu_rows, table
 
 UTC = timezone.utc
 START = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of ISO week 2026-W48
@@ -81,11 +78,12 @@ def test_periods_close_once_after_their_grace_and_a_statement_adds_up_to_the_cen
     assert live.loc["a", "cost_usd"] == pytest.approx((8 * 24 + 1) * H100)
 
 
-def test_a_rate_dated_after_a_closed_period_changes_no_figure_of_it_and_prices_only_later_samples(ledger, tmp_path):
+def test_a_rate_dated_after_a_closed_period_changes_no_figure_of_it_and_prices_only_later_samples(stack, ledger,
+                                                                                               tmp_path):
     """Done when: the closed statement, the report and the API say the same to the cent before and after a new
     rate dated after the close; the new rate prices only the samples from its start."""
     close_due(ledger, LEDGER, AFTER_GRACE)
-    client = TestClient(create_app(ledger, Config(), open_reads=True))
+    client = stack.enter_context(api_client(ledger, Config(), open_reads=True))
 
     seen: list[tuple] = []
 
@@ -133,10 +131,10 @@ def test_a_card_that_would_reprice_a_closed_period_is_refused_whole_and_says_wha
     assert ledger.current_rates()["H100"] == 2.0
 
 
-def test_adjustments_are_booked_into_the_next_open_period_with_who_and_why_and_audited(ledger):
+def test_adjustments_are_booked_into_the_next_open_period_with_who_and_why_and_audited(stack, ledger):
     close_due(ledger, LEDGER, AFTER_GRACE)
     _, team_token = create_token(ledger, "lead-b", Role.parse("team:b"), "test")
-    client = TestClient(create_app(ledger, Config(), token="root"))
+    client = stack.enter_context(api_client(ledger, Config(), token="root"))
     admin = {"Authorization": "Bearer root"}
     body = {"team": "a", "usd": -125.5, "reason": "a/1 ran on a faulty node for 20 hours", "corrects": "2026-11"}
     booked = client.post("/v1/ledger/adjustments", json=body, headers=admin)
@@ -246,9 +244,9 @@ def test_weekly_periods_and_an_older_store_whose_rates_were_undated(tmp_path):
         assert store.rate_history()["rate_card"].tolist() == ["[rates]"]
 
 
-def test_the_api_lists_periods_and_refuses_periods_outside_the_ledger(ledger):
+def test_the_api_lists_periods_and_refuses_periods_outside_the_ledger(stack, ledger):
     close_due(ledger, LEDGER, AFTER_GRACE)
-    client = TestClient(create_app(ledger, Config(), open_reads=True))
+    client = stack.enter_context(api_client(ledger, Config(), open_reads=True))
     listed = client.get("/v1/ledger/periods").json()
     assert [(p["period"], p["state"]) for p in listed][:2] == [("2026-11", "closed"), ("2026-12", "open")]
     assert listed[0]["closes_at"].startswith("2026-12-04") and listed[0]["total_usd"] == statement(
@@ -372,10 +370,10 @@ OPENCOST_FIELDS = {
     "rawAllocationOnly"}
 
 
-def test_the_opencost_allocation_api_answers_its_documented_queries_with_its_field_names(file_store):
+def test_the_opencost_allocation_api_answers_its_documented_queries_with_its_field_names(stack, file_store):
     store = _shared_cluster(file_store)
     _, team_token = create_token(store, "lead-b", Role.parse("team:b"), "test")
-    client = TestClient(create_app(store, Config(), token="root"))
+    client = stack.enter_context(api_client(store, Config(), token="root"))
     admin = {"Authorization": "Bearer root"}
     day = f"{DEC.isoformat()},{(DEC + timedelta(days=1)).isoformat()}"
     # the queries OpenCost's documentation shows: a window, an aggregate, a step, a resolution (ignored here)

@@ -18,19 +18,12 @@ from prometheus_client.registry import Collector
 
 from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics import fragmentation as frag
-from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.health import health_totals
-from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.inference import service_table, team_inference
-from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.usage import node_gauges, team_gauges
-from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.windows import utc_now
-from gpuledger.analytics.budgets import budget_status
 from gpuledger.analytics.workloads import workload_summary
 from gpuledger.policies.fairshare import fairshare_at
 
