@@ -120,9 +120,10 @@ def _closed(store: Store) -> pd.DataFrame:
     return store.query("SELECT * FROM ledger_periods ORDER BY start_ts")
 
 
-def _first_open(store: Store, config: LedgerConfig) -> Period | None:
-    """The first period not closed: the one after the last closed, else the one of the oldest data (None: none)."""
-    closed = _closed(store)
+def _first_open(store: Store, config: LedgerConfig, closed: pd.DataFrame | None = None) -> Period | None:
+    """The first period not closed: the one after the last closed, else the one of the oldest data (None: none).
+    `closed`: the closed periods, where the caller has read them already."""
+    closed = _closed(store) if closed is None else closed
     if not closed.empty:
         end = as_utc(closed["end_ts"].iloc[-1].to_pydatetime())
         following = period_of(end, config.period)
@@ -139,7 +140,7 @@ def _first_period(store: Store, config: LedgerConfig) -> Period | None:
     """The ledger's first period: its first closed one, else the first open one (None: no data yet)."""
     closed = _closed(store)
     if closed.empty:
-        return _first_open(store, config)
+        return _first_open(store, config, closed)
     first = closed.iloc[0]
     return Period(first["period"], as_utc(first["start_ts"].to_pydatetime()), as_utc(first["end_ts"].to_pydatetime()))
 
@@ -171,7 +172,7 @@ def periods(store: Store, config: LedgerConfig, now: datetime | None = None) -> 
     out = [{"period": row["period"], "start": row["start_ts"], "end": row["end_ts"], "state": CLOSED,
             "closes_at": row["closes_at"], "closed_at": row["closed_at"], "closed_by": row["closed_by"],
             "total_usd": _usd(total.get(row["period"], 0))} for row in records(closed)]
-    period = _first_open(store, config)
+    period = _first_open(store, config, closed)
     while period is not None and period.start <= now:
         out.append({"period": period.name, "start": period.start, "end": period.end, "state": OPEN,
                     "closes_at": closes_at(period, config), "closed_at": None, "closed_by": None, "total_usd": None})
@@ -181,7 +182,7 @@ def periods(store: Store, config: LedgerConfig, now: datetime | None = None) -> 
 
 def _usd(value: Any) -> float:
     """An amount in whole cents, as a float for JSON (the sum of cents, so a total adds up to its lines)."""
-    return float(Decimal(str(value or 0)).quantize(CENT, ROUND_HALF_EVEN))
+    return _cents(_cents_of(value or 0))
 
 
 def statement(store: Store, config: LedgerConfig, name: str, now: datetime | None = None) -> dict[str, Any]:
