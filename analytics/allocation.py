@@ -89,7 +89,7 @@ def _lines(store: Store, start: datetime, end: datetime, key: str) -> pd.DataFra
     """Per aggregate value (`name`), node, GPU model and rate in [start, end): GPU-hours, used GPU-hours, cost."""
     sql = f"""
         SELECT CASE WHEN NOT u.allocated THEN $idle ELSE coalesce({KEYS[key]}, $unallocated) END AS team,
-               u.node, u.gpu_model, u.rate_from, any_value(u.usd_per_gpu_hour) AS usd_per_gpu_hour,
+               u.node, u.gpu_model, u.rate_from, u.rate_variant, any_value(u.usd_per_gpu_hour) AS usd_per_gpu_hour,
                sum(u.gpu_hours) AS gpu_hours, sum(u.used_gpu_hours) AS used_gpu_hours,
                sum(u.util_gpu_s) / 3600.0 AS measured_gpu_hours, sum(u.cost_usd) AS cost
         FROM {PRICED} u LEFT JOIN jobs j ON j.job_id = u.job_id

@@ -28,7 +28,10 @@ from gpuledger.analytics.store.rollups import DEFAULT_IDLE_UTIL_PCT, MINUTE_DAYS
 from gpuledger.collector.apps.figures import FIGURES, SERVER_KINDS
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import GpuledgerError, InputError
-from gpuledger.collector.gpu_catalog import DEFAULT_RATES
+from gpuledger.analytics.store.rates import POOL, PROFILE, PoolRule
+from gpuledger.collector.gpu_catalog import (DEFAULT_RATES, memory_gb, mig_profiles, mig_share, normalize_model,
+                                            vgpu_profile, vgpu_share)
+from gpuledger.collector.jobs.kube_state import label_key
 from gpuledger.collector.identifiers import check_identifier
 
 
@@ -183,6 +186,8 @@ class RateCard:
     in force until that model's next version. `start` is a whole UTC hour."""
     start: datetime
     rates: dict[str, float]
+    variants: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, variant) -> USD/GPU-hour
+    variant_basis: dict[tuple[str, str], str] = field(default_factory=dict)  # a MIG profile rate's conversion
 
 
 @dataclass(frozen=True)
@@ -245,7 +250,10 @@ class Config:
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))  # in force since ever
     rate_cards: list[RateCard] = field(default_factory=list)  # dated changes, oldest first
     cost_models: list[CostModel] = field(default_factory=list)  # [cost_models]: where rates come from
-    rate_basis: dict[tuple[str, datetime | None], str] = field(default_factory=dict)  # (model, start) -> workings
+    # (model, start[, variant]) -> workings
+    rate_basis: dict[tuple, str] = field(default_factory=dict)
+    variant_rates: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, variant): since ever
+    node_pools: list[PoolRule] = field(default_factory=list)  # [node_pools]: which pool a node is in
     teams: dict[str, TeamConfig] = field(default_factory=dict)
     namespace_to_team: dict[str, str] = field(default_factory=dict)
     user_to_team: dict[str, str] = field(default_factory=dict)
@@ -272,10 +280,16 @@ class Config:
         """The dated versions as the store keeps them: (GPU model, start, USD per GPU-hour)."""
         return [(model, card.start, rate) for card in self.rate_cards for model, rate in card.rates.items()]
 
+    def variant_rows(self) -> list[tuple[str, datetime | None, float, str]]:
+        """The node pools' and MIG profiles' rates: (GPU model, start (None: since ever), USD/GPU-hour, variant)."""
+        return ([(m, None, rate, v) for (m, v), rate in self.variant_rates.items()]
+                + [(m, card.start, rate, v) for card in self.rate_cards for (m, v), rate in card.variants.items()])
+
     def price(self, store: Store) -> None:
-        """Give the store this site's rate card (refused where it would re-price a closed period), logging what
-        it re-prices of open time."""
-        for change in store.set_rates(self.rates, self.dated_rates(), self.rate_basis):
+        """Give the store this site's rate card and node pools (refused where they would re-price a closed period),
+        logging what it re-prices of open time."""
+        for change in store.set_rates(self.rates, [*self.dated_rates(), *self.variant_rows()], self.rate_basis,
+                                      self.node_pools):
             log.warning("rate card changed: %s is re-priced; its periods are not closed yet", change)
 
     def pue(self) -> float | None:
@@ -365,7 +379,8 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "rate_cards", "cost_models", "budgets", "alerts", "teams", "attribution", "report", "slo", "apps",
+SECTIONS = ("rates", "rate_cards", "cost_models", "node_pools", "pool_rates", "profile_rates", "budgets", "alerts",
+            "teams", "attribution", "report", "slo", "apps",
             *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
@@ -503,10 +518,11 @@ ON_PREM_REQUIRED = ("purchase_usd", "life_years", "power_w")
 CLOUD_PRICE_KEYS = {f"{p}_usd_per_hour": p for p in CLOUD_PRICING}
 
 
-def _cost_model(model: str, spec: Mapping[str, Any]) -> CostModel:
-    """One `[cost_models."<GPU model>"]`: its kind's keys, each checked; the price the `pricing` names must be
-    given; `from` as a rate card's."""
-    where = f"cost_models.{model}"
+def _cost_model(model: str, spec: Mapping[str, Any], pool: str | None = None) -> CostModel:
+    """One `[cost_models."<GPU model>"]` (or its `.pools.<pool>` sub-table): its kind's keys, each checked; the
+    price the `pricing` names must be given; `from` as a rate card's."""
+    where = f"cost_models.{model}" + (f".pools.{pool}" if pool else "")
+    variant = POOL + pool if pool else ""
     spec = dict(spec)
     start = _start(where, spec.pop("from")) if "from" in spec else None
     kind = spec.pop("kind", None)
@@ -518,7 +534,7 @@ def _cost_model(model: str, spec: Mapping[str, Any]) -> CostModel:
         if missing:
             raise ConfigError(f"[{where}] an on-premises cost model needs {', '.join(missing)}")
         values = {k: _number(where, k, v, *ON_PREM_KEYS[k]) for k, v in spec.items()}
-        return CostModel(model, OnPrem(**values), start)
+        return CostModel(model, OnPrem(**values), start, variant)
     _known_keys(where, spec, ("instance_type", "gpus_per_instance", "pricing", *CLOUD_PRICE_KEYS))
     pricing = spec.get("pricing", "on_demand")
     if pricing not in CLOUD_PRICING:
@@ -528,12 +544,21 @@ def _cost_model(model: str, spec: Mapping[str, Any]) -> CostModel:
         raise ConfigError(f"[{where}] pricing is {pricing} but {pricing}_usd_per_hour is not given")
     instance = _name("model_name", spec.get("instance_type", "instance"), f"[{where}] instance_type")
     return CostModel(model, Cloud(instance, _number(where, "gpus_per_instance", spec.get("gpus_per_instance"), 1.0,
-                                                    1024.0), pricing, prices), start)
+                                                    1024.0), pricing, prices), start, variant)
 
 
 def _cost_models(table: Mapping[str, Any]) -> list[CostModel]:
-    return [_cost_model(_model(model, "cost_models"), _table(f"cost_models.{model}", spec))
-            for model, spec in table.items()]
+    models = []
+    for model, spec in table.items():
+        model = _model(model, "cost_models")
+        spec = dict(_table(f"cost_models.{model}", spec))
+        pools = _table(f"cost_models.{model}.pools", spec.pop("pools", {}))
+        if spec:
+            models.append(_cost_model(model, spec))
+        for pool, pool_spec in pools.items():
+            _name("node_pool", pool, f"[cost_models.{model}.pools]")
+            models.append(_cost_model(model, _table(f"cost_models.{model}.pools.{pool}", pool_spec), pool))
+    return models
 
 
 def _derive_rates(config: Config, given: set[str]) -> None:
@@ -542,21 +567,105 @@ def _derive_rates(config: Config, given: set[str]) -> None:
     or twice at one start) is refused: which one prices the bill would be a guess."""
     for derived in config.cost_models:
         row = derived.row()
+        model, variant = derived.gpu_model, derived.variant
+        what = f"{model}'s rate" + (f" in {variant}" if variant else "")
         if derived.start is None:
-            if derived.gpu_model in given:
-                raise ConfigError(f"[cost_models.{derived.gpu_model}] and [rates] both set {derived.gpu_model}'s rate: "
-                                  "keep one, or give the cost model a `from`")
-            config.rates[derived.gpu_model] = row["usd_per_gpu_hour"]
+            rates: dict = config.variant_rates if variant else config.rates
+            key: Any = (model, variant) if variant else model
+            if (key in rates) if variant else (model in given):
+                raise ConfigError(f"[cost_models.{model}] and [{'pool_rates' if variant else 'rates'}] both set "
+                                  f"{what}: keep one, or give the cost model a `from`")
         else:
             same = next((c for c in config.rate_cards if c.start == derived.start), None)
-            if same is not None and derived.gpu_model in same.rates:
-                raise ConfigError(f"[cost_models.{derived.gpu_model}] and a [[rate_cards]] entry both set its rate "
-                                  f"from {derived.start:%Y-%m-%d %H:%M} UTC: overlapping dates")
             if same is None:
                 config.rate_cards = sorted([*config.rate_cards, RateCard(derived.start, {})], key=lambda c: c.start)
                 same = next(c for c in config.rate_cards if c.start == derived.start)
-            same.rates[derived.gpu_model] = row["usd_per_gpu_hour"]
-        config.rate_basis[(derived.gpu_model, derived.start)] = row["basis"]
+            rates, key = (same.variants, (model, variant)) if variant else (same.rates, model)
+            if key in rates:
+                raise ConfigError(f"[cost_models.{model}] and a [[rate_cards]] entry both set {what} "
+                                  f"from {derived.start:%Y-%m-%d %H:%M} UTC: overlapping dates")
+        rates[key] = row["usd_per_gpu_hour"]
+        config.rate_basis[(model, derived.start, variant) if variant else (model, derived.start)] = row["basis"]
+
+
+def _check_pools(config: Config) -> None:
+    """A node pool's rate needs a pool a node can be in: one [node_pools.nodes] names, or any, where [node_pools]
+    reads pools from node labels."""
+    if any(label for _, _, label in config.node_pools):
+        return
+    named = {pool for pool, _, _ in config.node_pools}
+    for model, _, _, variant in config.variant_rows():
+        pool = variant[len(POOL):]
+        if variant.startswith(POOL) and pool not in named:
+            raise ConfigError(f"a rate for {model} in node pool {pool!r}, but no node is in that pool: add it under "
+                              f"[node_pools.nodes] ({pool} = [\"node-name-*\"]), or read pools from node labels "
+                              "([node_pools] labels)")
+
+
+_GLOB = re.compile(r"[A-Za-z0-9._:@/+*?\[\]!-]{1,253}")  # a node name's characters and glob's * ? [ ] !
+_LABEL = re.compile(r"([A-Za-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")  # a Kubernetes label key
+_PROFILE = re.compile(r"\d+g\.\d+gb")
+
+
+def _node_pools(table: Mapping[str, Any]) -> list[PoolRule]:
+    """`[node_pools]`: `labels`, Kubernetes node label keys whose value names a node's pool (read from
+    kube-state-metrics' kube_node_labels; the first a node has wins), then `[node_pools.nodes]`, pool = node-name
+    globs in order. A node no rule names is in no pool and priced at its model's rate."""
+    _known_keys("node_pools", table, ("labels", "nodes"))
+    labels = table.get("labels", [])
+    if not isinstance(labels, list) or not all(isinstance(k, str) and _LABEL.fullmatch(k) for k in labels):
+        raise ConfigError(f"[node_pools] labels must be a list of Kubernetes label keys "
+                          f"(cloud.google.com/gke-nodepool), got {labels!r}")
+    rules: list[PoolRule] = [(None, None, label_key(k)) for k in labels]
+    for pool, globs in _table("node_pools.nodes", table.get("nodes", {})).items():
+        _name("node_pool", pool, "[node_pools.nodes]")
+        if isinstance(globs, str):
+            globs = [globs]
+        if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and _GLOB.fullmatch(g)
+                                                                for g in globs):
+            raise ConfigError(f"[node_pools.nodes] {pool} must be a list of node-name globs (\"gpu-a-*\"), "
+                              f"got {globs!r}")
+        rules += [(pool, g, None) for g in globs]
+    return rules
+
+
+def _variant_rates(where: str, pools: Any, profiles: Any) -> dict[tuple[str, str], tuple[float, str | None]]:
+    """Node pools' rates (pool -> {GPU model = USD/GPU-hour}) and MIG profiles' (GPU model -> {profile = USD per
+    instance-hour}, held per GPU-hour of the card's share the profile occupies, with that conversion as basis)."""
+    rates: dict[tuple[str, str], tuple[float, str | None]] = {}
+    for pool, spec in _table(f"{where} pools", pools).items():
+        _name("node_pool", pool, f"[{where}] pools")
+        for model, rate in _table(f"{where} pools.{pool}", spec).items():
+            rates[(_model(model, f"{where} pools.{pool}"), POOL + pool)] = (
+                _number(f"{where} pools.{pool}", model, rate), None)
+    for model, spec in _table(f"{where} profiles", profiles).items():
+        model = _model(model, f"{where} profiles")
+        for profile, rate in _table(f"{where} profiles.{model}", spec).items():
+            kind, share = _profile_share(f"{where} profiles.{model}", model, profile)
+            usd = _number(f"{where} profiles.{model}", profile, rate)
+            rates[(model, PROFILE + profile.lower())] = (
+                usd / share, f"{kind} {profile}: ${usd:g}/instance-hour / {share:.4g} of a card = "
+                             f"${usd / share:.4f}/GPU-hour")
+    return rates
+
+
+def _profile_share(where: str, model: str, profile: Any) -> tuple[str, float]:
+    """A profile's kind (MIG, vGPU) and the share of `model`'s card it occupies: a MIG profile the catalogue lists
+    for the card (its compute slices over the card's), or a vGPU profile of that card as its guest's driver names
+    it (A100-10C: its framebuffer over the card's). Anything else is refused: it would price nothing."""
+    text = str(profile)
+    known = [p.name for p in mig_profiles(model)]
+    if _PROFILE.fullmatch(text.lower()):
+        share = mig_share(model, text)
+        if share is not None and (text.lower() in known or not (known or memory_gb(model))):
+            return "MIG", share
+    elif vgpu_profile(f"GRID {text}") == text.upper() and normalize_model(f"GRID {text}") == model:
+        share = vgpu_share(f"GRID {text}")
+        if share:
+            return "vGPU", share
+    raise ConfigError(f"[{where}] {text!r} is not a MIG or vGPU profile of {model}"
+                      + (f" (its MIG profiles: {', '.join(known)}; a vGPU profile as its guests name it, "
+                         f"like A100-10C)" if known else " (like 1g.10gb or A100-10C)"))
 
 
 def _rate_cards(value: Any) -> list[RateCard]:
@@ -572,7 +681,8 @@ def _rate_cards(value: Any) -> list[RateCard]:
             raise ConfigError(f"[{where}] has no `from`: every dated rate needs the date it starts "
                               "(from = 2026-12-01); undated rates belong in [rates]")
         start = _start(where, spec.pop("from"))
-        if not spec:
+        variants = _variant_rates(where, spec.pop("pools", {}), spec.pop("profiles", {}))
+        if not spec and not variants:
             raise ConfigError(f"[{where}] from {start:%Y-%m-%d %H:%M} UTC sets no rate: add GPU model = USD/GPU-hour")
         rates = {}
         for model, rate in spec.items():
@@ -582,7 +692,8 @@ def _rate_cards(value: Any) -> list[RateCard]:
         if same is not None:
             raise ConfigError(f"[{where}] starts at {start:%Y-%m-%d %H:%M} UTC like an earlier version: overlapping "
                               "dates; put the rates of one start in one [[rate_cards]]")
-        cards.append(RateCard(start, rates))
+        cards.append(RateCard(start, rates, {k: v for k, (v, _) in variants.items()},
+                              {k: text for k, (_, text) in variants.items() if text}))
     return sorted(cards, key=lambda c: c.start)
 
 
@@ -605,8 +716,15 @@ def load_config(path: str | Path | None) -> Config:
         model = _model(model, "rates")  # the name first: a bad rate's message then shows a checked name
         config.rates[model] = _number("rates", model, rate)
     config.rate_cards = _rate_cards(data.get("rate_cards", []))
+    config.node_pools = _node_pools(_table("node_pools", data.get("node_pools", {})))
+    undated = _variant_rates("rates", data.get("pool_rates", {}), data.get("profile_rates", {}))
+    config.variant_rates = {k: v for k, (v, _) in undated.items()}
+    config.rate_basis.update({(m, None, v): text for (m, v), (_, text) in undated.items() if text})
+    for card in config.rate_cards:
+        config.rate_basis.update({(m, card.start, v): text for (m, v), text in card.variant_basis.items()})
     config.cost_models = _cost_models(_table("cost_models", data.get("cost_models", {})))
     _derive_rates(config, set(_table("rates", data.get("rates", {}))))
+    _check_pools(config)
     for team, spec in _table("teams", data.get("teams", {})).items():
         where = f"teams.{team}"
         _name("team", team, "[teams]")

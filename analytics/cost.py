@@ -11,14 +11,14 @@ from datetime import datetime
 import pandas as pd
 
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import PRICE_JOIN, USAGE, measured
+from gpuledger.analytics.usage import PRICE_JOIN, RATE, RATE_FROM, RATE_VARIANT, USAGE, measured, pooled
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 
 # the rollups of the window priced by the rate card: GPU-hours, used GPU-hours and cost per row
 PRICED = f"""
-    (SELECT u.*, gpu_s / 3600.0 AS gpu_hours, used_gpu_s / 3600.0 AS used_gpu_hours, r.usd_per_gpu_hour,
-            r.effective_from AS rate_from, gpu_s / 3600.0 * coalesce(r.usd_per_gpu_hour, 0) AS cost_usd
-     FROM {USAGE} u {PRICE_JOIN})"""
+    (SELECT u.*, gpu_s / 3600.0 AS gpu_hours, used_gpu_s / 3600.0 AS used_gpu_hours, {RATE} AS usd_per_gpu_hour,
+            {RATE_FROM} AS rate_from, {RATE_VARIANT} AS rate_variant, gpu_s / 3600.0 * coalesce({RATE}, 0) AS cost_usd
+     FROM {pooled(USAGE)} u {PRICE_JOIN})"""
 
 
 def cost_by_team(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
@@ -40,13 +40,15 @@ def cost_by_team(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
 
 def cost_by_team_and_model(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
     """Per team, GPU model and rate card version (`rate_from`: the start of the version that priced the rows,
-    null: unpriced): the rate, allocated GPU-hours and their cost."""
+    null: unpriced; `rate_variant`: a node pool's or MIG profile's rate, '' the model's own): the rate, allocated
+    GPU-hours and their cost."""
     sql = f"""
-        SELECT owner(team, $unattributed) AS team, gpu_model, rate_from, rate_card_version(rate_from) AS rate_card,
-               any_value(usd_per_gpu_hour) AS usd_per_gpu_hour, sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd
+        SELECT owner(team, $unattributed) AS team, gpu_model, rate_from, rate_variant,
+               rate_card_version(rate_from, rate_variant) AS rate_card, any_value(usd_per_gpu_hour) AS usd_per_gpu_hour,
+               sum(gpu_hours) AS gpu_hours, sum(cost_usd) AS cost_usd
         FROM {PRICED}
         WHERE allocated AND ($team IS NULL OR owner(team, $unattributed) = $team)
-        GROUP BY 1, 2, 3 ORDER BY 1, cost_usd DESC"""
+        GROUP BY 1, 2, 3, 4 ORDER BY 1, cost_usd DESC"""
     return store.query_usage(sql, {"start": start, "end": end, "team": team, "unattributed": UNATTRIBUTED})
 
 

@@ -72,11 +72,14 @@ class Cloud:
 
 @dataclass(frozen=True)
 class CostModel:
-    """One `[cost_models."<GPU model>"]` entry: the GPU model it prices, its model, and its start (None: undated)."""
+    """One `[cost_models."<GPU model>"]` entry: the GPU model it prices, its model, its start (None: undated) and
+    the variant of the rate it gives ('' the model's own; `pool <name>` from `[cost_models."<model>".pools.<name>]`:
+    two node pools of one GPU model, bought differently, cost differently)."""
     gpu_model: str
     model: OnPrem | Cloud
     start: datetime | None = None
+    variant: str = ""
 
     def row(self) -> dict[str, Any]:
         return {"gpu_model": self.gpu_model, "usd_per_gpu_hour": self.model.rate(), "basis": self.model.basis(),
-                "start": self.start}
+                "start": self.start, "variant": self.variant}

@@ -25,7 +25,7 @@ USAGE, IDLE_SHARE, SHARED_COST = LINE_KINDS
 IDLE_MODES = ("own_line", "shared")
 IDLE_SCOPES = ("cluster", "node")
 SHARE_BY = ("cost", "even")
-KEY = ["gpu_model", "rate_from"]  # what an idle share stays within: the same card at the same rate
+KEY = ["gpu_model", "rate_from", "rate_variant"]  # what an idle share stays within: the same card at the same rate
 SUMMED = ["gpu_hours", "used_gpu_hours", "measured_gpu_hours", "cost"]
 
 
@@ -96,7 +96,8 @@ def in_cents(costs: pd.Series) -> pd.Series:
 
 def split(lines: pd.DataFrame, idle: str = "own_line", idle_by: str = "cluster", shared: tuple[str, ...] = (),
           share_by: str = "cost") -> pd.DataFrame:
-    """Per-node lines (team, node, gpu_model, rate_from, rate_card, usd_per_gpu_hour, gpu_hours, used_gpu_hours,
+    """Per-node lines (team, node, gpu_model, rate_from, rate_variant, rate_card, usd_per_gpu_hour, gpu_hours,
+    used_gpu_hours,
     measured_gpu_hours, exact `cost`) as a statement's lines in the chosen modes: per team, kind, source, model and
     rate, with `cost_cents` that add up to the cluster's cost to the cent."""
     lines = lines.assign(kind=USAGE, shared_from=None)
@@ -104,7 +105,7 @@ def split(lines: pd.DataFrame, idle: str = "own_line", idle_by: str = "cluster",
         lines = share_idle(lines, idle_by)
     if shared:
         lines = spread_shared(lines, tuple(t for t in shared if t not in (IDLE_CAPACITY, UNATTRIBUTED)), share_by)
-    keys = ["team", "kind", "shared_from", "gpu_model", "rate_from", "rate_card"]
+    keys = ["team", "kind", "shared_from", "gpu_model", "rate_from", "rate_variant", "rate_card"]
     out = (lines.groupby(keys, dropna=False, sort=False)
            .agg(usd_per_gpu_hour=("usd_per_gpu_hour", "first"), **{c: (c, "sum") for c in SUMMED},
                 measured_any=("measured_gpu_hours", lambda s: bool((s > 0).any())))
@@ -113,5 +114,5 @@ def split(lines: pd.DataFrame, idle: str = "own_line", idle_by: str = "cluster",
     out["util_coverage"] = (out["measured_gpu_hours"] / out["gpu_hours"].where(out["gpu_hours"] > 0)).clip(upper=1.0)
     out["cost_cents"] = in_cents(out["cost"])
     order = out["team"].eq(IDLE_CAPACITY).astype(int)
-    return (out.assign(_idle=order).sort_values(["_idle", "team", "kind", "gpu_model", "rate_from"])
+    return (out.assign(_idle=order).sort_values(["_idle", "team", "kind", "gpu_model", "rate_from", "rate_variant"])
             .drop(columns=["_idle", "measured_any", "measured_gpu_hours", "cost"]).reset_index(drop=True))

@@ -100,11 +100,12 @@ def closes_at(period: Period, config: LedgerConfig) -> datetime:
 def statement_lines(store: Store, start: datetime, end: datetime, config: LedgerConfig) -> pd.DataFrame:
     """What a statement of [start, end) says, per bill line (team, unattributed, idle capacity), line kind (own
     use, or a share of idle capacity or of a shared-cost team: analytics/cost_split.py, as `config` says), GPU
-    model and rate card version (`rate_from`, null: unpriced): GPU-hours, busy GPU-hours (null where none was
-    measured), the share measured, the rate, and the cost in cents that add up to the cluster's cost."""
+    model and rate card version (`rate_from`, null: unpriced; `rate_variant`: a node pool's or MIG profile's
+    rate, '' the model's own): GPU-hours, busy GPU-hours (null where none was measured), the share measured,
+    the rate, and the cost in cents that add up to the cluster's cost."""
     sql = f"""
-        SELECT bill_line(allocated, team, $unattributed, $idle) AS team, node, gpu_model, rate_from,
-               rate_card_version(rate_from) AS rate_card, any_value(usd_per_gpu_hour) AS usd_per_gpu_hour,
+        SELECT bill_line(allocated, team, $unattributed, $idle) AS team, node, gpu_model, rate_from, rate_variant,
+               rate_card_version(rate_from, rate_variant) AS rate_card, any_value(usd_per_gpu_hour) AS usd_per_gpu_hour,
                sum(gpu_hours) AS gpu_hours, {measured("sum(used_gpu_hours)")} AS used_gpu_hours,
                sum(util_gpu_s) / 3600.0 AS measured_gpu_hours, sum(cost_usd) AS cost
         FROM {PRICED}
@@ -198,9 +199,9 @@ def statement(store: Store, config: LedgerConfig, name: str, now: datetime | Non
         raise NotFoundError(f"period {period.name} is before the ledger's first period, {first.name} (the one of "
                             "its oldest data)")
     if not closed.empty:
-        lines = store.query("""SELECT * EXCLUDE (period), rate_card_version(rate_from) AS rate_card
+        lines = store.query("""SELECT * EXCLUDE (period), rate_card_version(rate_from, rate_variant) AS rate_card
                                FROM statement_lines WHERE period = $p
-                               ORDER BY (team = $idle), team, kind, gpu_model, rate_from""",
+                               ORDER BY (team = $idle), team, kind, gpu_model, rate_from, rate_variant""",
                             {"p": period.name, "idle": IDLE_CAPACITY})
         meta = records(closed)[0]
         state = {"state": CLOSED, "closed_at": meta["closed_at"], "closed_by": meta["closed_by"],

@@ -28,14 +28,34 @@ from gpuledger.collector.samples import IDLE_CAPACITY, PROFILING_FIELDS, UNATTRI
 USAGE = "usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)"
 
 
+_RATE_SPANS = ("(SELECT gpu_model, variant, effective_from, usd_per_gpu_hour, coalesce(lead(effective_from) OVER "
+               "(PARTITION BY gpu_model, variant ORDER BY effective_from), TIMESTAMPTZ 'infinity') AS until "
+               "FROM rate_versions)")
+# the rate a priced row carries, from the most specific version in force: its MIG profile's (`rp`), its node
+# pool's (`rn`), its model's (`r`); null: unpriced. Its start, and which variant it is ('' the model's own)
+RATE = "coalesce(rp.usd_per_gpu_hour, rn.usd_per_gpu_hour, r.usd_per_gpu_hour)"
+RATE_FROM = "coalesce(rp.effective_from, rn.effective_from, r.effective_from)"
+RATE_VARIANT = "coalesce(rp.variant, rn.variant, r.variant)"
+
+
 def price_join(alias: str, at: str) -> str:
-    """Rows `alias` priced at the rate card version in force at their instant `at` (rates start on whole hours, so
-    a rollup bucket never straddles a change): the rate `r.usd_per_gpu_hour` and its version `r.effective_from`,
-    null where the model had no rate then (unpriced, never silently free). A hash join on the model with the
-    version's span as a filter: a model has a few versions, and this was a fifth faster than an ASOF join."""
-    return (f"LEFT JOIN (SELECT gpu_model, effective_from, usd_per_gpu_hour, coalesce(lead(effective_from) OVER "
-            f"(PARTITION BY gpu_model ORDER BY effective_from), TIMESTAMPTZ 'infinity') AS until FROM rate_versions) r "
-            f"ON {alias}.gpu_model = r.gpu_model AND {at} >= r.effective_from AND {at} < r.until")
+    """Rows `alias` (with GPU model, MIG and vGPU profile and `node_pool`: FROM pooled(...)) priced at the rate
+    card versions in force at their instant `at` (rates start on whole hours, so a rollup bucket never straddles a
+    change): select RATE, RATE_FROM and RATE_VARIANT. Three hash joins on the model and variant with the version's
+    span as a filter (a model has a few versions; a fifth faster than an ASOF join), most specific first: the MIG
+    or vGPU profile's rate, the node pool's (pool_of, once per distinct node), the model's own. Null where none was
+    in force (unpriced, never silently free)."""
+    def one(name: str, variant: str) -> str:
+        return (f" LEFT JOIN {_RATE_SPANS} {name} ON {alias}.gpu_model = {name}.gpu_model AND {name}.variant = "
+                f"{variant} AND {at} >= {name}.effective_from AND {at} < {name}.until")
+    profile = f"'profile ' || lower(coalesce({alias}.mig_profile, {alias}.vgpu_profile))"
+    return one("rp", profile) + one("rn", f"'pool ' || {alias}.node_pool") + one("r", "''")
+
+
+def pooled(source: str) -> str:
+    """`source`'s rows with their node's pool (`node_pool`), as price_join reads it: pool_of is a correlated
+    subquery, which DuckDB runs once per distinct node in a projection (it cannot in a join's condition)."""
+    return f"(SELECT *, pool_of(node) AS node_pool FROM {source})"
 
 
 PRICE_JOIN = price_join("u", "u.bucket")  # a rollup row `u` at its bucket's start
@@ -253,10 +273,10 @@ def team_gauges(store: Store, start: datetime, end: datetime, idle_util_pct: flo
                coalesce(sum(idle_gpu_s) FILTER (WHERE allocated), 0) / 3600.0 / $hours AS idle_gpus,
                coalesce(sum(util_gpu_s) FILTER (WHERE allocated), 0) AS measured_s,
                coalesce(sum(gpu_s) FILTER (WHERE allocated), 0) AS held_s,
-               sum(gpu_s * coalesce(r.usd_per_gpu_hour, 0)) / 3600.0 / $hours AS cost_usd_per_hour,
+               sum(gpu_s * coalesce({RATE}, 0)) / 3600.0 / $hours AS cost_usd_per_hour,
                {", ".join(f"sum({f}_gpu_s) FILTER (WHERE allocated) / "
                           f"nullif(sum({f}_cov_s) FILTER (WHERE allocated), 0) AS {f}" for f in PROFILING_FIELDS)}
-        FROM {USAGE} u {PRICE_JOIN} GROUP BY 1 ORDER BY 1"""
+        FROM {pooled(USAGE)} u {PRICE_JOIN} GROUP BY 1 ORDER BY 1"""
     frame = store.query_usage(sql, {"start": start, "end": end, "hours": _hours(start, end),
                                     "unattributed": UNATTRIBUTED, "idle": IDLE_CAPACITY})
     return _known(frame)

@@ -18,8 +18,8 @@ import pandas as pd
 from gpuledger.analytics.config import WasteConfig
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import (COMPUTE_NEED_MEANS, NO_UTILISATION, PROFILE_MEANS, USAGE, check_idle_threshold,
-                                      price_join)
+from gpuledger.analytics.usage import (COMPUTE_NEED_MEANS, NO_UTILISATION, PROFILE_MEANS, RATE, USAGE,
+                                      check_idle_threshold, pooled, price_join)
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
 from gpuledger.collector.samples import UNATTRIBUTED
 
@@ -44,25 +44,29 @@ def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteCon
             SEMI JOIN candidates c ON m.gpu_uuid = c.gpu_uuid AND coalesce(m.mig_instance, -1) = c.mig
                                       AND coalesce(m.job_id, '') = c.job
         ), parts AS (
-            SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, run - (busy_n > 0)::INTEGER AS run,
+            SELECT team, job_id, node, gpu_uuid, mig_instance, mig_profile, vgpu_profile, gpu_model,
+                   run - (busy_n > 0)::INTEGER AS run,
                    first_ts AS start_ts, lead_end_ts AS end_ts, lead_s AS s, lead_gpu_s AS gpu_s,
                    lead_util_sum AS util_sum, lead_util_n AS util_n
             FROM seg WHERE lead_end_ts IS NOT NULL
             UNION ALL
-            SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, run, tail_start_ts, end_ts, tail_s,
+            SELECT team, job_id, node, gpu_uuid, mig_instance, mig_profile, vgpu_profile, gpu_model, run,
+                   tail_start_ts, end_ts, tail_s,
                    tail_gpu_s, tail_util_sum, tail_util_n
             FROM seg WHERE busy_n > 0 AND tail_start_ts IS NOT NULL
             UNION ALL  -- stretches inside an hour are whole already: each its own (negative) number
-            SELECT team, job_id, node, gpu_uuid, mig_instance, gpu_model, -row_number() OVER () AS run, start_ts,
+            SELECT team, job_id, node, gpu_uuid, mig_instance, mig_profile, vgpu_profile, gpu_model,
+                   -row_number() OVER () AS run,
+                   start_ts,
                    end_ts, s, gpu_s, util_sum, util_n
             FROM inner_idle_runs($start, $end, $hwm) WHERE s >= $idle_minutes * 60
         )
         SELECT owner(p.team, $unattributed) AS team, p.job_id, p.node, p.gpu_uuid, p.gpu_model,
                min(p.start_ts) AS start_ts, max(p.end_ts) AS end_ts, sum(p.s) / 60.0 AS idle_minutes,
                sum(p.gpu_s) / 3600.0 AS idle_gpu_hours,
-               sum(p.gpu_s) / 3600.0 * coalesce(any_value(r.usd_per_gpu_hour), 0) AS idle_cost_usd,
+               sum(p.gpu_s) / 3600.0 * coalesce(any_value({RATE}), 0) AS idle_cost_usd,
                sum(p.util_sum) / nullif(sum(p.util_n), 0) AS mean_util_pct
-        FROM parts p {price_join("p", "p.start_ts")}
+        FROM {pooled("parts")} p {price_join("p", "p.start_ts")}
         GROUP BY p.team, p.job_id, p.node, p.gpu_uuid, p.mig_instance, p.gpu_model, p.run
         HAVING sum(p.s) >= $idle_minutes * 60
         ORDER BY idle_gpu_hours DESC"""

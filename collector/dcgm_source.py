@@ -6,13 +6,14 @@ import math
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import requests
 
+from gpuledger.collector.apps.hami import GpuUse
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model, vgpu_share
@@ -137,6 +138,7 @@ class PodFacts:
     team: str | None = None  # its team label (kube_pod_labels)
     gpu_share: float | None = None  # the part of a shared GPU it requested (HAMi's nvidia.com/gpucores / 100)
     gpu_mem_mib: float | None = None  # the GPU memory it requested (HAMi's nvidia.com/gpumem), when no gpucores
+    used: Mapping[str, GpuUse] = field(default_factory=dict)  # GPU UUID -> what it used (HAMi's vGPU monitor)
 
     def share_of(self, card_mib: float | None) -> float | None:
         """Its requested part of a card with `card_mib` of memory: gpucores first, else gpumem over the card's."""
@@ -298,7 +300,9 @@ def bill_each_gpu_once(rows: list[dict[str, Any]],
     count gets an equal part of what the known ones leave, and instances that claim more than the card are scaled
     down to it. A GPU (or instance) shared by time-slicing, HAMi or DRA has its series repeated once per pod: each
     pod is billed its part of it: in proportion to what each requested when `pods` knows every sharer's request
-    (HAMi), else equal parts. Either way the sharers' parts add up to the GPU's.
+    (HAMi), else in proportion to what each measurably used (HAMi's vGPU monitor, `PodFacts.used`), else equal
+    parts. Either way the sharers' parts add up to the GPU's, and a sharer whose use was measured carries its own
+    utilisation and memory, never the device's.
     """
     pods = pods or {}
     by_gpu: dict[Any, list[dict[str, Any]]] = {}
@@ -342,14 +346,30 @@ def bill_each_gpu_once(rows: list[dict[str, Any]],
                 _own_figures(members)
             facts = [pods.get((r["namespace"], r["pod"])) for r in members]
             asked = [f.share_of(r.get("mem_total_mib")) if f else None for f, r in zip(facts, members)]
+            used = [f.used.get(r["gpu_uuid"]) if f else None for f, r in zip(facts, members)]
+            cores = [u.core if u else None for u in used]
             if len(members) > 1 and all(a is not None and a > 0 for a in asked):
-                total = sum(asked)
-                for row, share in zip(members, asked):
-                    row["gpu_fraction"] *= share / total
+                weights = asked
+            elif len(members) > 1 and all(c is not None for c in cores) and sum(cores) > 0:
+                weights = cores  # no requests known: what each measurably used
             else:
-                for row in members:
-                    row["gpu_fraction"] /= len(members)
+                weights = [1.0] * len(members)
+            total = sum(weights)
+            for row, weight, use in zip(members, weights, used):
+                row["gpu_fraction"] *= weight / total
+                if len(members) > 1 and use is not None:
+                    _measured(row, use)
     return rows
+
+
+def _measured(row: dict[str, Any], use: GpuUse) -> None:
+    """A sharer's own figures from what it measurably used (HAMi's per-container monitor): its utilisation is its
+    share of the device's SM time over the part of the device it is billed (a pod billed half a GPU that kept 40%
+    of the SMs busy is 80% busy, capped at 100), its memory what its containers hold."""
+    if use.core is not None and row["gpu_fraction"] > 0:
+        row["util_pct"] = min(100.0, 100.0 * use.core / row["gpu_fraction"])
+    if use.mem_mib is not None:
+        row["mem_used_mib"] = use.mem_mib
 
 
 class DcgmExporterSource(Source):

@@ -89,13 +89,21 @@ DEFAULT_RATES: dict[str, float] = {m.name: m.usd_per_gpu_hour for m in CATALOG i
 
 # A vGPU as a guest's driver names it: "GRID A100-10C", "NVIDIA A100D-20C" (D: the 80 GB card), "GRID T4-4Q": the
 # card, then the profile's framebuffer in GB and its series letter (NVIDIA's vGPU user guide, "Virtual GPU Types")
-_VGPU = re.compile(r"\b(?:GRID|NVIDIA)\s+([A-Z]+\d+[A-Z]*?)(D?)-(\d+)([ABCQ])\b", re.IGNORECASE)
+VGPU_PROFILE = r"([A-Z]+\d+[A-Z]*?)(D?)-(\d+)([ABCQ])"  # the profile's name: card, framebuffer GB, series
+VGPU_NAME = r"\b(?:GRID|NVIDIA)\s+(" + VGPU_PROFILE + r")\b"  # one capturing group around the profile's name
+_VGPU = re.compile(VGPU_NAME, re.IGNORECASE)
 
 
 def _vgpu(name: str) -> tuple[str, int] | None:
     """(the physical card's driver name, the profile's framebuffer GB) when `name` is a vGPU profile."""
     match = _VGPU.search(name)
-    return (match.group(1) + (" 80GB" if match.group(2) else ""), int(match.group(3))) if match else None
+    return (match.group(2) + (" 80GB" if match.group(3) else ""), int(match.group(4))) if match else None
+
+
+def vgpu_profile(name: str | None) -> str | None:
+    """The vGPU profile a guest's driver names ("GRID A100-10C" -> "A100-10C"), or None for a physical GPU."""
+    match = _VGPU.search(name or "")
+    return match.group(1).upper() if match else None
 
 
 def normalize_model(name: str | None) -> str:

@@ -61,6 +61,7 @@ IDENTIFIERS: dict[str, IdentifierKind] = {
     "user": IdentifierKind("user name", 128),
     "team": IdentifierKind("team name", 63),
     "department": IdentifierKind("department name", 63),
+    "node_pool": IdentifierKind("node pool name", 63),  # a Kubernetes label value, or a name the config gives
     "source": IdentifierKind("source name", 32),
 }
 

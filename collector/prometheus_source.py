@@ -14,19 +14,23 @@ ago, and stops `settle_s` short of now so a scrape still being appended is read 
 
 Team labels and shared-GPU requests come from kube-state-metrics when Prometheus has it: `kube_pod_labels`
 (`label_<team_label>`) and `kube_pod_container_resource_requests` for HAMi's `nvidia.com/gpucores` (per cent of a
-GPU) and `nvidia.com/gpumem` (MiB).
+GPU) and `nvidia.com/gpumem` (MiB). What each container of a shared GPU measurably used comes from HAMi's vGPU
+monitor where Prometheus scrapes it (collector/apps/hami.py ContainerUse): read over the same stretch, each
+instant's rows get the use of that instant, so a sharer carries its own utilisation and memory.
 """
 from __future__ import annotations
 
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import pyarrow as pa
 import requests
 
+from gpuledger.collector.apps.hami import USE_FAMILIES, ContainerUse
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.dcgm_source import DcgmPageConverter, PodFacts
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
@@ -40,6 +44,7 @@ DCGM_SELECTOR = '{__name__=~"DCGM_FI_.*|dcgm_.*"}'
 SOURCE = "prometheus"  # the rows' source column: where a restarted server resumes from
 POD_LABELS = "kube_pod_labels"
 POD_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_gpucores|nvidia_com_gpumem"}'
+HAMI_SELECTOR = '{__name__=~"' + "|".join(USE_FAMILIES) + '"}'
 
 
 class PrometheusSource(Source):
@@ -82,17 +87,24 @@ class PrometheusSource(Source):
         started = time.perf_counter()
         try:
             series = self._query(f"{DCGM_SELECTOR}[{_seconds(until - self.cursor)}s]", until)
-            self.converter.pods = self._pod_facts(until)
+            facts = self._pod_facts(until)
+            lookback = max(2 * self.interval_s, 60.0)  # a monitor sample this much older still stands for an instant
+            span = _seconds(until - self.cursor) + int(lookback)
+            use = ContainerUse([(s["metric"].get("__name__", ""), s["metric"], s.get("values", ()))
+                                for s in self._query(f"{HAMI_SELECTOR}[{span}s]", until)], lookback)
         finally:
             SCRAPE_SECONDS.labels(source="prometheus").observe(time.perf_counter() - started)
-        table = self._rows(series, self.cursor, until)
+        table = self._rows(series, self.cursor, until, facts, use)
         self.cursor = until
         self.catching_up = self.clock() - self.settle - until > timedelta(seconds=self.interval_s)
         SAMPLES_READ.labels(source="prometheus").inc(table.num_rows)
         return table
 
-    def _rows(self, series: list[dict[str, Any]], after: datetime, until: datetime) -> pa.Table:
-        """Regroup the series' samples by scrape instant and convert each instant's like one exporter page."""
+    def _rows(self, series: list[dict[str, Any]], after: datetime, until: datetime,
+              facts: dict[tuple[str | None, str | None], PodFacts] | None = None,
+              use: ContainerUse | None = None) -> pa.Table:
+        """Regroup the series' samples by scrape instant and convert each instant's like one exporter page, with
+        the pods' facts and, where HAMi's monitor measured it, each pod's use at that instant."""
         lo, hi = after.timestamp(), until.timestamp()
         by_instant: dict[float, list[tuple[str, dict[str, str], float, None]]] = defaultdict(list)
         for one in series:
@@ -101,8 +113,11 @@ class PrometheusSource(Source):
             for ts, value in one.get("values", ()):
                 if lo < ts <= hi:
                     by_instant[ts].append((name, labels, float(value), None))
-        tables = [self.converter.convert_samples(samples, datetime.fromtimestamp(ts, timezone.utc), self.interval_s)
-                  for ts, samples in sorted(by_instant.items())]
+        tables = []
+        for ts, samples in sorted(by_instant.items()):
+            self.converter.pods = _with_use(facts or {}, use.at(ts) if use else {})
+            tables.append(self.converter.convert_samples(samples, datetime.fromtimestamp(ts, timezone.utc),
+                                                         self.interval_s))
         tables = [t for t in tables if t.num_rows]
         return pa.concat_tables(tables) if tables else SAMPLE_SCHEMA.empty_table()
 
@@ -131,6 +146,16 @@ class PrometheusSource(Source):
     def _query(self, query: str, at: datetime, instant: bool = False) -> list[dict[str, Any]]:
         """One instant query; the result's series (a matrix for a range selector, a vector otherwise)."""
         return query_prometheus(self.session, self.url, query, at, self.timeout_s)
+
+
+def _with_use(facts: dict[tuple[str | None, str | None], PodFacts],
+              used: dict[tuple[str | None, str], dict]) -> dict[tuple[str | None, str | None], PodFacts]:
+    if not used:
+        return facts
+    merged = dict(facts)
+    for key, gpus in used.items():
+        merged[key] = replace(merged.get(key, PodFacts()), used=gpus)
+    return merged
 
 
 def query_prometheus(session: requests.Session, url: str, query: str, at: datetime,

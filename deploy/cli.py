@@ -778,16 +778,18 @@ def _import_jobs(args: argparse.Namespace, config: Config) -> int:
         batch = parse_squeue(text, zone, args.team_field)
     else:
         batch = parse_kube_state(text, args.team_label, class_label=args.class_label)
-        if batch.jobs.empty and not (batch.skipped["no_gpus"] or batch.skipped["bad_gpus"]):
+        if batch.jobs.empty and not (batch.skipped["no_gpus"] or batch.skipped["bad_gpus"] or batch.node_labels):
             raise InputError(f"no kube-state-metrics pod series (kube_pod_*) in {args.path}: is it kube-state-metrics' "
                              "/metrics page?")
     with _open_store(args, config) as store:
         store.record_restarts(batch.jobs, utc_now(), batch.jobs["source"].iloc[0] if len(batch.jobs) else "")
+        store.set_node_labels(batch.node_labels, utc_now())
         stored = store.record_jobs(batch.jobs, batch.events)
         left = (store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)
                 if args.trace == "squeue" else 0)
     skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "none"
-    print(f"imported {args.trace}: {stored:,} GPU jobs, {len(batch.events):,} events into {args.db} "
+    labelled = f", labels of {len(batch.node_labels):,} node(s)" if batch.node_labels else ""
+    print(f"imported {args.trace}: {stored:,} GPU jobs, {len(batch.events):,} events{labelled} into {args.db} "
           f"(skipped: {skipped})")
     if left:
         print(f"{left:,} job(s) stored as waiting or running are no longer in the queue: marked {LEFT_QUEUE} (import "

@@ -29,6 +29,7 @@ class JobLoop(PollingLoop):
         """One read, stored: what was stored (jobs, queue rows, jobs that left the queue)."""
         read = self.source.read()
         restarts = self.store.record_restarts(read.jobs.jobs, read.at, self.source.source_name)
+        self.store.set_node_labels(read.jobs.node_labels, read.at)
         stored = {"jobs": self.store.record_jobs(read.jobs.jobs, read.jobs.events), "restarts": restarts,
                   "queue_rows": self.store.record_queue_metrics(read.queues),
                   "left_queue": self.store.close_left_queue(self.source.source_name, read.listed_now, read.at,

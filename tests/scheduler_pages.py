@@ -80,6 +80,10 @@ def ksm_page(step: int) -> str:
         for family, lines in pod.items():
             families.setdefault(family, []).extend(lines)
     out = []
+    # the nodes' labels (what node pool each is in: its rate)
+    families["kube_node_labels"] = [
+        'kube_node_labels{node="gpu-a-1",label_cloud_google_com_gke_nodepool="a3-spot",label_zone="z1"} 1',
+        'kube_node_labels{node="gpu-b-1",label_cloud_google_com_gke_nodepool="a3-reserved"} 1']
     for family, lines in families.items():
         out += [f"# HELP {family} {family.replace('_', ' ')}.", f"# TYPE {family} gauge", *lines]
     return "\n".join(out) + "\n"

@@ -179,3 +179,66 @@ def test_pcie_throughput_of_older_exporters_is_read_in_kb_per_second():
     line = 'DCGM_FI_DEV_PCIE_TX_THROUGHPUT{gpu="0",UUID="GPU-1",modelName="Tesla V100-SXM2-32GB",Hostname="n"} 2048\n'
     got = DcgmPageConverter().convert(line + line.replace("TX", "RX").replace("2048", "1024"), NOW, 10.0).to_pylist()
     assert (got[0]["pcie_tx_bps"], got[0]["pcie_rx_bps"]) == (2048 * 1024.0, 1024 * 1024.0)
+
+
+GPU0 = "GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"
+DECODE, SLICED = "vllm-agg-0-vllmdecodeworker-s65j5", "vllm-agg-0-sliced-1"
+
+
+def hami_monitor_page(use: dict[str, tuple[float, float]], legacy_too: bool = True) -> str:
+    """HAMi's vGPU monitor page (2.8+ names, and with --legacy-metrics the older names too) for pods sharing GPU 0:
+    pod -> (SM use in per cent, memory used in GiB)."""
+    lines = []
+    for pod, (core, gib) in use.items():
+        new = f'namespace="dynamo-workload",pod="{pod}",container="main",vdevice_index="0",device_uuid="{GPU0}"'
+        old = f'podnamespace="dynamo-workload",podname="{pod}",ctrname="main",vdeviceid="0",deviceuuid="{GPU0}"'
+        lines += [f"hami_container_device_utilization_ratio{{{new}}} {core}",
+                  f"hami_vgpu_memory_used_bytes{{{new}}} {gib * 2**30:.0f}",
+                  f"hami_container_device_memory_bytes{{{new}}} {gib * 2**30:.0f}"]
+        if legacy_too:  # the same values under the legacy names: read once, not twice
+            lines += [f"Device_utilization_desc_of_container{{{old},zone=\"vGPU\"}} {core}",
+                      f"vGPU_device_memory_usage_in_bytes{{{old},zone=\"vGPU\"}} {gib * 2**30:.0f}"]
+    return "\n".join(lines) + "\n"
+
+
+def sliced_page(device_util: float = 90.0) -> str:
+    page = (SHARED_PAGES / "nvidia-aicr-conformance-h100x8-pods.txt").read_text()
+    held = [line for line in page.splitlines() if f'pod="{DECODE}"' in line]
+    extra = [line.replace("vllmdecodeworker-s65j5", "sliced-1") for line in held]
+    return "\n".join(re.sub(r"} \S+$", f"}} {device_util}", line) if line.startswith("DCGM_FI_DEV_GPU_UTIL") else line
+                     for line in (page + "\n" + "\n".join(extra)).splitlines()) + "\n"
+
+
+def _use_at(page: str, ts: float, sampled: float | None = None) -> dict:
+    """Each pod's use at `ts` from the monitor page sampled at `sampled` (default: then)."""
+    from gpuledger.collector.apps.hami import ContainerUse
+    from gpuledger.collector.prom_text import parse
+    series = [(name, labels, [(ts if sampled is None else sampled, value)])
+              for name, labels, value, _ in parse(page).samples]
+    return ContainerUse(series).at(ts)
+
+
+def test_sharers_carry_what_hami_measured_and_split_by_it_when_no_request_is_known():
+    from gpuledger.collector.dcgm_source import PodFacts
+    used = _use_at(hami_monitor_page({DECODE: (45.0, 10.0), SLICED: (15.0, 2.0)}), NOW.timestamp())
+    assert used[("dynamo-workload", DECODE)][GPU0].core == pytest.approx(0.45)  # one generation read, not both
+    assert used[("dynamo-workload", DECODE)][GPU0].mem_mib == pytest.approx(10 * 1024)
+    converter = DcgmPageConverter()
+    converter.pods = {key: PodFacts(used=gpus) for key, gpus in used.items()}
+    got = converter.convert(sliced_page(), NOW, 10.0).to_pandas()
+    shared = got[got["gpu_uuid"] == GPU0].set_index("pod")
+    # no requests: parts by measured use (45 : 15), each with its own figures over its part (45% of the SMs over
+    # 3/4 of the GPU is 60% busy), never the device's 90%
+    assert shared.loc[DECODE, "gpu_fraction"] == pytest.approx(0.75)
+    assert shared.loc[SLICED, "gpu_fraction"] == pytest.approx(0.25)
+    assert shared["util_pct"].tolist() == pytest.approx([60.0, 60.0])
+    assert shared.loc[SLICED, "mem_used_mib"] == pytest.approx(2 * 1024)
+    # with HAMi requests (gpucores 50 each) the parts follow the requests and the figures stay each pod's own
+    converter.pods = {key: PodFacts(gpu_share=0.5, used=gpus) for key, gpus in used.items()}
+    got = converter.convert(sliced_page(), NOW, 10.0).to_pandas().set_index("pod")
+    assert got.loc[DECODE, "gpu_fraction"] == pytest.approx(0.5) and got.loc[DECODE, "util_pct"] == pytest.approx(90)
+    assert got.loc[SLICED, "util_pct"] == pytest.approx(30)
+    assert got[got["gpu_uuid"] == GPU0]["gpu_fraction"].sum() == pytest.approx(1.0)  # billed once, nothing lost
+    # a monitor sample older than the lookback stands for nothing now
+    assert _use_at(hami_monitor_page({DECODE: (45.0, 10.0)}), NOW.timestamp(), NOW.timestamp() - 600) == {}
+    assert _use_at(hami_monitor_page({DECODE: (45.0, 10.0)}), NOW.timestamp(), NOW.timestamp() - 60) != {}

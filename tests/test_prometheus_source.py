@@ -173,3 +173,50 @@ def test_serve_backfills_follows_and_resumes_after_a_kill(scraped, tmp_path):
     assert max(gaps) < 1.6, gaps  # one instant per 1 s scrape, across the kill
     after = [i for i in instants if i > datetime.fromisoformat(resumed.group(1))]
     assert len(after) >= 4 and len(instants) > len(after)  # stored by both runs
+
+
+def test_sharers_of_a_gpu_carry_the_use_hami_measured_read_through_a_real_prometheus(tmp_path):
+    """Two pods time-slice GPU 0 (dcgm-exporter repeats its series per pod, the device at 90%); HAMi's vGPU monitor
+    (both metric generations) says what each container used and kube-state-metrics what each requested. Read back
+    from a real Prometheus, each pod is billed its requested part with its own utilisation and memory."""
+    from tests.test_dcgm_pages import DECODE, GPU0, SLICED, hami_monitor_page, sliced_page
+    ksm = "".join(f'kube_pod_container_resource_requests{{namespace="dynamo-workload",pod="{pod}",container="main",'
+                  f'resource="nvidia_com_gpucores",unit="integer"}} {cores}\n'
+                  for pod, cores in ((DECODE, 50), (SLICED, 50)))
+    pages = {"/metrics": sliced_page(90.0), "/hami": hami_monitor_page({DECODE: (45.0, 10.0), SLICED: (15.0, 2.0)}),
+             "/ksm": ksm}
+    server, target = serve_pages(lambda path: (200, pages.get(path, "")))
+    prometheus = PrometheusServer({name.strip("/"): (target, name) for name in pages}).start()
+    try:
+        wait_for(lambda: len(prometheus_series(prometheus.url, "hami_container_device_utilization_ratio")) == 2,
+                 60, "HAMi's series in Prometheus")
+        time.sleep(3)
+        reader = source(prometheus.url)
+        rows = []
+        for _ in range(200):
+            rows += reader.collect().to_pylist()
+            if not reader.catching_up:
+                break
+    finally:
+        prometheus.stop()
+        server.shutdown()
+    shared = [r for r in rows if r["gpu_uuid"] == GPU0]
+    assert shared, "GPU 0's rows"
+    by_pod: dict[str, list[dict]] = {}
+    for row in shared:
+        by_pod.setdefault(row["pod"], []).append(row)
+    decode = [r for r in by_pod[DECODE] if r["util_pct"] is not None]
+    sliced = [r for r in by_pod[SLICED] if r["util_pct"] is not None]
+    assert decode and sliced, "instants with the monitor's figures"
+    # requests 50 : 50 -> half the GPU each (not the 3 : 1 of what they used); 45% of the SMs over half the GPU is
+    # 90% busy, 15% is 30%: each pod's own, never the device's 90% for both
+    assert {round(r["gpu_fraction"], 6) for r in decode + sliced} == {0.5}
+    assert {round(r["util_pct"], 6) for r in decode} == {90.0} and {round(r["util_pct"], 6) for r in sliced} == {30.0}
+    assert {r["mem_used_mib"] for r in sliced} == {2048.0}
+    for instant in {r["ts"] for r in shared}:  # each instant bills the GPU once
+        assert sum(r["gpu_fraction"] for r in shared if r["ts"] == instant) == pytest.approx(1.0)
+
+
+def prometheus_series(url: str, name: str) -> list:
+    import requests
+    return requests.get(f"{url}/api/v1/query", params={"query": name}, timeout=5).json()["data"]["result"]

@@ -305,6 +305,10 @@ def test_prometheus_gives_the_jobs_and_queues_the_pages_give(tmp_path):
             page = parse(pages.last[path], at).rows
             assert _figures(last) == _figures(page), scheduler
         assert store.query("SELECT count(DISTINCT ts) AS n FROM queue_metrics")["n"].item() >= 4  # a history
+        # the nodes' labels, from kube_node_labels, put each node in its pool for pricing
+        store.set_rates({}, pools=[(None, None, "label_cloud_google_com_gke_nodepool")])
+        pools = dict(store.node_pools()[["node", "pool"]].itertuples(index=False))
+        assert pools == {"gpu-a-1": "a3-spot", "gpu-b-1": "a3-reserved"}
         # restarts seen growing between reads have a time; the events read off the pod's instants are still there
         events = store.query("SELECT event, count(*) AS n FROM job_events WHERE job_id = 'vision/serve-7d9f-abcde' "
                              "GROUP BY event")

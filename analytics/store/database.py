@@ -41,7 +41,7 @@ from gpuledger.analytics.store.metrics import (
     ROW_RATE,
     ROWS_WRITTEN,
 )
-from gpuledger.analytics.store.rates import RateChange, RateRow, replace_card
+from gpuledger.analytics.store.rates import BASE, PoolRule, RateChange, replace_card, replace_pools
 from gpuledger.analytics.store.schema import (
     APP_HOUR_FOLD,
     APP_INCREASE,
@@ -856,16 +856,31 @@ class Store:
                     {"status": status, "by": by, "at": at, "note": note, "ids": list(ids)})
         return int(cur.fetchone()[0])
 
-    def set_rates(self, rates: Mapping[str, float], dated: Sequence[RateRow] = (),
-                  basis: Mapping[tuple[str, datetime | None], str] | None = None) -> list[RateChange]:
-        """Replace the rate card: `rates` in force since ever (the config's [rates]) and the `dated` rows from their
-        starts, each with the workings of the cost model that derived it (`basis`, keyed by model and start, None
-        for an undated rate). Refused whole (ClosedPeriodError) where it would re-price a closed period; returns
-        what it re-prices of open time."""
-        rows = [(m, SINCE_EVER, float(v)) for m, v in rates.items()] + [(m, s, float(v)) for m, s, v in dated]
-        keyed = {(m, s or SINCE_EVER): text for (m, s), text in (basis or {}).items()}
+    def set_rates(self, rates: Mapping[str, float], dated: Sequence[tuple] = (),
+                  basis: Mapping[tuple, str] | None = None,
+                  pools: Sequence[PoolRule] | None = None) -> list[RateChange]:
+        """Replace the rate card: `rates` in force since ever (the config's [rates]) and the `dated` rows
+        (model, start, rate[, variant]; start None: since ever) from their starts, each with the workings of the
+        cost model that derived it (`basis`, keyed by model, start (None: undated)[, variant]); and, given, the
+        node pool rules. Refused whole (ClosedPeriodError) where it would re-price a closed period; returns what it
+        re-prices of open time."""
+        rows = [(m, SINCE_EVER, float(v), BASE) for m, v in rates.items()] + [
+            (r[0], r[1] or SINCE_EVER, float(r[2]), r[3] if len(r) > 3 else BASE) for r in dated]
+        keyed = {(k[0], k[1] or SINCE_EVER, k[2] if len(k) > 2 else BASE): text for k, text in (basis or {}).items()}
         with self.transaction() as cur:
+            if pools is not None:
+                replace_pools(cur, pools)
             return replace_card(cur, rows, keyed)
+
+    def set_node_labels(self, labels: Mapping[str, Mapping[str, str]], at: datetime) -> None:
+        """The newest labels of each node given (kube-state-metrics' kube_node_labels), replacing its older ones:
+        what a node pool rule naming a label reads."""
+        if not labels:
+            return
+        with self.transaction() as cur:
+            cur.execute("DELETE FROM node_labels WHERE node IN (SELECT unnest($nodes))", {"nodes": list(labels)})
+            cur.executemany("INSERT INTO node_labels VALUES (?, ?, ?, ?)",
+                            [[node, k, v, at] for node, kv in labels.items() for k, v in kv.items()])
 
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as cur:
@@ -948,10 +963,11 @@ class Store:
 
     def rate_card(self, at: datetime | None = None) -> pd.DataFrame:
         """The rates in force at `at` (default now), one per GPU model, with the start of each
-        (`effective_from`; SINCE_EVER for an undated rate): what advice about the future is priced at."""
+        (`effective_from`; SINCE_EVER for an undated rate): what advice about the future is priced at. The model's
+        own rates: a node pool's or MIG profile's are in `variant_rates`."""
         return self.query("""SELECT gpu_model, arg_max(usd_per_gpu_hour, effective_from) AS usd_per_gpu_hour,
                                     max(effective_from) AS effective_from
-                             FROM rate_versions WHERE effective_from <= $at GROUP BY 1 ORDER BY 1""",
+                             FROM rate_versions WHERE effective_from <= $at AND variant = '' GROUP BY 1 ORDER BY 1""",
                           {"at": at or utc_now()})
 
     def current_rates(self) -> dict[str, float]:
@@ -959,12 +975,26 @@ class Store:
         card = self.rate_card()
         return dict(zip(card["gpu_model"], card["usd_per_gpu_hour"].astype(float)))
 
+    def variant_rates(self, at: datetime | None = None) -> pd.DataFrame:
+        """The node pools' and MIG profiles' rates in force at `at` (default now): gpu_model, variant, rate."""
+        return self.query("""SELECT gpu_model, variant, arg_max(usd_per_gpu_hour, effective_from) AS usd_per_gpu_hour,
+                                    max(effective_from) AS effective_from
+                             FROM rate_versions WHERE effective_from <= $at AND variant <> '' GROUP BY ALL
+                             ORDER BY 1, 2""", {"at": at or utc_now()})
+
     def rate_history(self) -> pd.DataFrame:
-        """Every version of every model's rate, oldest first, with the start of the next (`until`; null: open)."""
-        return self.query("""SELECT gpu_model, effective_from, lead(effective_from) OVER (
-                                        PARTITION BY gpu_model ORDER BY effective_from) AS until, usd_per_gpu_hour,
-                                    rate_card_version(effective_from) AS rate_card, basis
-                             FROM rate_versions ORDER BY gpu_model, effective_from""")
+        """Every version of every rate (a model's own, a node pool's, a MIG profile's: `variant`), oldest first,
+        with the start of the next (`until`; null: open)."""
+        return self.query("""SELECT gpu_model, variant, effective_from, lead(effective_from) OVER (
+                                        PARTITION BY gpu_model, variant ORDER BY effective_from) AS until,
+                                    usd_per_gpu_hour, rate_card_version(effective_from, variant) AS rate_card, basis
+                             FROM rate_versions ORDER BY gpu_model, variant, effective_from""")
+
+    def node_pools(self) -> pd.DataFrame:
+        """Each node the rollups or labels know with its pool (null: none), as pricing resolves it."""
+        return self.query("""SELECT node, pool_of(node) AS pool FROM (
+                                 SELECT DISTINCT node FROM usage_hour UNION SELECT DISTINCT node FROM usage_minute
+                                 UNION SELECT node FROM node_labels) WHERE node IS NOT NULL ORDER BY 1""")
 
     def nodes(self) -> pd.DataFrame:
         """Agents that pushed batches: last seen, interval, batches and rows stored."""

@@ -17,7 +17,8 @@ from gpuledger.analytics.store.rates import ClosedPeriodError
 if TYPE_CHECKING:
     from gpuledger.analytics.store.database import Store
 
-LINE_COLUMNS = ("team", "kind", "shared_from", "gpu_model", "rate_from", "usd_per_gpu_hour", "gpu_hours",
+LINE_COLUMNS = ("team", "kind", "shared_from", "gpu_model", "rate_from", "rate_variant", "usd_per_gpu_hour",
+                "gpu_hours",
                 "used_gpu_hours", "util_coverage", "cost_usd")
 
 

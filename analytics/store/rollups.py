@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from gpuledger.analytics.store.schema import MAX_INTERVAL_S, READING_RANGES
 from gpuledger.collector.samples import PROFILING_FIELDS
-from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, VGPU_NAME
 from gpuledger.collector.identifiers import is_identifier
 
 # "idle" below this utilisation: the default of [waste] idle_util_pct, and what the rollups are first built with
@@ -39,16 +39,22 @@ FOLD_GRACE_S = 120.0
 RAW_DAYS = 30.0
 MINUTE_DAYS = 90.0
 
-KEY = 'node, gpu_uuid, mig_instance, mig_profile, gpu_model, job_id, team, "user", allocated'
+KEY = 'node, gpu_uuid, mig_instance, mig_profile, vgpu_profile, gpu_model, job_id, team, "user", allocated'
 assert is_identifier("gpu_model", UNKNOWN_MODEL)  # written into the fold below as a literal
 # the key as the fold reads it from raw samples: a sample with no model is the explicit "unknown" model line
 # (ingest stores one so since it screens; older stores and imports may hold NULLs), never a NULL model row
-_SAMPLE_KEY = KEY.replace("gpu_model", f"coalesce(gpu_model, '{UNKNOWN_MODEL}') AS gpu_model")
+# and a vGPU guest's profile ("GRID A100-10C": A100-10C), which the raw samples keep in model_name, is its own key
+# column (schema 15: what a vGPU profile's rate prices). The cheap LIKE keeps the regex off physical GPUs' names
+_VGPU_OF = (f"CASE WHEN model_name LIKE '%-%' THEN upper(nullif(regexp_extract(model_name, '(?i){VGPU_NAME}', 1), '')) "
+            "END AS vgpu_profile")
+_SAMPLE_KEY = (KEY.replace("gpu_model", f"coalesce(gpu_model, '{UNKNOWN_MODEL}') AS gpu_model")
+               .replace("vgpu_profile", _VGPU_OF))
 
 # column name -> DuckDB type, shared by the minute and hour tables (what every analytic reads)
 CORE_COLUMNS = {
     "bucket": "TIMESTAMPTZ", "node": "VARCHAR", "gpu_uuid": "VARCHAR", "mig_instance": "INTEGER",
-    "mig_profile": "VARCHAR", "gpu_model": "VARCHAR", "job_id": "VARCHAR", "team": "VARCHAR", '"user"': "VARCHAR",
+    "mig_profile": "VARCHAR", "vgpu_profile": "VARCHAR", "gpu_model": "VARCHAR", "job_id": "VARCHAR",
+    "team": "VARCHAR", '"user"': "VARCHAR",
     "allocated": "BOOLEAN",
     "samples": "BIGINT", "first_ts": "TIMESTAMPTZ", "last_ts": "TIMESTAMPTZ",
     "end_ts": "TIMESTAMPTZ",  # the last sample's instant plus its interval: when the evidence ends
@@ -133,6 +139,8 @@ DDL = [
     # stores made before schema 12 gain the profiling columns; their rows keep NULL there (not measured, not 0)
     *(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} DOUBLE" for table in ("usage_minute", "usage_hour")
       for column in PROFILE_COLUMNS),
+    # stores made before schema 15 gain the vGPU profile; their rows keep NULL there (priced as their card's share)
+    *(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS vgpu_profile VARCHAR" for table in ("usage_minute", "usage_hour")),
     # one row: how far minutes and hours are folded, and the idle threshold the rollups were built with
     "CREATE TABLE IF NOT EXISTS rollup_state (minute_wm TIMESTAMPTZ, hour_wm TIMESTAMPTZ, idle_util_pct DOUBLE)",
     f"INSERT INTO rollup_state SELECT NULL, NULL, {DEFAULT_IDLE_UTIL_PCT} "

@@ -140,6 +140,16 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS ledger_adjustments (
     id VARCHAR NOT NULL, period VARCHAR NOT NULL, corrects VARCHAR NOT NULL, team VARCHAR NOT NULL,
     usd DECIMAL(18, 2) NOT NULL, reason VARCHAR NOT NULL, made_by VARCHAR NOT NULL, made_at TIMESTAMPTZ NOT NULL)""",
+    # schema 15: a rate's variant (analytics/store/rates.py: '' the model's own, `pool <name>`, `profile <name>`),
+    # the node pool rules (first match wins: a node label naming the pool, or a node-name glob), the node labels
+    # kube-state-metrics reports (the newest of each), and which variant priced a statement line
+    "ALTER TABLE rate_versions ADD COLUMN IF NOT EXISTS variant VARCHAR",
+    "UPDATE rate_versions SET variant = '' WHERE variant IS NULL",
+    """CREATE TABLE IF NOT EXISTS pool_rules (
+    ord INTEGER NOT NULL, pool VARCHAR, pattern VARCHAR, label VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS node_labels (
+    node VARCHAR NOT NULL, label VARCHAR NOT NULL, value VARCHAR NOT NULL, seen_ts TIMESTAMPTZ NOT NULL)""",
+    "ALTER TABLE statement_lines ADD COLUMN IF NOT EXISTS rate_variant VARCHAR",
 ]
 
 
@@ -210,8 +220,9 @@ def table_migrations(existing: set[str]) -> list[str]:
 # 9: the rollups keep the GPU-seconds with a utilisation reading (util_gpu_s): a sample without one is unknown;
 # 10: job lifecycle columns and job_events; 11: the schedulers' queue metrics, a job's workload class; 12: profiling
 # rollups and inference servers' figures; 13: app rows keep their series and increase (app_series); 14: dated rate
-# cards (rate_versions) and the ledger's closed periods, statements and adjustments
-SCHEMA_VERSION = "14"
+# cards (rate_versions) and the ledger's closed periods, statements and adjustments; 15: rates per node pool and MIG
+# profile (rate_versions.variant, pool_rules, node_labels)
+SCHEMA_VERSION = "15"
 # the start of a rate card's undated rates ([rates] in the config): in force before any dated version
 SINCE_EVER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -227,10 +238,20 @@ QUERY_LAYER = [
     """CREATE OR REPLACE MACRO bill_line(allocated, team, unattributed, idle) AS
        CASE WHEN allocated THEN owner(team, unattributed) ELSE idle END""",
     # which version of the rate card priced a line, from its start: "[rates]" (the undated rates), "from <start>"
-    # (a dated version), null (unpriced: the model had no rate then)
-    """CREATE OR REPLACE MACRO rate_card_version(since) AS
+    # (a dated version), null (unpriced: the model had no rate then); a node pool's or MIG profile's rate says so
+    """CREATE OR REPLACE MACRO rate_card_version(since, variant) AS
        CASE WHEN since IS NULL THEN NULL WHEN since < TIMESTAMPTZ '1971-01-01 00:00:00+00' THEN '[rates]'
-            ELSE 'from ' || strftime(since, '%Y-%m-%d %H:%M') || ' UTC' END""",
+            ELSE 'from ' || strftime(since, '%Y-%m-%d %H:%M') || ' UTC' END
+       || CASE WHEN since IS NOT NULL AND coalesce(variant, '') <> '' THEN ' (' || variant || ')' ELSE '' END""",
+    # the node pool a node is in: the first rule that names it (analytics/store/rates.py replace_pools), by one of
+    # its labels' value (kube-state-metrics' kube_node_labels) or its name's glob; null: no pool. A correlated
+    # subquery, which DuckDB runs once per distinct node of the query, not per row (in a projection: it refuses one
+    # in an outer join's condition, analytics/usage.py pooled)
+    """CREATE OR REPLACE MACRO pool_of(n) AS (
+       SELECT arg_min(pool, ord) FROM (
+           SELECT r.ord, l.value AS pool FROM pool_rules r JOIN node_labels l ON l.label = r.label WHERE l.node = n
+           UNION ALL
+           SELECT ord, pool FROM pool_rules WHERE label IS NULL AND n GLOB pattern))""",
     "DROP VIEW IF EXISTS priced_samples",  # schema 4 priced raw samples; analytics read the rollups since schema 5
     # the UTC clock hour and day of an instant, by integer arithmetic: date_trunc on TIMESTAMPTZ goes through the
     # time-zone library and took 60 ms per 220 k hour rows at 1,000 GPUs, this 5 (the store's zone is UTC)

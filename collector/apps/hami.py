@@ -21,6 +21,10 @@ Facts from HAMi's source (cmd/vGPUmonitor/metrics.go) and docs (dashboards/READM
 """
 from __future__ import annotations
 
+import bisect
+import math
+from dataclasses import dataclass
+
 from gpuledger.collector.apps.spec import ServerReader, Source
 
 SOURCES = (
@@ -65,3 +69,62 @@ READER = ServerReader(
     mark_names=frozenset({"HostGPUMemoryUsage", "HostCoreUtilization", "vGPU_device_memory_limit_in_bytes",
                           "Device_last_kernel_of_container"}) | LEGACY_SCHEDULER,
 )
+
+
+# What each container measurably used of each physical GPU it shares, for the GPU sources' split (dcgm_source.py
+# bill_each_gpu_once): the device's own readings are the device's, so a sharer's utilisation comes from here.
+CORE, MEMORY = "gpu_core_use", "gpu_memory_used_bytes"
+USE_FAMILIES = tuple(s.family for s in SOURCES)
+MIB = 1024.0 * 1024.0
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """One pod's measured use of one physical GPU (summed over its containers): the share of the device's SM time
+    (0..1, HAMi's per-container utilisation over 100) and memory in MiB; None where the monitor gave none."""
+    core: float | None
+    mem_mib: float | None
+
+
+class ContainerUse:
+    """HAMi's per-container series over a stretch of time, read back from Prometheus (a range selector's samples):
+    `at(ts)` gives each pod's use of each GPU at an instant, from each series' newest sample not older than the
+    lookback. A figure is read from the first of SOURCES that has the series (new names before legacy ones, as
+    the page reader does), so a monitor writing both generations is not counted twice."""
+
+    def __init__(self, series: list[tuple[str, dict[str, str], list[tuple[float, float]]]],
+                 lookback_s: float = 120.0) -> None:
+        self.lookback_s = lookback_s
+        order = {s.family: i for i, s in enumerate(SOURCES)}
+        best: dict[tuple, tuple[int, list[tuple[float, float]]]] = {}
+        for family, labels, values in series:
+            index = order.get(family)
+            if index is None:
+                continue
+            _, _, namespace, pod = READER.identity(labels)
+            renamed = {READER.label_renames.get(k, k): v for k, v in labels.items()}
+            uuid = renamed.get("device_uuid")
+            if not pod or not uuid:
+                continue
+            source = SOURCES[index]
+            key = (source.figure, namespace, pod, uuid, renamed.get("container", ""), renamed.get("vdevice_index", ""))
+            if key not in best or index < best[key][0]:
+                scale = source.scale / (MIB if source.figure == MEMORY else 1.0)
+                best[key] = (index, sorted((float(t), float(v) * scale) for t, v in values
+                                           if math.isfinite(float(v)) and float(v) >= 0))
+        self.series = {key: points for key, (_, points) in best.items() if points}
+
+    def at(self, ts: float) -> dict[tuple[str | None, str], dict[str, GpuUse]]:
+        """(namespace, pod) -> GPU UUID -> its use at `ts`."""
+        sums: dict[tuple, dict[str, float]] = {}
+        for (figure, namespace, pod, uuid, _, _), points in self.series.items():
+            i = bisect.bisect_right(points, (ts, math.inf))
+            if i and ts - points[i - 1][0] <= self.lookback_s:
+                slot = sums.setdefault((namespace, pod, uuid), {})
+                slot[figure] = slot.get(figure, 0.0) + points[i - 1][1]
+        out: dict[tuple[str | None, str], dict[str, GpuUse]] = {}
+        for (namespace, pod, uuid), figures in sums.items():
+            core = figures.get(CORE)
+            out.setdefault((namespace, pod), {})[uuid] = GpuUse(min(core, 1.0) if core is not None else None,
+                                                                figures.get(MEMORY))
+        return out

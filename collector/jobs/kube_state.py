@@ -14,6 +14,9 @@ Families read, each optional (facts from kube-state-metrics' docs/metrics/worklo
   `kube_pod_annotations{annotation_*}` (the team and the workload class), `kube_pod_info{node, priority_class}`.
 - GPUs asked: `kube_pod_container_resource_requests{resource="nvidia_com_gpu"}` summed over containers (v1.5 on;
   also HAMi's vGPU count), or the older family `kube_pod_container_resource_requests_nvidia_gpu_devices`.
+- `kube_node_labels{node, label_*}` (docs/metrics/cluster/node-metrics.md; only the labels the deployment's
+  --metric-labels-allowlist lets through): a node's labels, which may name its node pool (cloud.google.com/
+  gke-nodepool, eks.amazonaws.com/nodegroup, node.kubernetes.io/instance-type) and so its rate.
 A family missing from the page leaves its field unknown (null), never zero. A phase the page does not give leaves
 the state null and is counted.
 """
@@ -26,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from gpuledger.collector.jobs.classes import class_of_label
+from gpuledger.collector.identifiers import is_identifier
 from gpuledger.collector.jobs.lifecycle import JobBatch, events_of, jobs_frame
 from gpuledger.collector.prom_text import parse
 
@@ -56,8 +60,9 @@ def parse_kube_state(text: str, team_label: str | None = None, gpu_pods_only: bo
     return pods_as_jobs(page.samples, team_label, gpu_pods_only, page.skipped(), class_label)
 
 
-def _label_key(label: str) -> str:
-    """kube_pod_labels' name for a pod label: `label_` and the key with every character not allowed in a
+def label_key(label: str) -> str:
+    """kube_pod_labels' (and kube_node_labels') name for a label: `label_` and the key with every character not
+    allowed in a
     Prometheus label name made `_` (app.kubernetes.io/name -> label_app_kubernetes_io_name)."""
     return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
 
@@ -92,11 +97,11 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
             pod["owner"] = f"{labels['owner_kind']}/{labels.get('owner_name', '')}"
         elif name == "kube_pod_labels":
             if team_label:
-                pod["team"] = labels.get(_label_key(team_label))
-            if class_label and labels.get(_label_key(class_label)):
-                pod["class"] = (f"label {class_label}", labels[_label_key(class_label)])
+                pod["team"] = labels.get(label_key(team_label))
+            if class_label and labels.get(label_key(class_label)):
+                pod["class"] = (f"label {class_label}", labels[label_key(class_label)])
         elif name == "kube_pod_annotations" and class_label:
-            key = "annotation_" + _label_key(class_label)[len("label_"):]
+            key = "annotation_" + label_key(class_label)[len("label_"):]
             if labels.get(key) and "class" not in pod:
                 pod["class"] = (f"annotation {class_label}", labels[key])
         elif (name == "kube_pod_container_resource_requests" and labels.get("resource") in GPU_RESOURCES) \
@@ -132,7 +137,31 @@ def pods_as_jobs(samples: Iterable[Sample], team_label: str | None = None, gpu_p
             "priority_class": pod.get("priority_class"), **_class_of(pod.get("class"), skipped),
         })
     jobs = jobs_frame(records, skipped)
-    return JobBatch(jobs, events_of(jobs), skipped, unknown)
+    return JobBatch(jobs, events_of(jobs), skipped, unknown, node_labels(samples, skipped))
+
+
+NODE_LABELS = "kube_node_labels"
+
+
+def node_labels(samples: Iterable[Sample], skipped: Counter) -> dict[str, dict[str, str]]:
+    """Each node's `label_*` labels from kube_node_labels series. Telemetry names every later query, price and
+    page: a node name or label value outside the identifier rules is skipped and counted (`bad_node_label`)."""
+    nodes: dict[str, dict[str, str]] = {}
+    for name, labels, _, _ in samples:
+        if name != NODE_LABELS:
+            continue
+        node = labels.get("node")
+        if not is_identifier("node", node):
+            skipped["bad_node_label"] += 1
+            continue
+        for key, value in labels.items():
+            if not key.startswith("label_") or not value:
+                continue
+            if is_identifier("node_pool", value) and len(key) <= 253:
+                nodes.setdefault(node, {})[key] = value
+            else:
+                skipped["bad_node_label"] += 1
+    return nodes
 
 
 def _class_of(labelled: tuple[str, str] | None, skipped: Counter) -> dict[str, str]:

@@ -49,6 +49,7 @@ class JobBatch:
     events: pd.DataFrame
     skipped: Counter = field(default_factory=Counter)
     unknown_states: Counter = field(default_factory=Counter)
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> {label_<key>: value} (Kubernetes)
 
 
 MAX_JOB_GPUS = 1_000_000  # more GPUs than any cluster has: a corrupt or hostile record, not a job

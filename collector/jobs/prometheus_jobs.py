@@ -25,7 +25,7 @@ import pandas as pd
 import requests
 
 from gpuledger.collector.jobs.kai import kai_rows
-from gpuledger.collector.jobs.kube_state import LEGACY_GPU_REQUESTS, SOURCE as KUBERNETES, pods_as_jobs
+from gpuledger.collector.jobs.kube_state import LEGACY_GPU_REQUESTS, NODE_LABELS, SOURCE as KUBERNETES, pods_as_jobs
 from gpuledger.collector.jobs.kueue import kueue_rows
 from gpuledger.collector.jobs.lifecycle import JobBatch
 from gpuledger.collector.jobs.queues import QUEUE_COLUMNS
@@ -37,7 +37,7 @@ POD_FAMILIES = ("kube_pod_created", "kube_pod_status_scheduled_time", "kube_pod_
                 "kube_pod_container_status_last_terminated_reason", "kube_pod_owner", "kube_pod_labels",
                 "kube_pod_annotations",
                 "kube_pod_info", 'kube_pod_container_resource_requests{resource="nvidia_com_gpu"}',
-                LEGACY_GPU_REQUESTS)
+                LEGACY_GPU_REQUESTS, NODE_LABELS)
 KUEUE_SELECTOR = ('{__name__=~"kueue_cluster_queue_(nominal_quota|borrowing_limit|lending_limit|resource_usage|'
                   'resource_reservation)|kueue_pending_workloads|kueue_admitted_active_workloads|'
                   'kueue_admission_wait_time_seconds_(bucket|sum|count)|kueue_evicted_workloads_total"}')

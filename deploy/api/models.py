@@ -45,6 +45,12 @@ AlertKind = Literal[ALERT_KINDS]
 LineKind = Literal[LINE_KINDS]
 
 
+RATE_VARIANT = Field("", description="which rate: '' the model's own; 'pool <name>' a node pool's ([pool_rates], "
+                                     "[node_pools]); 'profile <name>' a MIG profile's ([profile_rates], held per "
+                                     "GPU-hour of the card's share)")
+RATE_CARD = ("the rate card version's label, as bill lines name it: '[rates]' or 'from <start>', with the variant "
+             "in brackets where it is a node pool's or MIG profile's")
+
 class Window(BaseModel):
     start: datetime = Field(description="inclusive")
     end: datetime = Field(description="exclusive")
@@ -133,7 +139,8 @@ class ModelCost(BaseModel):
     team: str = Field(description="the team (or bill line: 'unattributed', '__idle__')")
     gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
     rate_from: datetime | None = Field(None, description="start of the rate card version that priced these hours")
-    rate_card: str | None = Field(None, description="that version's label: '[rates]' or 'from <start>'")
+    rate_variant: str | None = RATE_VARIANT
+    rate_card: str | None = Field(None, description=RATE_CARD)
     usd_per_gpu_hour: float | None = Field(description="rate card; null: the model is unpriced")
     gpu_hours: float = Field(description="allocated GPU-hours on this model")
     cost_usd: float = Field(description="GPU-hours x the rate, USD")
@@ -178,10 +185,11 @@ class TeamUsage(BaseModel):
 
 class Rate(BaseModel):
     gpu_model: str = Field(description="GPU model, normalised name from the GPU catalogue")
+    variant: str = RATE_VARIANT
     usd_per_gpu_hour: float = Field(description="price of one GPU-hour of this model, USD")
     effective_from: datetime = Field(description="when this rate starts (1970-01-01: the undated [rates])")
     until: datetime | None = Field(None, description="when the model's next rate starts; null: in force since")
-    rate_card: str = Field(description="the version's label, as bill lines name it: '[rates]' or 'from <start>'")
+    rate_card: str = Field(description=RATE_CARD)
     basis: str | None = Field(None, description="how a cost model ([cost_models]) derived the rate, its arithmetic "
                                                 "written out; null: the rate was given as is")
 
@@ -194,7 +202,8 @@ class StatementLine(BaseModel):
     gpu_model: str | None = Field(description="GPU model; null: the samples named none")
     rate_from: datetime | None = Field(description="start of the rate card version that priced the line; null: "
                                                    "unpriced (no rate for the model then)")
-    rate_card: str | None = Field(description="the version's label: '[rates]' or 'from <start>'")
+    rate_variant: str | None = RATE_VARIANT
+    rate_card: str | None = Field(description=RATE_CARD)
     usd_per_gpu_hour: float | None = Field(description="the rate that priced the line, USD; null: unpriced")
     gpu_hours: float = Field(description="allocated GPU-hours (idle capacity: GPU-hours no job held)")
     used_gpu_hours: float | None = Field(description="busy GPU-hours (allocated, weighted by utilisation); null "
