@@ -6,14 +6,14 @@ import math
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import requests
 
-from gpuledger.collector.apps.hami import GpuUse
+from gpuledger.collector.apps.hami import ContainerUse, GpuUse
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model, vgpu_share
@@ -383,11 +383,15 @@ class DcgmExporterSource(Source):
         timeout_s: float = 5.0,
         session: requests.Session | None = None,
         node: str | None = None,
+        hami_url: str | None = None,
     ) -> None:
         """`node`: the node the exporter runs on, when the caller knows it (the agent on that node); otherwise the
-        page's own node label is used, and a page without a usable one is stored under 'unknown', with a warning."""
+        page's own node label is used, and a page without a usable one is stored under 'unknown', with a warning.
+        `hami_url`: HAMi's vGPU monitor on the same node, read with each page for what each sharer of a GPU used
+        (an unreadable monitor page is counted and the GPU page stored without it)."""
         self.url = url
         self.name = f"dcgm:{url}"
+        self.hami_url = hami_url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.session = session or requests.Session()
@@ -403,12 +407,40 @@ class DcgmExporterSource(Source):
             raise SourceError(f"cannot scrape dcgm-exporter at {self.url}: {exc}") from exc
         finally:
             SCRAPE_SECONDS.labels(source="dcgm").observe(time.perf_counter() - started)
-        table = self.converter.convert(response.text, datetime.now(timezone.utc), self.interval_s)
+        now = datetime.now(timezone.utc)
+        if self.hami_url:
+            self.converter.pods = with_use({}, self._hami_use(now.timestamp()))
+        table = self.converter.convert(response.text, now, self.interval_s)
         if table.num_rows == 0:
             SCRAPE_ERRORS.labels(source="dcgm", reason="no_gpu_samples").inc()
             raise SourceError(f"dcgm-exporter at {self.url} returned no GPU samples ({len(response.text)} bytes)")
         SAMPLES_READ.labels(source="dcgm").inc(table.num_rows)
         return table
+
+    def _hami_use(self, now: float) -> dict[tuple[str | None, str], dict[str, GpuUse]]:
+        """Each pod's use of each GPU, from HAMi's vGPU monitor page read now; none when it cannot be read."""
+        try:
+            response = self.session.get(self.hami_url, timeout=self.timeout_s)
+            response.raise_for_status()
+        except requests.RequestException as exc:
+            SCRAPE_ERRORS.labels(source="hami", reason=type(exc).__name__).inc()
+            log.warning("HAMi vGPU monitor at %s unreadable (%s): sharers' own figures unknown this read",
+                        self.hami_url, exc)
+            return {}
+        samples = PromTextParser().parse(response.text).samples
+        return ContainerUse([(name, labels, [(now, value)]) for name, labels, value, _ in samples]).at(now)
+
+
+PodKey = tuple[str | None, str | None]  # (namespace, pod)
+
+
+def with_use(facts: Mapping[PodKey, PodFacts],
+             used: Mapping[tuple[str | None, str], Mapping[str, GpuUse]]) -> dict[PodKey, PodFacts]:
+    """The pods' facts with what each measurably used of each GPU (HAMi's vGPU monitor) at one instant."""
+    merged = dict(facts)
+    for key, gpus in used.items():
+        merged[key] = replace(merged.get(key, PodFacts()), used=dict(gpus))
+    return merged
 
 
 __all__ = ["DcgmExporterSource", "DcgmPageConverter", "FIELD_COLUMNS", "SAMPLE_SCHEMA"]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
@@ -32,7 +31,7 @@ import requests
 
 from gpuledger.collector.apps.hami import USE_FAMILIES, ContainerUse
 from gpuledger.collector.attribution import Attributor
-from gpuledger.collector.dcgm_source import DcgmPageConverter, PodFacts
+from gpuledger.collector.dcgm_source import DcgmPageConverter, PodFacts, with_use
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.source import Source, SourceError
@@ -115,7 +114,7 @@ class PrometheusSource(Source):
                     by_instant[ts].append((name, labels, float(value), None))
         tables = []
         for ts, samples in sorted(by_instant.items()):
-            self.converter.pods = _with_use(facts or {}, use.at(ts) if use else {})
+            self.converter.pods = with_use(facts or {}, use.at(ts) if use else {})
             tables.append(self.converter.convert_samples(samples, datetime.fromtimestamp(ts, timezone.utc),
                                                          self.interval_s))
         tables = [t for t in tables if t.num_rows]
@@ -146,16 +145,6 @@ class PrometheusSource(Source):
     def _query(self, query: str, at: datetime, instant: bool = False) -> list[dict[str, Any]]:
         """One instant query; the result's series (a matrix for a range selector, a vector otherwise)."""
         return query_prometheus(self.session, self.url, query, at, self.timeout_s)
-
-
-def _with_use(facts: dict[tuple[str | None, str | None], PodFacts],
-              used: dict[tuple[str | None, str], dict]) -> dict[tuple[str | None, str | None], PodFacts]:
-    if not used:
-        return facts
-    merged = dict(facts)
-    for key, gpus in used.items():
-        merged[key] = replace(merged.get(key, PodFacts()), used=gpus)
-    return merged
 
 
 def query_prometheus(session: requests.Session, url: str, query: str, at: datetime,

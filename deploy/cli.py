@@ -426,6 +426,10 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
                         + ("; prometheus: dcgm-exporter's series in Prometheus, history then new samples; none: only "
                            "receive agents' pushes)" if receive_only else ")"))
     p.add_argument("--dcgm-url", default="http://127.0.0.1:9400/metrics", help="dcgm-exporter /metrics URL")
+    p.add_argument("--hami-url", help="with dcgm: HAMi's vGPU monitor /metrics on the same node (the port its "
+                                      "device plugin's monitor container serves), read with each page for what each pod "
+                                      "sharing a GPU used: its own utilisation and memory, and its part when no request "
+                                      "is known")
     p.add_argument("--interval", type=_positive, default=30.0,
                    help="seconds between reads (default 30" + ("; with prometheus: its scrape interval for the "
                                                                 "exporters)" if receive_only else ")"))
@@ -463,7 +467,8 @@ def _make_source(args: argparse.Namespace, config: Config) -> Source | None:
     if args.source == "dcgm":
         from gpuledger.collector.dcgm_source import DcgmExporterSource
         # the agent runs on the node it names; a central scrape takes the node from each page
-        return DcgmExporterSource(args.dcgm_url, args.interval, config.attributor(), node=getattr(args, "node", None))
+        return DcgmExporterSource(args.dcgm_url, args.interval, config.attributor(), node=getattr(args, "node", None),
+                                  hami_url=args.hami_url)
     if args.source == "nvml":
         from gpuledger.collector.nvml_source import NvmlSource
         return NvmlSource(interval_s=args.interval, attributor=config.attributor())

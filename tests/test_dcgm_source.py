@@ -144,3 +144,24 @@ def test_health_turns_degraded_while_collection_keeps_failing(tmp_path, page_ser
         finally:
             loop.stop()
             loop.join(timeout=5)
+
+
+def test_the_agent_reads_hamis_monitor_beside_the_page_and_goes_on_without_it(tmp_path):
+    """`--hami-url`: the vGPU monitor on the node, served on 127.0.0.1 beside the exporter's page; each pod sharing
+    GPU 0 gets its own figures. A monitor that does not answer leaves them unknown, and the page is still stored."""
+    from gpuledger.collector.dcgm_source import DcgmExporterSource
+    from tests.helpers import serve_pages
+    from tests.test_dcgm_pages import DECODE, GPU0, SLICED, hami_monitor_page, sliced_page
+    monitor = {"status": 200}
+    pages = {"/metrics": sliced_page(90.0), "/hami": hami_monitor_page({DECODE: (45.0, 10.0), SLICED: (15.0, 2.0)})}
+    server, target = serve_pages(lambda path: (monitor["status"] if path == "/hami" else 200, pages.get(path, "")))
+    try:
+        source = DcgmExporterSource(f"http://{target}/metrics", hami_url=f"http://{target}/hami", timeout_s=2)
+        rows = {r["pod"]: r for r in source.collect().to_pylist() if r["gpu_uuid"] == GPU0}
+        assert rows[DECODE]["gpu_fraction"] == pytest.approx(0.75) and rows[DECODE]["util_pct"] == pytest.approx(60)
+        assert rows[SLICED]["mem_used_mib"] == pytest.approx(2048)
+        monitor["status"] = 503
+        rows = {r["pod"]: r for r in source.collect().to_pylist() if r["gpu_uuid"] == GPU0}
+        assert rows[DECODE]["gpu_fraction"] == pytest.approx(0.5) and rows[DECODE]["util_pct"] is None
+    finally:
+        server.shutdown()
