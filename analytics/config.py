@@ -572,7 +572,8 @@ def _derive_rates(config: Config, given: set[str]) -> None:
         if derived.start is None:
             rates: dict = config.variant_rates if variant else config.rates
             key: Any = (model, variant) if variant else model
-            if (key in rates) if variant else (model in given):
+            given_twice = key in rates if variant else model in given  # [rates] holds defaults too: ask the file
+            if given_twice:
                 raise ConfigError(f"[cost_models.{model}] and [{'pool_rates' if variant else 'rates'}] both set "
                                   f"{what}: keep one, or give the cost model a `from`")
         else:

@@ -51,14 +51,11 @@ def idle_runs(store: Store, start: datetime, end: datetime, thresholds: WasteCon
             FROM seg WHERE lead_end_ts IS NOT NULL
             UNION ALL
             SELECT team, job_id, node, gpu_uuid, mig_instance, mig_profile, vgpu_profile, gpu_model, run,
-                   tail_start_ts, end_ts, tail_s,
-                   tail_gpu_s, tail_util_sum, tail_util_n
+                   tail_start_ts, end_ts, tail_s, tail_gpu_s, tail_util_sum, tail_util_n
             FROM seg WHERE busy_n > 0 AND tail_start_ts IS NOT NULL
             UNION ALL  -- stretches inside an hour are whole already: each its own (negative) number
             SELECT team, job_id, node, gpu_uuid, mig_instance, mig_profile, vgpu_profile, gpu_model,
-                   -row_number() OVER () AS run,
-                   start_ts,
-                   end_ts, s, gpu_s, util_sum, util_n
+                   -row_number() OVER () AS run, start_ts, end_ts, s, gpu_s, util_sum, util_n
             FROM inner_idle_runs($start, $end, $hwm) WHERE s >= $idle_minutes * 60
         )
         SELECT owner(p.team, $unattributed) AS team, p.job_id, p.node, p.gpu_uuid, p.gpu_model,

@@ -964,7 +964,7 @@ class Store:
     def rate_card(self, at: datetime | None = None) -> pd.DataFrame:
         """The rates in force at `at` (default now), one per GPU model, with the start of each
         (`effective_from`; SINCE_EVER for an undated rate): what advice about the future is priced at. The model's
-        own rates: a node pool's or MIG profile's are in `variant_rates`."""
+        own rates: a node pool's or profile's are in `rate_history`."""
         return self.query("""SELECT gpu_model, arg_max(usd_per_gpu_hour, effective_from) AS usd_per_gpu_hour,
                                     max(effective_from) AS effective_from
                              FROM rate_versions WHERE effective_from <= $at AND variant = '' GROUP BY 1 ORDER BY 1""",
@@ -974,13 +974,6 @@ class Store:
         """GPU model -> USD per GPU-hour in force now."""
         card = self.rate_card()
         return dict(zip(card["gpu_model"], card["usd_per_gpu_hour"].astype(float)))
-
-    def variant_rates(self, at: datetime | None = None) -> pd.DataFrame:
-        """The node pools' and MIG profiles' rates in force at `at` (default now): gpu_model, variant, rate."""
-        return self.query("""SELECT gpu_model, variant, arg_max(usd_per_gpu_hour, effective_from) AS usd_per_gpu_hour,
-                                    max(effective_from) AS effective_from
-                             FROM rate_versions WHERE effective_from <= $at AND variant <> '' GROUP BY ALL
-                             ORDER BY 1, 2""", {"at": at or utc_now()})
 
     def rate_history(self) -> pd.DataFrame:
         """Every version of every rate (a model's own, a node pool's, a MIG profile's: `variant`), oldest first,

@@ -6,7 +6,8 @@ until the next start of the same model and variant. The variant narrows a rate t
 model's rate), `pool <name>` (a node pool's: two pools of one GPU model can cost differently) or `profile <name>`
 (a MIG or vGPU profile's, held per GPU-hour of the card's share it occupies). A GPU-hour is priced at the most
 specific rate in force at its time: its profile's, else its node pool's, else its model's (analytics/usage.py).
-Replacing the card is how a site changes rates (the config is read at every start), so a replacement that prices any instant of a closed period differently is refused whole, naming what it would
+Replacing the card is how a site changes rates (the config is read at every start), so a replacement that prices
+any instant of a closed period differently is refused whole, naming what it would
 change: a closed statement is stored and never changes, and the live figures of its time must keep agreeing with
 it. The same replacement may re-price open time; the server logs what it re-priced.
 """
@@ -116,14 +117,14 @@ def replace_card(cur: duckdb.DuckDBPyConnection, rows: Sequence[RateRow],
 PoolRule = tuple[str | None, str | None, str | None]  # (pool, node-name glob, node label naming the pool)
 
 
-def replace_pools(cur: duckdb.DuckDBPyConnection, rules: Sequence[PoolRule]) -> bool:
+def replace_pools(cur: duckdb.DuckDBPyConnection, rules: Sequence[PoolRule]) -> None:
     """Put the node pool rules (first match wins, in order) in place of the stored ones inside the caller's
-    transaction; True when they changed. Which pool a node is in decides which pool rate prices it, so changed
+    transaction. Which pool a node is in decides which pool rate prices it, so changed
     rules are refused (ClosedPeriodError) while a pool rate is in force in closed time: the node's closed hours
     would be re-priced."""
     before = [tuple(r) for r in cur.execute("SELECT pool, pattern, label FROM pool_rules ORDER BY ord").fetchall()]
     if before == [tuple(r) for r in rules]:
-        return False
+        return
     closed_end = cur.execute("SELECT max(end_ts) FROM ledger_periods").fetchone()[0]
     if closed_end is not None:
         priced = cur.execute("SELECT DISTINCT gpu_model || ' (' || variant || ')' FROM rate_versions "
@@ -137,4 +138,3 @@ def replace_pools(cur: duckdb.DuckDBPyConnection, rules: Sequence[PoolRule]) -> 
                 " Keep the rules, or book a correction as an adjustment (POST /v1/ledger/adjustments)")
     cur.execute("DELETE FROM pool_rules")
     cur.executemany("INSERT INTO pool_rules VALUES (?, ?, ?, ?)", [[i, *r] for i, r in enumerate(rules)])
-    return True
