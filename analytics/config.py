@@ -134,6 +134,26 @@ class QuotaConfig:
     pending_min_wait_minutes: float = 5.0  # a queued job counts as demand once it has waited this long
 
 
+# the scheduler models a what-if replays the recorded jobs through (policies/whatif): each closed set once
+WHATIF_MODELS = ("kueue", "kai", "slurm")
+KUEUE_RECLAIM = ("any", "never")  # ClusterQueue preemption.reclaimWithinCohort, as the model supports it
+
+
+@dataclass(frozen=True)
+class WhatIfConfig:
+    """`[whatif]`: how recorded jobs are replayed through a scheduler model, and when quota advice is held back
+    because its simulated effect harms other teams."""
+    model: str = "kueue"  # the model quota advice is simulated with (one of WHATIF_MODELS)
+    harm_wait_minutes: float = 30.0  # another team's p95 wait may grow by at most this ...
+    harm_wait_fraction: float = 0.25  # ... or this share of it, whichever is larger, before advice is held back
+    slurm_fairshare_weight: float = 10000.0  # PriorityWeightFairshare
+    slurm_age_weight: float = 1000.0  # PriorityWeightAge
+    slurm_max_age_days: float = 7.0  # PriorityMaxAge
+    slurm_calc_period_s: float = 300.0  # PriorityCalcPeriod: how often fair-share factors are recomputed
+    backfill_depth: float = 500.0  # bf_max_job_test: pending jobs one scheduling pass looks at
+    kueue_reclaim: str = "any"  # reclaimWithinCohort: a team under its nominal quota preempts borrowers
+
+
 @dataclass(frozen=True)
 class RetentionConfig:
     """`[retention]`: how long the store keeps each level."""
@@ -242,7 +262,7 @@ class AppsConfig:
 # the file's sections of settings, each the dataclass whose fields are its keys (in the order the loader reads them)
 SECTION_TYPES: dict[str, type] = {"placement": PlacementConfig, "waste": WasteConfig, "fairshare": FairshareConfig,
                                   "quota": QuotaConfig, "retention": RetentionConfig, "efficiency": EfficiencyConfig,
-                                  "ledger": LedgerConfig}
+                                  "ledger": LedgerConfig, "whatif": WhatIfConfig}
 
 
 @dataclass
@@ -264,6 +284,7 @@ class Config:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     efficiency: EfficiencyConfig = field(default_factory=EfficiencyConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
     budgets: dict[str, float] = field(default_factory=dict)  # team -> USD per ledger period ([budgets])
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     slo: dict[str, Slo] = field(default_factory=dict)  # by service (model served) or team
@@ -364,6 +385,17 @@ SETTINGS: dict[str, dict[str, Bound]] = {
         "idle_by": Bound(choices=IDLE_SCOPES),
         "shared_teams": Bound(names="team"),
         "share_by": Bound(choices=SHARE_BY),
+    },
+    "whatif": {
+        "model": Bound(choices=WHATIF_MODELS),
+        "harm_wait_minutes": Bound(0.0),
+        "harm_wait_fraction": Bound(0.0),
+        "slurm_fairshare_weight": Bound(0.0),
+        "slurm_age_weight": Bound(0.0),
+        "slurm_max_age_days": Bound(0.01),
+        "slurm_calc_period_s": Bound(1.0),
+        "backfill_depth": Bound(1.0, 100000.0),
+        "kueue_reclaim": Bound(choices=KUEUE_RECLAIM),
     },
     "retention": {
         "raw_days": Bound(1.0),  # raw samples; also the oldest sample ingest accepts

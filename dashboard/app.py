@@ -5,6 +5,8 @@ Run with `gpuledger dashboard --api URL` (or `gpuledger demo`, which starts it f
 
 from __future__ import annotations
 
+import hashlib
+import json
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
@@ -20,8 +22,11 @@ from gpuledger.dashboard.client import (
     deployment_token,
     frame,
     get_json,
+    capacity_changes,
     post_decision,
+    post_json,
     proxied_token,
+    quota_edits,
 )
 from gpuledger.dashboard.charts import (
     BLANK,
@@ -214,9 +219,10 @@ col5.metric(
 st.caption(f"Latest sample {md(health['latest_sample'])} · {health['samples']:,} samples in store")
 
 # lazy tabs: only the page shown runs (and fetches), so a window change redraws one page, not eight
-tab_util, tab_teams, tab_jobs, tab_work, tab_inf, tab_cost, tab_fair, tab_recs, tab_health, tab_nodes = st.tabs(
+(tab_util, tab_teams, tab_jobs, tab_work, tab_inf, tab_cost, tab_fair, tab_recs, tab_whatif, tab_health,
+ tab_nodes) = st.tabs(
     ["Overview", "Teams", "Jobs", "Workloads", "Inference", "Cost & waste", "Fairshare", "Recommendations",
-     "GPU health", "Nodes"],
+     "What-if", "GPU health", "Nodes"],
     on_change="rerun",
     key="page",
 )
@@ -909,6 +915,211 @@ with tab_recs:
                     "GPU model": st.column_config.TextColumn("GPU model", help=f"{BLANK}: every model"),
                 },
             )
+
+# the scheduler models a what-if replays under (policies/whatif); None leaves the choice to the site's config
+WHATIF_MODELS = {None: "the site's ([whatif] model)", "kueue": "Kueue", "kai": "KAI", "slurm": "Slurm"}
+# per team, the figures shown under the quotas in force and under the proposal: the API's name -> the page's words
+WHATIF_FIGURES = {
+    "wait_p50_minutes": "wait p50 (min)",
+    "wait_p95_minutes": "wait p95 (min)",
+    "completion_p95_hours": "completion p95 (h)",
+    "gpu_hours": "GPU-hours",
+    "preemptions": "preemptions",
+    "still_waiting": "still waiting",
+}
+WHATIF_HELP = {
+    "wait p50 (min)": "from submission to first start; a job still waiting counts what it had waited by the "
+    f"replay's end; {BLANK}: no job",
+    "wait p95 (min)": f"as the p50; {BLANK}: no job",
+    "completion p95 (h)": f"from submission to the end of the jobs that ended; {BLANK}: none ended",
+    "GPU-hours": "served in the window",
+    "preemptions": "jobs evicted to give GPUs back to a team's guarantee",
+    "still waiting": "jobs not started by the replay's end (the window, then as long again to drain)",
+}
+# the quota editor's columns, as the API names them, and the page's words for them
+WHATIF_QUOTA_COLUMNS = {
+    "team": "team",
+    "gpu_model": "GPU model",
+    "current_guarantee_gpus": "guarantee in force",
+    "current_limit_gpus": "limit in force",
+    "proposed_guarantee_gpus": "proposed guarantee",
+    "proposed_limit_gpus": "proposed limit",
+}
+
+
+@st.cache_data(ttl=30, show_spinner="Replaying the window's jobs…")
+def ask(base: str, token: str | None, path: str, body: dict) -> dict:
+    """A question to the API: it changes nothing, so the same question is answered once within the cache's life."""
+    return post_json(base, path, body, token)
+
+
+def digest(value: object) -> str:
+    """A short fingerprint of what an editor was seeded with, for its key: a new seed starts without old edits."""
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def whatif_teams(answer: dict) -> pd.DataFrame:
+    """Per team (all teams last) each figure under the quotas in force, then under the proposal; a figure the
+    replay could not give (no job, none ended) stays missing, never 0."""
+    now, then = (answer["configurations"][c]["teams"] for c in ("current", "proposed"))
+    rows = []
+    for team in sorted(set(now) | set(then), key=lambda t: (t == "all", owner_label(t))):
+        mine, theirs = now.get(team) or {}, then.get(team) or {}
+        row = {"team": "all teams" if team == "all" else owner_label(team),
+               "jobs": mine.get("jobs", theirs.get("jobs"))}
+        for figure, label in WHATIF_FIGURES.items():
+            row[f"{label}: current"] = mine.get(figure)
+            row[f"{label}: proposed"] = theirs.get(figure)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def share(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0%}"
+
+
+def show_whatif(answer: dict) -> None:
+    """A what-if's answer: per team current -> proposed, utilisation under both, what changed, what was assumed."""
+    st.caption(
+        f"{answer['jobs']:,} jobs replayed from {md(str(answer['start'])[:16])} to {md(str(answer['end'])[:16])} "
+        f"UTC through the {md(WHATIF_MODELS.get(answer['model'], answer['model']))}-like model, "
+        f"in {answer['seconds']:.2f} s."
+    )
+    table = whatif_teams(answer)
+    counts = ("preemptions", "still waiting")
+    st.dataframe(
+        readable(table, 1),
+        hide_index=True,
+        placeholder=BLANK,
+        width="stretch",
+        column_config={
+            "jobs": st.column_config.NumberColumn("jobs", format="%d", help="submitted in the window"),
+            **{
+                column: st.column_config.NumberColumn(
+                    column, format="%d" if column.split(": ")[0] in counts else "%.1f",
+                    help=WHATIF_HELP[column.split(": ")[0]],
+                )
+                for column in table.columns
+                if ": " in column
+            },
+        },
+    )
+    before, after = (answer["configurations"][c]["utilisation"] for c in ("current", "proposed"))
+    u1, u2 = st.columns(2)
+    u1.metric("Utilisation, quotas in force", share(before), help="GPU-hours served over GPU-hours present")
+    u2.metric(
+        "Utilisation, proposal",
+        share(after),
+        help="GPU-hours served over the proposal's GPU-hours present",
+        delta=f"{(after - before) * 100:+.1f} pts" if before is not None and after is not None else None,
+    )
+    now, then = answer["capacity"]["current"], answer["capacity"]["proposed"]
+    moved = [f"{md(m)} {now.get(m, 0)} → {then.get(m, 0)}" for m in sorted({*now, *then}) if now.get(m, 0) !=
+             then.get(m, 0)]
+    st.caption(
+        "GPUs present: " + (", ".join(f"{md(m)} {n}" for m, n in sorted(now.items())) or "none")
+        + ("; the proposal's: " + ", ".join(moved) if moved else "; the proposal keeps them")
+    )
+    changed = frame([q for q in answer["quotas"] if q.get("changed")])
+    if not changed.empty:
+        st.markdown(f"**Quotas the proposal changes** ({len(changed)})")
+        changed["team"] = changed["team"].map(owner_label)
+        show_named(changed, WHATIF_QUOTA_COLUMNS, 2)
+    if answer["assumptions"]:
+        st.markdown("**What the replay assumed** where the job records leave it open")
+        st.markdown("\n".join(f"- {md(a['meaning'])} ({a['jobs']:,} job(s))" for a in answer["assumptions"]))
+    if answer["notes"]:
+        st.markdown("**Notes**")
+        st.markdown("\n".join(f"- {md(note)}" for note in answer["notes"]))
+
+
+with tab_whatif:
+    if tab_whatif.open:
+        st.subheader("What-if: the window's jobs replayed under other quotas")
+        st.caption(
+            "The scheduler's recorded jobs of the window replayed twice on the same clock through a model of the "
+            "scheduler: under the quotas in force, and under a proposal (the open recommendations if chosen, then "
+            "the edits below). Nothing is stored or applied: it is a question to POST /v1/whatif."
+        )
+        c1, c2, c3 = st.columns(3)
+        model = c1.selectbox("Scheduler model", list(WHATIF_MODELS), format_func=WHATIF_MODELS.get)
+        length = c2.number_input("Replay window (days)", min_value=1, max_value=90, value=days, step=1,
+                                 help="ending now; the sidebar's window unless changed here")
+        from_advice = c3.checkbox("Start from the open recommendations", value=True,
+                                  help="else the proposal starts from the quotas in force")
+        question = {"start": (pd.Timestamp(END) - pd.Timedelta(days=int(length))).isoformat(), "end": END,
+                    "use_recommendations": from_advice} | ({"model": model} if model else {})
+        try:
+            seed = ask(BASE, TOKEN, "/v1/whatif", question)
+        except NeedsToken as exc:
+            st.warning(f"Sign in with a token in the sidebar to see this page ({md(exc)}).")
+            st.stop()
+        except ApiUnavailable as exc:
+            st.error(md(exc))
+            st.stop()
+        seeded = pd.DataFrame(seed["quotas"], columns=list(WHATIF_QUOTA_COLUMNS))
+        numbers = [c for c in WHATIF_QUOTA_COLUMNS if c.endswith("_gpus")]
+        seeded[numbers] = seeded[numbers].astype(float)  # a quota not set is missing (blank), never 0
+        seeded["team"] = seeded["team"].map(owner_label)
+        present = seed["capacity"]["proposed"]
+        inventory = pd.DataFrame({"gpu_model": list(present), "gpus": list(present.values())}, dtype=object)
+        inventory["gpus"] = inventory["gpus"].astype(float)
+        with st.form("whatif-edits", border=False):
+            left, right = st.columns([3, 1])
+            with left:
+                st.markdown("**Quotas** per team and GPU model: edit a proposed guarantee or limit")
+                edited = st.data_editor(
+                    seeded,
+                    key=f"whatif-quotas-{digest(seed['quotas'])}",
+                    hide_index=True,
+                    width="stretch",
+                    placeholder=BLANK,
+                    disabled=[c for c in WHATIF_QUOTA_COLUMNS if not c.startswith("proposed_")],
+                    column_config={
+                        "team": "team",
+                        "gpu_model": "GPU model",
+                        **{
+                            c: st.column_config.NumberColumn(
+                                WHATIF_QUOTA_COLUMNS[c], format="%g", min_value=0.0,
+                                help=f"GPUs; {BLANK}: none set" + ("" if c.startswith("current_") else
+                                                                   " (an emptied cell is no edit)"),
+                            )
+                            for c in numbers
+                        },
+                    },
+                )
+            with right:
+                st.markdown("**GPUs** per model in the proposal")
+                capacity = st.data_editor(
+                    inventory,
+                    key=f"whatif-capacity-{digest(present)}",
+                    hide_index=True,
+                    width="stretch",
+                    num_rows="dynamic",
+                    column_config={
+                        "gpu_model": st.column_config.TextColumn("GPU model", help="add a row to try a model"),
+                        "gpus": st.column_config.NumberColumn("GPUs", format="%d", min_value=0, step=1,
+                                                              help="0 or a deleted row retires the model"),
+                    },
+                )
+            st.form_submit_button("Replay with these edits")
+        edits, gpus = quota_edits(seed["quotas"], edited), capacity_changes(present, capacity)
+        answer = seed
+        if edits or gpus:
+            st.caption(
+                f"Edited: {sum(len(m) for m in edits.values())} quota(s) and {len(gpus)} GPU model(s) "
+                "beyond the proposal they were seeded from."
+            )
+            try:
+                answer = ask(BASE, TOKEN, "/v1/whatif", question | {"edits": edits, "capacity": gpus})
+            except NeedsToken as exc:
+                st.warning(f"Sign in with a token in the sidebar to ask this ({md(exc)}).")
+                answer = None
+            except ApiUnavailable as exc:
+                st.error(md(exc))
+                answer = None
+        if answer is not None:
+            show_whatif(answer)
 
 with tab_health:
     if tab_health.open:

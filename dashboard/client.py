@@ -73,6 +73,73 @@ def post_decision(base: str, rec_id: str, decision: str, by: str, token: str, no
     return response.json()
 
 
+def _reason(response: requests.Response) -> str:
+    """The API's own reason for a refusal: its `detail` (a sentence, or FastAPI's list of invalid fields), else the
+    start of the body."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        return response.text[:300]
+    if isinstance(detail, list):  # FastAPI's validation errors: where in the body, and what is wrong there
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:])}: {e.get('msg')}" if isinstance(e, dict) else str(e)
+            for e in detail
+        )
+    return str(detail) if detail is not None else response.text[:300]
+
+
+def post_json(base: str, path: str, body: dict, token: str | None = None, timeout: float = 300) -> Any:
+    """POST a question that changes nothing (/v1/whatif): 401 and 403 come back as NeedsToken, any other refusal
+    (422: a proposal the scheduler could not run) as ApiUnavailable with the API's reason. A what-if replays a
+    window of jobs twice, so it may take longer than a read."""
+    try:
+        response = requests.post(f"{base}{path}", json=body, timeout=timeout, headers=_auth(token))
+    except requests.RequestException as exc:
+        raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
+    if response.status_code in (401, 403):
+        raise NeedsToken(f"{path}: {_reason(response)}")
+    if not response.ok:
+        raise ApiUnavailable(f"{path} was refused ({response.status_code}): {_reason(response)}")
+    return response.json()
+
+
+def quota_edits(seeded: list[dict[str, Any]], edited: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:
+    """The what-if's `edits`: {team: {GPU model: {"guarantee": N, "limit": N}}} for the rows of the quota editor
+    (`edited`, row for row the API's `quotas` it was seeded from) whose proposed numbers differ from the seed, each
+    with only the number(s) changed. A cell emptied is no edit (the API takes numbers, not their removal)."""
+    edits: dict[str, dict[str, dict[str, float]]] = {}
+    for row, (_, now) in zip(seeded, edited.iterrows()):
+        changed = {}
+        for key, column in (("guarantee", "proposed_guarantee_gpus"), ("limit", "proposed_limit_gpus")):
+            value, was = now.get(column), row.get(column)
+            if value is None or pd.isna(value):
+                continue
+            if was is None or abs(float(value) - float(was)) > 1e-9:
+                changed[key] = float(value)
+        if changed:
+            edits.setdefault(row["team"], {})[row["gpu_model"]] = changed
+    return edits
+
+
+def capacity_changes(seeded: dict[str, int], edited: pd.DataFrame) -> dict[str, int]:
+    """The what-if's `capacity`: GPU model -> GPUs for the capacity editor's rows (columns gpu_model, gpus) that
+    differ from the seed or name a model it did not have; a seeded model whose row was deleted is retired (0). Rows
+    without a model or a number are skipped."""
+    changes: dict[str, int] = {}
+    kept = set()
+    for _, row in edited.iterrows():
+        model, gpus = row.get("gpu_model"), row.get("gpus")
+        if model is None or (isinstance(model, float) and pd.isna(model)) or not str(model).strip():
+            continue
+        model = str(model).strip()
+        kept.add(model)
+        if gpus is None or pd.isna(gpus) or float(gpus) < 0:
+            continue
+        if model not in seeded or int(gpus) != int(seeded[model]):
+            changes[model] = int(gpus)
+    return changes | {model: 0 for model in seeded if model not in kept and seeded[model] != 0}
+
+
 def frame(rows: list[dict[str, Any]], time_columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """The rows as a table, their time columns as UTC timestamps.
 

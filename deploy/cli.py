@@ -5,15 +5,18 @@ import argparse
 import json
 import logging
 import os
+import re
 import socket
 import sys
+import tomllib
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gpuledger.analytics.config import Config, load_config
+from gpuledger.analytics.config import WHATIF_MODELS, Config, load_config
 from gpuledger.analytics.focus_export import FORMATS as FOCUS_FORMATS
+from gpuledger.analytics.records import json_safe
 from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
 from gpuledger.analytics.windows import as_utc, utc_now
@@ -243,6 +246,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(rec)
     rec.add_argument("--at", type=_instant, metavar="ISO-8601",
                      help="evaluate at this instant instead, storing nothing (status preview)")
+
+    whatif = sub.add_parser(
+        "whatif", help="replay the recorded jobs under the quotas in force and a proposal: waits per team",
+        description="Replays the window's recorded jobs (arrival, GPUs and model asked, run time, team) through a "
+                    "model of the scheduler (Kueue-, KAI- or Slurm-like) twice: under the quotas in force and under "
+                    "the proposal (the open recommendations, then --proposal and --set edits; or only the edits with "
+                    "--no-recommendations). Prints per team the queue wait p50/p95, completion time, GPU-hours "
+                    "served and preemptions under both, the difference, and what was assumed. Example: "
+                    "gpuledger whatif --set nlp:H100=12 --set vision:H100=6 --no-recommendations",
+        epilog="A proposal file is JSON or TOML: {team: {GPU model: {guarantee: N, limit: N}}}.")
+    _add_common(whatif)
+    whatif.add_argument("--model", choices=list(WHATIF_MODELS),
+                        help="the scheduler model (default: [whatif] model, kueue)")
+    whatif.add_argument("--days", type=_positive, help="the window's length (default: [quota] window_days, 14)")
+    whatif.add_argument("--end", type=_instant, metavar="ISO-8601", help="the window's end (default: now)")
+    whatif.add_argument("--proposal", type=Path, metavar="FILE", help="quota edits as JSON or TOML (see below)")
+    whatif.add_argument("--set", dest="edits", action="append", default=[], metavar="TEAM:MODEL=G[/L]",
+                        help="a guarantee (and limit) for a team and GPU model, e.g. nlp:H100=12 or nlp:H100=12/16")
+    whatif.add_argument("--no-recommendations", dest="recommendations", action="store_false",
+                        help="start the proposal from the quotas in force, not the open recommendations")
+    whatif.add_argument("--capacity", action="append", default=[], metavar="MODEL=N",
+                        help="the proposal's GPUs of a model (H200=16 to buy, A100-80GB=0 to retire)")
+    whatif.add_argument("--json", action="store_true", help="print the whole answer (POST /v1/whatif's) as JSON")
 
     dec = sub.add_parser("decide", help="record a decision on a stored recommendation (accept, reject, applied)")
     _add_common(dec)
@@ -680,6 +706,91 @@ def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _edits(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]]]:
+    """--proposal's file and the --set edits as {team: {model: {"guarantee": G, "limit": L}}}."""
+    edits: dict[str, dict[str, dict[str, float]]] = {}
+    if args.proposal is not None:
+        try:
+            text = args.proposal.read_text()
+        except OSError as exc:
+            raise InputError(f"cannot read --proposal {args.proposal}: {exc.strerror or exc}") from exc
+        try:
+            edits = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+        except (ValueError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(f"--proposal {args.proposal}: neither JSON nor TOML ({exc})") from exc
+        if not isinstance(edits, dict):
+            raise InputError(f"--proposal {args.proposal}: expected {{team: {{model: {{guarantee, limit}}}}}}")
+    for item in args.edits:
+        match = re.fullmatch(r"([^:=]+):([^=]+)=([0-9.]+)(?:/([0-9.]+))?", item)
+        if not match:
+            raise InputError(f"--set {item!r}: expected TEAM:MODEL=GUARANTEE or TEAM:MODEL=GUARANTEE/LIMIT")
+        team, model, guarantee, limit = match.groups()
+        numbers = {"guarantee": float(guarantee), **({"limit": float(limit)} if limit else {})}
+        edits.setdefault(team, {}).setdefault(model, {}).update(numbers)
+    return edits
+
+
+def _capacity(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        match = re.fullmatch(r"([^=]+)=([0-9]+)", item)
+        if not match:
+            raise InputError(f"--capacity {item!r}: expected MODEL=N (a whole number of GPUs)")
+        out[match.group(1)] = int(match.group(2))
+    return out
+
+
+def _minutes(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def whatif_text(answer: dict) -> str:
+    """POST /v1/whatif's answer as a table per team: current -> proposed."""
+    out = [f"what-if: {answer['model']}-like scheduler, {answer['start']:%Y-%m-%d %H:%M} .. "
+           f"{answer['end']:%Y-%m-%d %H:%M} UTC, {answer['jobs']} jobs replayed "
+           f"(in {answer['seconds']:.2f} s)"]
+    changed = [q for q in answer["quotas"] if q["changed"]]
+    out.append("proposal: " + ("; ".join(
+        f"{q['team']} {q['gpu_model']} guarantee {q['current_guarantee_gpus'] or 0:g} -> "
+        f"{q['proposed_guarantee_gpus'] or 0:g}, limit {q['current_limit_gpus']:g} -> {q['proposed_limit_gpus']:g}"
+        for q in changed) or "no quota changes"))
+    if answer["capacity"]["current"] != answer["capacity"]["proposed"]:
+        out.append(f"capacity: {answer['capacity']['current']} -> {answer['capacity']['proposed']}")
+    now, then = (answer["configurations"][c] for c in ("current", "proposed"))
+    out.append(f"{'team':<16}{'jobs':>6}  {'wait p50 min':>17}  {'wait p95 min':>17}  {'completion p95 h':>17}"
+               f"  {'GPU-hours':>19}  {'preempted':>11}  {'waiting':>9}")
+    for team, a in now["teams"].items():
+        b = then["teams"][team]
+        out.append(f"{team:<16}{a['jobs']:>6}  "
+                   f"{_minutes(a['wait_p50_minutes']):>7} -> {_minutes(b['wait_p50_minutes']):>7}  "
+                   f"{_minutes(a['wait_p95_minutes']):>7} -> {_minutes(b['wait_p95_minutes']):>7}  "
+                   f"{_minutes(a['completion_p95_hours']):>7} -> {_minutes(b['completion_p95_hours']):>7}  "
+                   f"{a['gpu_hours']:>8,.0f} -> {b['gpu_hours']:>8,.0f}  {a['preemptions']:>4} -> {b['preemptions']:>4}"
+                   f"  {a['still_waiting']:>2} -> {b['still_waiting']:>2}")
+    util = [f"{c}: {'-' if u is None else f'{u:.0%}'}" for c, u in
+            (("current", now["utilisation"]), ("proposed", then["utilisation"]))]
+    out.append("GPU utilisation (served / present, in the window): " + ", ".join(util))
+    out += [f"assumed: {n['jobs']} jobs {n['meaning']}" for n in answer["assumptions"]]
+    out += [f"note: {n}" for n in answer["notes"]]
+    return "\n".join(out)
+
+
+def cmd_whatif(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.policies.whatif import default_window, run_whatif
+    end = args.end or utc_now()
+    with _open_existing(args, config) as store:
+        _require_data(store, args.db)
+        start, end = default_window(config, end, args.days)
+        answer = run_whatif(store, config, start, end, args.model, _edits(args), args.recommendations,
+                            _capacity(args.capacity)).to_dict()
+    if args.json:
+        json.dump(json_safe(answer), sys.stdout, indent=1, allow_nan=False)
+        print()
+    else:
+        print(whatif_text(answer))
+    return 0
+
+
 def cmd_emit(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.exporting import export
     current = None
@@ -1104,7 +1215,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
     "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape, "statement": cmd_statement,
-    "export": cmd_export,
+    "export": cmd_export, "whatif": cmd_whatif,
 }
 
 

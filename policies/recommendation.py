@@ -7,7 +7,8 @@ sharing a GPU with other work), `efficiency` (a running job bound by its input p
 bandwidth, or leaving its tensor cores idle). Status: `proposed` when
 made, then `accepted`, `rejected` or `applied` by a decision, or `superseded` by a newer one for the
 same team, model and job; `insufficient_data` is never stored (it carries no number, only the reason);
-`preview` is an evaluation at a chosen instant, not stored.
+`held_back` is quota advice whose simulated effect harms other teams beyond the configured bound (not stored
+either: it carries its numbers and the reason); `preview` is an evaluation at a chosen instant, not stored.
 """
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ from gpuledger.analytics.team_scope import redact_for_team
 KINDS = ("quota", "reclaim", "resize", "consolidate", "colocate", "separate", "efficiency")
 PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED = "proposed", "accepted", "rejected", "applied", "superseded"
 INSUFFICIENT_DATA, PREVIEW = "insufficient_data", "preview"
+# quota advice whose simulated effect (policies/whatif) harms other teams beyond [whatif]'s bound: shown with the
+# reason and its numbers, never stored or exported
+HELD_BACK = "held_back"
 STORED_STATUSES = (PROPOSED, ACCEPTED, REJECTED, APPLIED, SUPERSEDED)  # what the table holds
-STATUSES = STORED_STATUSES + (INSUFFICIENT_DATA, PREVIEW)  # what an answer may say
+STATUSES = STORED_STATUSES + (INSUFFICIENT_DATA, HELD_BACK, PREVIEW)  # what an answer may say
 OPEN = (PROPOSED, ACCEPTED)  # what a scheduler should consider now
 DECISIONS = {"accept": ACCEPTED, "reject": REJECTED, "applied": APPLIED}
 

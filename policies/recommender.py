@@ -23,10 +23,12 @@ from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import ConflictError, InputError
 from gpuledger.policies.placement import placement_advice
 from gpuledger.policies.quota import QuotaAdvice, evaluate_quotas
+from gpuledger.policies.whatif.effects import simulate_effects
 from gpuledger.policies.recommendation import (
     ACCEPTED,
     APPLIED,
     DECISIONS,
+    HELD_BACK,
     INSUFFICIENT_DATA,
     OPEN,
     PREVIEW,
@@ -55,7 +57,7 @@ def quota_recommendation(advice: QuotaAdvice, status: str = PREVIEW) -> Recommen
               "current_guarantee_gpus": advice.current} if advice.status != INSUFFICIENT_DATA else {}
     return Recommendation(kind="quota", team=advice.team, gpu_model=advice.gpu_model, action=action,
                           evidence=advice.evidence, reason=advice.reason,
-                          status=INSUFFICIENT_DATA if advice.status == INSUFFICIENT_DATA else status)
+                          status=advice.status if advice.status in (INSUFFICIENT_DATA, HELD_BACK) else status)
 
 
 @dataclass
@@ -70,18 +72,21 @@ class Evaluation:
         return [quota_recommendation(a) for a in self.quota if a.status == "change"] + self.placement
 
     def insufficient(self) -> list[Recommendation]:
-        return [quota_recommendation(a) for a in self.quota if a.status == INSUFFICIENT_DATA]
+        """What is not advised, with the reason: quota advice without enough data, or held back because its
+        simulated effect harms other teams."""
+        return [quota_recommendation(a) for a in self.quota if a.status in (INSUFFICIENT_DATA, HELD_BACK)]
 
     def holds(self) -> set[tuple]:
-        """Keys whose quota needs no change now."""
-        return {("quota", a.team, a.gpu_model, None) for a in self.quota if a.status == "hold"}
+        """Keys whose quota needs no change now, or whose change is held back (an open one is superseded)."""
+        return {("quota", a.team, a.gpu_model, None) for a in self.quota if a.status in ("hold", HELD_BACK)}
 
 
 def evaluate(store: Store, config: Config, at: datetime | None = None) -> Evaluation:
     """The policy at instant `at` (default now), from the policy window before it; stores nothing."""
     at = as_utc(at) if at else utc_now()
     with store.remembering():  # quota and placement advice ask some questions more than once: answered once
-        return Evaluation(at, at - timedelta(days=config.quota.window_days), evaluate_quotas(store, config, at),
+        quota = simulate_effects(store, config, at, evaluate_quotas(store, config, at))
+        return Evaluation(at, at - timedelta(days=config.quota.window_days), quota,
                           placement_advice(store, config, at))
 
 

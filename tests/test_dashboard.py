@@ -7,6 +7,7 @@ import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -14,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store import Store
 from gpuledger.collector.dcgm_source import DcgmPageConverter
+from gpuledger.dashboard.charts import BLANK
 from gpuledger.dashboard.escape import md
 from gpuledger.deploy.dashboard_proc import APP, start_dashboard
 from gpuledger.deploy.server import ApiServer
@@ -36,7 +38,7 @@ def app_against(monkeypatch, url: str) -> AppTest:
 
 
 PAGES = ["Overview", "Teams", "Jobs", "Workloads", "Inference", "Cost & waste", "Fairshare", "Recommendations",
-         "GPU health", "Nodes"]
+         "What-if", "GPU health", "Nodes"]
 
 
 def show(at: AppTest, page: str) -> AppTest:
@@ -100,8 +102,8 @@ def page_figures(at: AppTest) -> list:
     return figures
 
 
-@pytest.mark.parametrize("page", ["Overview", "Teams", "Jobs", "Workloads", "Cost & waste", "Fairshare", "GPU health",
-                                  "Nodes"])
+@pytest.mark.parametrize("page", ["Overview", "Teams", "Jobs", "Workloads", "Cost & waste", "Fairshare", "What-if",
+                                  "GPU health", "Nodes"])
 def test_the_window_slider_changes_every_view(monkeypatch, api_url, page):
     """Every page follows the sidebar's window (Recommendations come from the policy window on purpose)."""
     at = show(app_against(monkeypatch, api_url), page)
@@ -151,6 +153,118 @@ def test_a_decision_button_records_a_decision(monkeypatch, sim_store):
         assert decided[rec_id].status == "accepted" and decided[rec_id].decided_by == "dashboard"
     finally:
         server.stop()
+
+
+WHATIF_FIGURES = ("wait p50 (min)", "wait p95 (min)", "completion p95 (h)", "GPU-hours", "preemptions",
+                  "still waiting")
+
+
+def whatif_editor(at: AppTest, name: str):
+    """The What-if page's quota or capacity editor."""
+    return next(e for e in at.data_editor if e.key and e.key.startswith(f"whatif-{name}-"))
+
+
+def whatif_teams(at: AppTest):
+    """The What-if page's per-team table, current -> proposed."""
+    return next(d.value for d in at.dataframe if "wait p50 (min): current" in d.value.columns)
+
+
+def edit(at: AppTest, editor, rows: dict[int, dict]) -> AppTest:
+    """Edit cells of a keyed data editor, as a person would in the browser, and rerun the page."""
+    at.session_state[editor.key] = {"edited_rows": rows, "added_rows": [], "deleted_rows": []}
+    at.run()
+    return at
+
+
+def test_the_what_if_page_replays_the_window_under_both_configurations(monkeypatch, api_url):
+    at = show(app_against(monkeypatch, api_url), "What-if")
+    assert "What-if: the window's jobs replayed under other quotas" in [s.value for s in at.subheader]
+    quotas, capacity = whatif_editor(at, "quotas"), whatif_editor(at, "capacity")
+    assert {"nlp", "research"} <= set(quotas.value["team"]) and quotas.editing_mode == "fixed"
+    assert dict(zip(capacity.value["gpu_model"], capacity.value["gpus"]))["H100"] == 16
+    teams = whatif_teams(at)
+    assert teams["team"].iloc[-1] == "all teams" and {"nlp", "recsys"} <= set(teams["team"])
+    for figure in WHATIF_FIGURES:
+        for side in ("current", "proposed"):
+            column = teams[f"{figure}: {side}"]
+            assert column.dtype.kind in "if" and column.notna().any(), (figure, side)
+    nlp = teams.set_index("team").loc["nlp"]
+    assert nlp["jobs"] > 0 and nlp["GPU-hours: current"] > 0 and nlp["wait p95 (min): current"] >= 0
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Utilisation, quotas in force"].endswith("%") and metrics["Utilisation, proposal"].endswith("%")
+    assert any("What the replay assumed" in m.value for m in at.markdown)
+    assert not any(c.value.startswith("Edited:") for c in at.caption)  # nothing edited: the seed is the answer
+
+
+def test_a_what_if_capacity_edit_is_replayed(monkeypatch, api_url):
+    at = show(app_against(monkeypatch, api_url), "What-if")
+    capacity = whatif_editor(at, "capacity")
+    h100 = list(capacity.value["gpu_model"]).index("H100")
+    edit(at, capacity, {h100: {"gpus": 32}})
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(c.value.startswith("Edited: 0 quota(s) and 1 GPU model(s)") for c in at.caption)
+    assert any(f"{md('H100')} 16 → 32" in c.value for c in at.caption)
+    assert len(whatif_teams(at)) > 1
+
+
+def test_a_what_if_edit_the_api_refuses_shows_its_reason(monkeypatch, api_url):
+    """A guarantee above its limit is a proposal no scheduler could run: the API answers 422 with the reason, the
+    page shows it as an error, keeps the editors, and raises nothing."""
+    at = show(app_against(monkeypatch, api_url), "What-if")
+    quotas = whatif_editor(at, "quotas")
+    nlp = list(quotas.value["team"]).index("nlp")
+    edit(at, quotas, {nlp: {"proposed_guarantee_gpus": 1000.0}})
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert errors and "422" in errors[0] and "above its limit" in errors[0] and md("nlp's") in errors[0], errors
+    assert whatif_editor(at, "quotas") and not [d for d in at.dataframe if "wait p50 (min): current" in d.value]
+
+
+def test_what_if_figures_the_replay_could_not_give_stay_blank(monkeypatch, api_url):
+    """A null figure (no job ended, no GPU present) is missing in the table and 'unknown' as a metric, never 0."""
+    from gpuledger.dashboard import client
+    real = client.post_json
+
+    def answer_with_nulls(*args, **kwargs):
+        answer = real(*args, **kwargs)
+        answer["configurations"]["proposed"]["teams"]["nlp"]["completion_p95_hours"] = None
+        answer["configurations"]["proposed"]["utilisation"] = None
+        return answer
+
+    monkeypatch.setattr(client, "post_json", answer_with_nulls)
+    at = show(app_against(monkeypatch, api_url), "What-if")
+    table = next(d for d in at.dataframe if "wait p50 (min): current" in d.value.columns)
+    nlp = table.value.set_index("team").loc["nlp"]
+    assert pd.isna(nlp["completion p95 (h): proposed"]) and nlp["completion p95 (h): current"] > 0
+    assert table.proto.placeholder == BLANK
+    metrics = {m.label: m for m in at.metric}
+    assert metrics["Utilisation, proposal"].value == "unknown" and not metrics["Utilisation, proposal"].delta
+
+
+def test_what_if_edits_carry_only_the_numbers_changed():
+    from gpuledger.dashboard.client import capacity_changes, quota_edits
+    seeded = [{"team": "nlp", "gpu_model": "H100", "proposed_guarantee_gpus": 4.0, "proposed_limit_gpus": 8.0},
+              {"team": "cv", "gpu_model": "L4", "proposed_guarantee_gpus": None, "proposed_limit_gpus": 2.0},
+              {"team": "cv", "gpu_model": "H100", "proposed_guarantee_gpus": 1.0, "proposed_limit_gpus": 4.0}]
+    edited = pd.DataFrame(seeded)
+    assert quota_edits(seeded, edited) == {}
+    edited.loc[0, "proposed_limit_gpus"] = 12.0
+    edited.loc[1, "proposed_guarantee_gpus"] = 1.0
+    edited.loc[2, "proposed_guarantee_gpus"] = None  # emptied: no edit
+    assert quota_edits(seeded, edited) == {"nlp": {"H100": {"limit": 12.0}}, "cv": {"L4": {"guarantee": 1.0}}}
+    present = {"H100": 16, "A100": 8}
+    table = pd.DataFrame({"gpu_model": ["H100", "A100"], "gpus": [16.0, 8.0]})
+    assert capacity_changes(present, table) == {}
+    more = pd.DataFrame({"gpu_model": ["H100", "H200", None], "gpus": [24.0, 16.0, 3.0]})
+    assert capacity_changes(present, more) == {"H100": 24, "H200": 16, "A100": 0}  # a deleted row is retired
+
+
+def test_post_json_answers_the_apis_reason(api_url):
+    from gpuledger.dashboard.client import ApiUnavailable, post_json
+    with pytest.raises(ApiUnavailable, match=r"\(422\): edits\.nlp\.H100\.guarantee: Input should be greater"):
+        post_json(api_url, "/v1/whatif", {"edits": {"nlp": {"H100": {"guarantee": -1}}}})
+    with pytest.raises(ApiUnavailable, match=r"\(422\): unknown team 'nobody'"):
+        post_json(api_url, "/v1/whatif", {"edits": {"nobody": {"H100": {"guarantee": 1}}}})
 
 
 def test_gpu_health_tab_lists_sick_gpus_and_the_jobs_they_hit(monkeypatch, api_url, sim_store):

@@ -289,7 +289,8 @@ def test_every_page_renders_without_an_exception_in_chromium(live_api, tmp_path)
                           "Workloads": "Waiting now", "Inference": "Services against their SLOs",
                           "Cost & waste": "Budgets and alerts",
                           "Fairshare": "Fairshare factor per team",
-                          "Recommendations": "Decision history", "GPU health": "GPU health events",
+                          "Recommendations": "Decision history", "What-if": "Utilisation, proposal",
+                          "GPU health": "GPU health events",
                           "Nodes": "Agents pushing to this server"}
             assert list(every_page) == PAGES
             failed = {}

@@ -7,10 +7,13 @@ import math
 import os
 import subprocess
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from gpuledger.analytics.config import WhatIfConfig
+from gpuledger.analytics.job_replay import replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.workloads import outcomes, waiting_now, workload_summary
 from gpuledger.collector.jobs.sacct import parse_sacct
@@ -19,6 +22,8 @@ from gpuledger.policies.emitters import emitter_for
 from gpuledger.policies.emitters.slurm import CURRENT_FORMAT, parse_current
 from gpuledger.policies.fairshare.slurm_fair_tree import tree_from_associations, tree_rows
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
+from gpuledger.policies.whatif import replay
+from gpuledger.policies.whatif.workload import workload_of
 from tests.procs import GPULEDGER, wait_until
 from tests.slurm_cluster import SlurmCluster, missing_programs
 
@@ -212,3 +217,90 @@ def test_sacct_history_gives_states_waits_gpus_and_reasons(slurm, tmp_path):
     assert set(lost["outcome"]) == {"failed", "timeout"}
     assert summary.loc[("research", "L4"), "lost_gpu_hours"] == pytest.approx(
         (ran["end_ts"] - ran["start_ts"]).total_seconds() / 3600, rel=1e-6)
+
+
+# The Slurm-like what-if model against this Slurm (issue 25): how far its predicted waits may be from the measured
+# ones, per job. Slurm starts a job a second or two after GPUs free up (the job's epilog, the scheduler's next
+# pass); sacct reports whole seconds.
+CALIBRATION_TOLERANCE_S = 5.0
+CALIBRATION_RUN_S = 8  # each job's sleep: long enough that a wait step (8 s) is clear of the tolerance
+
+
+def _calibration_run(slurm: SlurmCluster, plan: QuotaPlan, db: Path) -> dict[str, dict]:
+    """Apply `plan`'s limits, run the calibration workload for real, import it from sacct into `db` and answer per
+    job: team, measured wait and the Slurm-like model's predicted wait (seconds), and start order."""
+    script = slurm.root / "calibration.sh"
+    script.write_text(emitter_for("slurm").emit(plan, associations(slurm)).text)
+    slurm.run("sh", str(script))
+    wait_until(lambda: not slurm.run("squeue", "-h", "-o", "%i").stdout.strip(), 240, "an idle cluster", step_s=1)
+    order = ["calnlp", "calnlp", "calnlp", "calvision"]  # three jobs of one team, then one of the other
+    ids = [slurm.run("sbatch", "-A", team, "--gres=gpu:h100:1", "-c", "1", "-o", "/dev/null", "--parsable",
+                     "--wrap", f"sleep {CALIBRATION_RUN_S}").stdout.strip() for team in order]
+
+    def finished() -> bool:
+        states = parse_sacct(_sacct(slurm)).jobs.set_index("job_id")["state"]
+        return all(states.get(f"slurm:{job}") == "completed" for job in ids)
+
+    wait_until(finished, 240, "the calibration jobs to complete", step_s=1)
+    out = subprocess.run([GPULEDGER, "import", "sacct", "-", "--db", str(db)], input=_sacct(slurm),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    with Store(db) as store:
+        jobs = store.query("SELECT job_id, submit_ts, start_ts, end_ts FROM jobs "
+                           "WHERE job_id IN (SELECT unnest($ids))", {"ids": [f"slurm:{j}" for j in ids]})
+        jobs = jobs.set_index("job_id")
+        start = jobs["submit_ts"].min().to_pydatetime() - timedelta(seconds=1)
+        end = jobs["end_ts"].max().to_pydatetime() + timedelta(seconds=1)
+        capacity = {"H100": 2}
+        workload = workload_of(replay_jobs(store, start, end), start, end, capacity)
+    settings = WhatIfConfig(model="slurm", slurm_age_weight=0.0, slurm_calc_period_s=60.0)  # as slurm.conf says
+    replayed, _ = replay(workload, capacity, plan, "slurm", settings, (end - start).total_seconds(), 7 * 86400.0)
+    predicted = {j.job_id: j.first_start - j.submit for j in replayed}
+    return {f"slurm:{job}": {"team": team,
+                             "measured_s": (jobs.loc[f"slurm:{job}", "start_ts"]
+                                            - jobs.loc[f"slurm:{job}", "submit_ts"]).total_seconds(),
+                             "predicted_s": predicted[f"slurm:{job}"]}
+            for job, team in zip(ids, order)}
+
+
+def _mean_wait(run: dict[str, dict], team: str, key: str) -> float:
+    return sum(j[key] for j in run.values() if j["team"] == team) / sum(j["team"] == team for j in run.values())
+
+
+def test_the_slurm_like_model_predicts_waits_and_their_change_measured_in_slurm(slurm, tmp_path):
+    """Issue 25: a workload of short jobs under two accounts with GrpTRES limits runs in the real Slurm; the
+    Slurm-like model, given the same submissions, run times and limits, predicts each job's wait. Then the limits
+    gpuledger recommends (a limit is the model's capacity: idle GPUs stay borrowable) are applied and the workload
+    runs again: the predicted change in each team's mean wait matches the measured one in direction and size."""
+    def plan(limit: int) -> QuotaPlan:
+        return QuotaPlan([TeamPlan("calnlp", 1, None, {}, {"H100": limit}),
+                          TeamPlan("calvision", 1, None, {}, {"H100": limit})], {"H100": 2}, PLAN.made)
+
+    script = slurm.root / "calibration.sh"
+    script.write_text(emitter_for("slurm").emit(plan(1), associations(slurm)).text)
+    slurm.run("sh", str(script))
+    slurm.run("sacctmgr", "-i", "add", "user", "root", "account=calnlp,calvision")
+
+    runs = {"limited": _calibration_run(slurm, plan(1), tmp_path / "limited.duckdb"),
+            "recommended": _calibration_run(slurm, plan(2), tmp_path / "recommended.duckdb")}
+    errors = [abs(j["predicted_s"] - j["measured_s"]) for run in runs.values() for j in run.values()]
+    print(f"\ncalibration: tolerance {CALIBRATION_TOLERANCE_S:g} s per job; measured error mean "
+          f"{sum(errors) / len(errors):.2f} s, max {max(errors):.2f} s over {len(errors)} jobs")
+    for name, run in runs.items():
+        for job, j in run.items():
+            print(f"  {name:<12} {job:<12} {j['team']:<10} measured {j['measured_s']:5.1f} s  "
+                  f"predicted {j['predicted_s']:5.1f} s")
+    assert max(errors) <= CALIBRATION_TOLERANCE_S
+    # the start order: by measured start, the predicted starts never go backwards by more than the tolerance
+    for run in runs.values():
+        by_measured = sorted(run.values(), key=lambda j: j["measured_s"])
+        assert all(b["predicted_s"] >= a["predicted_s"] - CALIBRATION_TOLERANCE_S
+                   for a, b in zip(by_measured, by_measured[1:]))
+    for team in ("calnlp", "calvision"):
+        measured = _mean_wait(runs["recommended"], team, "measured_s") - _mean_wait(runs["limited"], team,
+                                                                                     "measured_s")
+        predicted = _mean_wait(runs["recommended"], team, "predicted_s") - _mean_wait(runs["limited"], team,
+                                                                                       "predicted_s")
+        print(f"  {team}: mean wait change measured {measured:+.1f} s, predicted {predicted:+.1f} s")
+        assert math.copysign(1, measured) == math.copysign(1, predicted) and abs(measured) >= 2
+        assert abs(measured - predicted) <= CALIBRATION_TOLERANCE_S

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
+from gpuledger.analytics.config import WHATIF_MODELS
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
 from gpuledger.analytics.inference import SLO_STATUSES
 from gpuledger.analytics.allocation import ZERO_FIELDS as ALLOCATION_ZERO_FIELDS
@@ -392,11 +393,15 @@ class Recommendation(BaseModel):
     job_id: str | None = Field(description="the job it is about; null for quota advice")
     status: Status = \
         Field(description="proposed, then accepted / rejected / applied by a decision, or superseded by newer "
-                          "evidence; insufficient_data: no number, see reason; preview: evaluated at `end`, not stored")
+                          "evidence; insufficient_data: no number, see reason; held_back: quota advice whose simulated "
+                          "effect harms other teams beyond [whatif]'s bound (see reason and evidence."
+                          "simulated_effect); preview: evaluated at `end`, not stored")
     created: datetime | None = Field(description="when it was stored; null for previews and insufficient_data")
     action: dict[str, Any] = Field(description="what to change; quota: guarantee_gpus (GPUs promised), limit_gpus "
                                                "(most it may hold, borrowing), current_guarantee_gpus")
-    evidence: dict[str, Any] = Field(description="the measurements behind it, and its expected effect per week")
+    evidence: dict[str, Any] = Field(description="the measurements behind it, and its expected effect per week; "
+                                                 "quota changes: simulated_effect, the policy window's jobs replayed "
+                                                 "with and without it (waits for the team and the others)")
     reason: str = Field(description="why, in one sentence")
     decided_by: str | None = Field(None, description="who decided; null while undecided")
     decided_at: datetime | None = Field(None, description="when it was decided (UTC); null while undecided")
@@ -1057,3 +1062,46 @@ class Energy(BaseModel):
     pue: float | None = Field(description="the PUE facility_kwh uses (the first on-premises cost model's)")
     teams: list[EnergyLine] = Field(description="per bill line")
     jobs: list[EnergyLine] = Field(description="per job, most energy first")
+
+
+WhatIfModel = Literal[WHATIF_MODELS]
+
+
+class QuotaEdit(BaseModel):
+    guarantee: float | None = Field(None, ge=0, le=1_000_000, description="GPUs promised")
+    limit: float | None = Field(None, ge=0, le=1_000_000, description="most GPUs the team may hold")
+
+
+class WhatIfRequest(BaseModel):
+    model: WhatIfModel | None = Field(None, description="the scheduler model (default: [whatif] model)")
+    start: datetime | None = Field(None, description="the window's start (default: end - [quota] window_days)")
+    end: datetime | None = Field(None, description="the window's end (default: now)")
+    use_recommendations: bool = Field(True, description="start the proposal from the open recommendations (else "
+                                                        "from the quotas in force)")
+    edits: dict[str, dict[str, QuotaEdit]] = Field(default_factory=dict, max_length=1000,
+                                                   description="{team: {GPU model: {guarantee, limit}}} over it")
+    capacity: dict[str, int] = Field(default_factory=dict, max_length=64,
+                                     description="the proposal's GPUs per model (add a model, or 0 to retire one)")
+
+
+class WhatIfConfiguration(BaseModel):
+    teams: dict[str, dict[str, float | int | None]] = Field(
+        description="per team and `all`: jobs, started, still_waiting (at the replay's horizon), wait p50/p95/mean "
+                    "(minutes, from submission to first start), completion p50/p95 (hours), gpu_hours served in the "
+                    "window, preemptions, lost_gpu_hours (work thrown away by preemptions)")
+    utilisation: float | None = Field(description="GPU-hours served in the window over GPU-hours present")
+
+
+class WhatIfAnswer(BaseModel):
+    model: WhatIfModel
+    start: datetime
+    end: datetime
+    capacity: dict[str, dict[str, int]] = Field(description="GPUs per model: current and proposed")
+    jobs: int = Field(description="jobs replayed")
+    assumptions: list[dict[str, Any]] = Field(description="what was assumed or left out, with how many jobs")
+    quotas: list[dict[str, Any]] = Field(description="per team and GPU model: guarantee and limit, current and "
+                                                     "proposed, and whether it changed")
+    configurations: dict[str, WhatIfConfiguration] = Field(description="current and proposed")
+    difference: dict[str, dict[str, float | None]] = Field(description="proposed - current, per team and figure")
+    notes: list[str]
+    seconds: float = Field(description="how long the replays took")

@@ -1,0 +1,74 @@
+"""Kueue-like: a ClusterQueue per team in one cohort, nominal quota, borrowing limit, and reclaim within the cohort.
+
+Rules, and where Kueue has them (kubernetes-sigs/kueue; ../shared/docs/schedulers/kueue.md), for the objects
+gpuledger emits (policies/emitters/kueue.py: nominalQuota = guarantee, borrowingLimit = limit - guarantee, no
+lendingLimit, every team's queue under one root cohort):
+- The cohort can admit at most the sum of its queues' nominal quotas of a model (pkg/cache: a cohort's
+  capacity is its members' quota), and never more GPUs than are present.
+- A workload is admitted when its queue's usage plus its request stays within nominal quota, or, borrowing, within
+  nominal + borrowingLimit while the cohort has unused quota. Queues are BestEffortFIFO: a team's oldest
+  admissible workload goes first, an inadmissible head does not block the ones behind it.
+- Across queues, workloads that need no borrowing go first, then the oldest (the scheduler's entry ordering,
+  pkg/scheduler/scheduler.go: borrowing last, then priority, then creation time; priorities are not in the record).
+- reclaimWithinCohort (`kueue_reclaim = "any"`): a workload that fits its queue's nominal quota but not the free
+  GPUs evicts workloads of queues that are borrowing, newest first, until it fits (pkg/scheduler/preemption).
+  An evicted workload is requeued and starts over.
+"""
+from __future__ import annotations
+
+from gpuledger.analytics.config import WhatIfConfig
+from gpuledger.policies.whatif.engine import Simulation
+
+
+class KueueLike:
+    name = "kueue"
+
+    def __init__(self, settings: WhatIfConfig) -> None:
+        self.reclaim = settings.kueue_reclaim == "any"
+
+    def schedule(self, sim: Simulation, model: str) -> None:
+        if not sim.waiting[model]:
+            return
+        capacity = sim.capacity[model]
+        teams = {t for t, _ in sim.waiting[model]} | {t for t, m in sim.quotas.guarantee if m == model}
+        pool = min(capacity, sum(sim.quotas.guarantee_of(t, model) for t in teams))
+        while True:
+            in_use = capacity - sim.free[model]
+            room = min(sim.free[model], pool - in_use)
+            best, best_key, reclaimer = None, None, None
+            for team, size, job in sim.heads(model):
+                used, nominal = sim.used[(team, model)], sim.quotas.guarantee_of(team, model)
+                within_nominal = used + size <= nominal
+                if size <= room and (within_nominal or used + size <= sim.quotas.limit_of(team, model, capacity)):
+                    key = (not within_nominal, job.submit, job.idx)
+                    if best_key is None or key < best_key:
+                        best, best_key = job, key
+                elif within_nominal and (reclaimer is None or (job.submit, job.idx) < (reclaimer.submit,
+                                                                                           reclaimer.idx)):
+                    reclaimer = job
+            if best is not None:
+                sim.start(best)
+                continue
+            if reclaimer is None or not self.reclaim or not self._make_room(sim, model, reclaimer, room):
+                return
+
+    @staticmethod
+    def _make_room(sim: Simulation, model: str, job, room: int) -> bool:
+        """Evict borrowers' workloads, newest first, until `job` fits; False (nothing evicted) if it cannot."""
+        def borrowing(team: str) -> float:
+            return sim.used[(team, model)] - sim.quotas.guarantee_of(team, model)
+        victims, freed, lent = [], 0, {}
+        for other in sorted(sim.running[model].values(), key=lambda j: (-j.start, -j.idx)):
+            if other.team == job.team:
+                continue
+            over = lent.get(other.team, borrowing(other.team))
+            if over <= 0:
+                continue
+            victims.append(other)
+            lent[other.team] = over - other.gpus
+            freed += other.gpus
+            if room + freed >= job.gpus:
+                for victim in victims:
+                    sim.preempt(victim)
+                return True
+        return False
