@@ -4,7 +4,7 @@ point of a window, with the instants the scheduler reported. Read-only; the repl
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pandas as pd
 
@@ -31,3 +31,21 @@ def replay_jobs(store: Store, start: datetime, end: datetime) -> pd.DataFrame:
         ORDER BY coalesce(submit_ts, start_ts), job_id"""
     frame = store.query(sql, {"start": start, "end": end, "unattributed": UNATTRIBUTED, "held": list(HELD_REASONS)})
     return frame[list(REPLAY_COLUMNS)] if len(frame) else pd.DataFrame(columns=list(REPLAY_COLUMNS))
+
+
+def prior_usage(store: Store, start: datetime, half_life_s: float, lookback: timedelta) -> dict[str, float]:
+    """Each team's GPU-seconds run before `start` (within `lookback`), decayed with the fair-share half life to
+    `start` as a scheduler's usage is: what orders a replay's first fair-share pass, as the scheduler's history did
+    (a team that ran much just before the window is behind at its start)."""
+    sql = """
+        WITH ran AS (
+            SELECT owner(team, $unattributed) AS team, gpus, start_ts,
+                   least(coalesce(end_ts, $start), $start) AS stop
+            FROM jobs
+            WHERE coalesce(gpus, 0) > 0 AND start_ts < $start AND coalesce(end_ts, $start) > $since)
+        SELECT team, sum(gpus * date_diff('millisecond', start_ts, stop) / 1000.0
+                         * pow(0.5, date_diff('millisecond', stop, $start) / 1000.0 / $half_life)) AS usage
+        FROM ran WHERE stop > start_ts GROUP BY team"""
+    frame = store.query(sql, {"start": start, "since": start - lookback, "half_life": max(half_life_s, 1.0),
+                              "unattributed": UNATTRIBUTED})
+    return {str(t): float(u) for t, u in zip(frame["team"], frame["usage"]) if u and u > 0}

@@ -4,7 +4,8 @@ A placement recommendation for a team can name other teams' jobs (a consolidatio
 job shares a GPU with them). Shown to that team (its weekly page, a team token's API calls, the dashboard over
 that token) those names would leak other teams' work ("shares a GPU with vision/secret-training-run"), so each
 job or user of another team, or of no team the advice records, becomes `ANOTHER_TEAMS_JOB` / `ANOTHER_TEAMS_USER`
-in the action, the evidence and the reason. The advice records whose job is whose in `evidence["job_teams"]`
+in the action, the evidence and the reason; other teams a what-if's simulated effect names become `ANOTHER_TEAM`
+(their per-team figures are left out). The advice records whose job is whose in `evidence["job_teams"]`
 (policies/consolidation.py; users likewise in `user_teams`); a name it does not record as the team's own counts
 as another team's, so advice stored before that field existed is redacted too.
 
@@ -25,6 +26,8 @@ USER_TEAMS = "user_teams"  # evidence: user -> its team, for every user a recomm
 # fields that hold job ids (a list of them, or one) and users, wherever they sit in action or evidence
 JOB_FIELDS = ("job_id", "shares_gpu_with", "waiting_job")
 USER_FIELDS = ("user", "users")
+TEAM_FIELDS = ("team",)  # fields that hold a team's name (a what-if's most harmed team)
+SIMULATED = "simulated_effect"  # evidence: a what-if's figures, per other team under "others" (policies/whatif)
 
 
 def _mentioned(value: Any, fields: tuple[str, ...]) -> set[str]:
@@ -74,6 +77,9 @@ def redact_for_team(rec: dict[str, Any], team: str) -> dict[str, Any]:
     users = _mentioned(out.get("action") or {}, USER_FIELDS) | _mentioned(evidence, USER_FIELDS) | set(user_owners)
     foreign = {j: ANOTHER_TEAMS_JOB for j in jobs if j != own_job and owners.get(j) != team}
     foreign |= {u: ANOTHER_TEAMS_USER for u in users if user_owners.get(u) != team}
+    # other teams named by a simulated effect: that another team would wait longer is shown, not which one
+    named = _mentioned(evidence, TEAM_FIELDS) | set(((evidence.get(SIMULATED) or {}).get("others")) or {})
+    foreign |= {t: ANOTHER_TEAM for t in named if t != team}
     if out.get("team") != team and out.get("team"):
         foreign[out["team"]] = ANOTHER_TEAM
         if out.get("job_id"):

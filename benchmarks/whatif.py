@@ -9,7 +9,9 @@ The store holds --jobs (default 25 per GPU) job records over the window, sized a
 the cluster's capacity so queues form. The teams' guarantees share the cluster by share; the proposal moves a
 quarter of one team's guarantee to another. Goal (issue 25): a what-if under 10 s on this 2-core machine.
 
-The placement what-if over the openb trace is timed by benchmarks/replay.py (each placer on Alibaba's trace).
+With --openb DIR (default ../shared/traces/openb/csv when it exists), the placement what-if is timed too: the
+openb trace's scheduled pods (Alibaba cluster-trace-gpu-v2023, CC BY 4.0) arrive at their creation and leave after
+their run on its 1,213 nodes, through each placer (--placers), next to the time reading the trace takes.
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ from gpuledger.analytics.job_replay import replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.jobs.lifecycle import events_of, jobs_frame
+from gpuledger.policies.placers import POLICIES
 from gpuledger.policies.whatif import run_whatif
+from gpuledger.policies.whatif.placement import compare_placers, openb_arrivals
 
 MODELS = ("H100", "A100-80GB")
 
@@ -61,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--jobs", type=int, help="job records over the window (default 25 per GPU)")
     parser.add_argument("--models", default=",".join(WHATIF_MODELS), help="scheduler models to time")
+    shared = Path(__file__).resolve().parents[2] / "shared/traces/openb/csv"
+    parser.add_argument("--openb", type=Path, default=shared if shared.exists() else None,
+                        help="openb's csv folder for the placement what-if (default: ../shared/traces/openb/csv)")
+    parser.add_argument("--placers", default=",".join(POLICIES), help="placers for the openb what-if")
     args = parser.parse_args(argv)
     jobs = args.jobs if args.jobs is not None else 25 * args.gpus
     teams = [f"team{i}" for i in range(10)]
@@ -99,7 +107,22 @@ def main(argv: list[str] | None = None) -> int:
                   f"replaying both configurations), {len(answer.workload.jobs):,} jobs; {waits}; utilisation "
                   f"{answer.utilisation['current']:.0%}; goal under 10 s: {'met' if max(times) < 10 else 'NOT met'}")
         store.close()
+    if args.openb is not None:
+        placement(args.openb, args.placers.split(","))
     return 0
+
+
+def placement(data: Path, placers: list[str]) -> None:
+    began = time.perf_counter()
+    nodes, arrivals, workload, length = openb_arrivals(data)
+    baseline = time.perf_counter() - began
+    print(f"openb placement what-if: {len(arrivals):,} pods over {length / 86400:.0f} days on {len(nodes.names):,} "
+          f"nodes; baseline: reading the trace {baseline:.2f} s")
+    for result in compare_placers(nodes, arrivals, placers, workload, {}, length):
+        print(f"{result['policy']:>8}: {result['seconds']:.2f} s ({result['seconds'] / baseline:.1f}x the baseline); "
+              f"allocated {result['allocated_share']:.2%}, fragmented {result['fragmented_share']:.2%}, stranded "
+              f"{result['stranded_gpu_hours']:,.0f} GPU-h (no rates for openb's models: unpriced), gang jobs started "
+              f"earlier than the trace {result['gang_jobs_started_earlier']} of {result['gang_jobs']}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from gpuledger.collector.samples import IDLE_CAPACITY, owner_label
 from gpuledger.dashboard.client import (
     ApiUnavailable,
     NeedsToken,
+    Unanswerable,
     api_base,
     calls,
     deployment_token,
@@ -1053,6 +1054,9 @@ with tab_whatif:
             seed = ask(BASE, TOKEN, "/v1/whatif", question)
         except NeedsToken as exc:
             st.warning(f"Sign in with a token in the sidebar to see this page ({md(exc)}).")
+            st.stop()
+        except Unanswerable as exc:  # nothing to replay yet (no job records in the window): a state, not a fault
+            st.info(f"Nothing to replay: {md(exc)}")
             st.stop()
         except ApiUnavailable as exc:
             st.error(md(exc))

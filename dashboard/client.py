@@ -22,6 +22,11 @@ class NeedsToken(ApiUnavailable):
     """The API refused the call for want of a (better) token: 401 or 403."""
 
 
+class Unanswerable(ApiUnavailable):
+    """The API cannot answer the question as asked (422): the reason is the answer (no job records in the
+    window, a proposal over capacity)."""
+
+
 def _auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -98,6 +103,8 @@ def post_json(base: str, path: str, body: dict, token: str | None = None, timeou
         raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
     if response.status_code in (401, 403):
         raise NeedsToken(f"{path}: {_reason(response)}")
+    if response.status_code == 422:
+        raise Unanswerable(f"{path} was refused ({response.status_code}): {_reason(response)}")
     if not response.ok:
         raise ApiUnavailable(f"{path} was refused ({response.status_code}): {_reason(response)}")
     return response.json()

@@ -52,7 +52,7 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
 
 
 # commands that use a database that exists
-READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup")
+READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif")
 
 
 def _store_spec(text: str) -> Path | str:
@@ -268,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start the proposal from the quotas in force, not the open recommendations")
     whatif.add_argument("--capacity", action="append", default=[], metavar="MODEL=N",
                         help="the proposal's GPUs of a model (H200=16 to buy, A100-80GB=0 to retire)")
+    whatif.add_argument("--placers", metavar="P[,P...]",
+                        help=f"instead: the placement what-if, the window's jobs through each placer "
+                             f"({', '.join(POLICIES)}) on the GPUs present, from empty: fragmentation, stranded GPU-hours and dollars, waits, "
+                             "gang jobs that would have started earlier (POST /v1/whatif/placement)")
     whatif.add_argument("--json", action="store_true", help="print the whole answer (POST /v1/whatif's) as JSON")
 
     dec = sub.add_parser("decide", help="record a decision on a stored recommendation (accept, reject, applied)")
@@ -775,19 +779,40 @@ def whatif_text(answer: dict) -> str:
     return "\n".join(out)
 
 
+def placement_text(answer: dict) -> str:
+    """POST /v1/whatif/placement's answer as a table per placer."""
+    out = [f"placement what-if: {answer['start']:%Y-%m-%d %H:%M} .. {answer['end']:%Y-%m-%d %H:%M} UTC, "
+           f"{answer['jobs']} jobs on {answer['nodes']} nodes ({answer['gpus']} GPUs), from empty",
+           f"{'placer':<9}{'allocated':>10}{'fragmented':>11}{'stranded GPU-h':>15}{'stranded $':>12}"
+           f"{'wait p50':>9}{'wait p95':>9}{'gangs earlier':>14}{'seconds':>8}"]
+    for p in answer["placers"]:
+        usd = "-" if p["stranded_usd"] is None else f"{p['stranded_usd']:,.0f}"
+        out.append(f"{p['policy']:<9}{p['allocated_share']:>10.1%}{p['fragmented_share']:>11.1%}"
+                   f"{p['stranded_gpu_hours']:>15,.0f}{usd:>12}{_minutes(p['wait_p50_minutes']):>9}"
+                   f"{_minutes(p['wait_p95_minutes']):>9}{p['gang_jobs_started_earlier']:>7} of {p['gang_jobs']:<4}"
+                   f"{p['seconds']:>8.2f}")
+    out += [f"assumed: {n['jobs']} jobs {n['meaning']}" for n in answer["assumptions"]]
+    out += [f"note: {n}" for n in answer["notes"]]
+    return "\n".join(out)
+
+
 def cmd_whatif(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.whatif import default_window, run_whatif
+    from gpuledger.policies.whatif.placement import placement_whatif
     end = args.end or utc_now()
     with _open_existing(args, config) as store:
         _require_data(store, args.db)
         start, end = default_window(config, end, args.days)
-        answer = run_whatif(store, config, start, end, args.model, _edits(args), args.recommendations,
-                            _capacity(args.capacity)).to_dict()
+        if args.placers:
+            answer = placement_whatif(store, start, end, [p.strip() for p in args.placers.split(",") if p.strip()])
+        else:
+            answer = run_whatif(store, config, start, end, args.model, _edits(args), args.recommendations,
+                                _capacity(args.capacity)).to_dict()
     if args.json:
         json.dump(json_safe(answer), sys.stdout, indent=1, allow_nan=False)
         print()
     else:
-        print(whatif_text(answer))
+        print(placement_text(answer) if args.placers else whatif_text(answer))
     return 0
 
 

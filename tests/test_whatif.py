@@ -236,3 +236,62 @@ def test_without_job_records_the_effect_is_unknown_not_zero(tmp_path):
         [same] = simulate_effects(store, Config(), AT, [advice])
     assert same.status == "change" and "simulated_effect" not in same.evidence
     assert same.evidence["simulated_effect_unknown"] == "no job records in the policy window to replay"
+
+
+# -- placement what-if
+
+def test_a_gang_starts_only_when_every_task_is_placed_and_holds_nothing_while_it_waits():
+    from gpuledger.analytics.fragmentation import NodeArrays, TaskShape, Workload
+    from gpuledger.policies.whatif.placement import Arrival, emptied, replay_placement, tasks_for
+
+    big = 1 << 40
+    nodes = emptied(NodeArrays(["a", "b"], np.array(["H100", "H100"], dtype=object), np.array([big, big]),
+                               np.array([big, big]), np.zeros((2, 4), dtype=np.int64), np.array([4, 4])))
+    gang = tasks_for(8, "H100", 4, "gang")
+    assert [t.shape.gpus for t in gang] == [4, 4]
+    arrivals = [Arrival("one", tasks_for(3, "H100", 4, "one"), 0, 100, 0),
+                Arrival("gang", gang, 1, 50, 500),
+                Arrival("small", tasks_for(1, "H100", 4, "small"), 2, 10, 0)]
+    workload = Workload((TaskShape(0, 1000, 1, frozenset({"H100"})),), (1.0,))
+    for policy in ("fgd", "bestfit", "dotprod", "random"):
+        got = replay_placement(nodes, arrivals, policy, workload, {"H100": 2.0}, 1000)
+        assert got["started"] == 3 and got["still_waiting"] == 0
+        # the gang waited for "one" to end (99 s, not its recorded 500): started earlier than the record says
+        assert got["gang_jobs_started_earlier"] == 1 and got["wait_p95_minutes"] <= 99 / 60 + 1e-9
+        assert 0 <= got["fragmented_share"] <= 1 and 0 < got["allocated_share"] <= 1
+        assert got["stranded_usd"] == pytest.approx(got["stranded_gpu_hours"] * 2.0)
+
+
+def test_post_whatif_placement_answers_every_placer_and_refuses_bad_ones(job_store):
+    store, config = job_store
+    with api_client(store, config, open_reads=True) as c:
+        body = {"start": T0.isoformat(), "end": AT.isoformat()}
+        answer = c.post("/v1/whatif/placement", json=body)
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        assert [p["policy"] for p in got["placers"]] == ["fgd", "bestfit", "dotprod", "random"]
+        assert got["jobs"] == 16 and got["gpus"] == 2
+        for placer in got["placers"]:
+            assert placer["started"] == 16 and 0 <= placer["allocated_share"] <= 1
+        assert c.post("/v1/whatif/placement", json={**body, "placers": ["yarn"]}).status_code == 422
+        empty = c.post("/v1/whatif/placement", json={"start": (AT + timedelta(hours=1)).isoformat(),
+                                                     "end": (AT + timedelta(hours=2)).isoformat()})
+        assert empty.status_code == 422
+
+
+def test_jobs_a_configuration_can_never_start_are_counted_with_the_reason():
+    from gpuledger.policies.whatif import never_started
+    quotas = plan({"a": 1}, {"a": 2}, 2)  # Kueue: the cohort holds one GPU of nominal quota, two are present
+    done, _ = replay(jobs(("a", 2, 0, 10), ("a", 1, 0, 10)), {"H100": 2}, quotas, "kueue", WhatIfConfig(), DAY,
+                     2 * DAY)
+    assert [j.first_start for j in done] == [None, 0]
+    assert never_started(done, quotas, {"H100": 2}, "kueue", "the quotas in force") == [
+        "the quotas in force: 1 job(s) never start: they ask more H100 GPUs than the Kueue cohort holds in nominal "
+        "quota (1)"]
+
+
+def test_a_window_longer_than_the_history_starts_at_the_first_evidence(job_store):
+    store, config = job_store
+    answer = run_whatif(store, config, T0 - timedelta(days=12), AT, "slurm", use_recommendations=False)
+    assert answer.start == T0 and any(n.startswith("the window starts at 2026-11-02 00:00 UTC") for n in answer.notes)
+    assert answer.utilisation["current"] == pytest.approx(16 / (2 * 48))  # 16 one-GPU hours of 2 GPUs x 48 h

@@ -23,6 +23,7 @@ from gpuledger.collector.jobs.queues import SCHEDULERS
 from gpuledger.policies.scheduler_state import COMPARISON_STATUSES
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import FORMATS
+from gpuledger.policies.placers import POLICIES
 from gpuledger.policies.exporting import STATUSES as EXPORT_STATUSES
 from gpuledger.policies.recommendation import DECISIONS, KINDS, STATUSES, STORED_STATUSES
 
@@ -1065,6 +1066,7 @@ class Energy(BaseModel):
 
 
 WhatIfModel = Literal[WHATIF_MODELS]
+Policy = Literal[POLICIES]
 
 
 class QuotaEdit(BaseModel):
@@ -1093,9 +1095,9 @@ class WhatIfConfiguration(BaseModel):
 
 
 class WhatIfAnswer(BaseModel):
-    model: WhatIfModel
-    start: datetime
-    end: datetime
+    model: WhatIfModel = Field(description="the scheduler model the jobs were replayed through")
+    start: datetime = Field(description="the window's start (UTC)")
+    end: datetime = Field(description="the window's end (UTC)")
     capacity: dict[str, dict[str, int]] = Field(description="GPUs per model: current and proposed")
     jobs: int = Field(description="jobs replayed")
     assumptions: list[dict[str, Any]] = Field(description="what was assumed or left out, with how many jobs")
@@ -1103,5 +1105,44 @@ class WhatIfAnswer(BaseModel):
                                                      "proposed, and whether it changed")
     configurations: dict[str, WhatIfConfiguration] = Field(description="current and proposed")
     difference: dict[str, dict[str, float | None]] = Field(description="proposed - current, per team and figure")
-    notes: list[str]
+    notes: list[str] = Field(description="what is worth knowing about the configurations (an over-commitment in "
+                                         "force, GPUs a Kueue cohort has no quota for, Slurm's lack of guarantees)")
     seconds: float = Field(description="how long the replays took")
+
+
+class PlacementWhatIfRequest(BaseModel):
+    start: datetime | None = Field(None, description="the window's start (default: end - [quota] window_days)")
+    end: datetime | None = Field(None, description="the window's end (default: now)")
+    placers: list[Policy] = Field(default_factory=lambda: list(POLICIES), min_length=1, max_length=len(POLICIES),
+                                  description="the placers to replay the jobs through")
+
+
+class PlacerFigures(BaseModel):
+    policy: Policy = Field(description="the placer")
+    jobs: int = Field(description="jobs replayed")
+    started: int = Field(description="jobs placed before the window's end")
+    still_waiting: int = Field(description="jobs no placement started before the window's end")
+    allocated_share: float = Field(description="GPU allocated over GPU present, time-weighted")
+    fragmented_share: float = Field(description="FGD's fragmented GPU for the target workload over GPU present")
+    stranded_gpu_hours: float = Field(description="fragmented GPU-hours: GPUs free but unusable by the typical task")
+    stranded_usd: float | None = Field(description="their dollars at each model's rate; null: no model has a rate")
+    unpriced_stranded_gpu_hours: float = Field(description="stranded GPU-hours of models without a rate")
+    wait_p50_minutes: float | None = Field(description="median wait from submission to placement (minutes)")
+    wait_p95_minutes: float | None = Field(description="95th-percentile wait (minutes)")
+    gang_jobs: int = Field(description="jobs of more than one GPU (placed all at once)")
+    gang_jobs_started_earlier: int = Field(description="of them, those that would have started earlier than the "
+                                                       "record says they did")
+    gang_minutes_earlier_mean: float | None = Field(description="how much earlier they would have started, on "
+                                                                "average (minutes); null when none would")
+    seconds: float = Field(description="how long this placer's replay took")
+
+
+class PlacementWhatIfAnswer(BaseModel):
+    start: datetime = Field(description="the window's start (UTC)")
+    end: datetime = Field(description="the window's end (UTC)")
+    nodes: int = Field(description="nodes of the inventory (the GPUs present at the window's end)")
+    gpus: int = Field(description="their GPUs")
+    jobs: int = Field(description="jobs replayed")
+    assumptions: list[dict[str, Any]] = Field(description="what was assumed or left out, with how many jobs")
+    placers: list[PlacerFigures] = Field(description="per placer, in the order asked")
+    notes: list[str] = Field(description="how the replay reads the inventory and gang jobs")

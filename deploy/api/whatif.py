@@ -12,8 +12,9 @@ from gpuledger.analytics.records import json_safe
 from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.deploy.api.access import ClusterCaller
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, StoreDep
-from gpuledger.deploy.api.models import WhatIfAnswer, WhatIfRequest
+from gpuledger.deploy.api.models import PlacementWhatIfAnswer, PlacementWhatIfRequest, WhatIfAnswer, WhatIfRequest
 from gpuledger.policies.whatif import run_whatif
+from gpuledger.policies.whatif.placement import placement_whatif
 
 router = APIRouter(tags=["whatif"], dependencies=[CaughtUp])
 
@@ -31,3 +32,15 @@ async def whatif(request: WhatIfRequest, caller: ClusterCaller, store: StoreDep,
     answer = await run_in_threadpool(run_whatif, store, config, start, end, request.model, edits,
                                      request.use_recommendations, request.capacity)
     return json_safe(answer.to_dict())
+
+
+@router.post("/v1/whatif/placement", response_model=PlacementWhatIfAnswer)
+async def placement(request: PlacementWhatIfRequest, caller: ClusterCaller, store: StoreDep,
+                    config: ConfigDep) -> dict:
+    """Replay the window's recorded jobs through each placer on the GPUs present at its end, from empty, and answer
+    per placer: GPU allocated and fragmented, stranded GPU-hours and dollars, waits, and the gang jobs that would
+    have started earlier than they did. 422 for a window without job records or nodes."""
+    end = as_utc(request.end) if request.end else utc_now()
+    start = as_utc(request.start) if request.start else end - timedelta(days=config.quota.window_days)
+    answer = await run_in_threadpool(placement_whatif, store, start, end, list(dict.fromkeys(request.placers)))
+    return json_safe(answer)

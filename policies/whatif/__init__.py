@@ -17,14 +17,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gpuledger.analytics.config import WHATIF_MODELS, Config, WhatIfConfig
-from gpuledger.analytics.job_replay import replay_jobs
+from gpuledger.analytics.job_replay import prior_usage, replay_jobs
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.usage import capacity_by_model
+from gpuledger.analytics.usage import capacity_by_model, covered_hours
 from gpuledger.collector.errors import InputError
 from gpuledger.policies.quota_plan import QuotaPlan, build_plan
-from gpuledger.policies.recommendation import APPLIED, OPEN
+from gpuledger.policies.recommendation import APPLIED, OPEN, stored
 from gpuledger.policies.whatif.engine import Quotas, SchedulerModel, Simulation
 from gpuledger.policies.whatif.kai_like import KaiLike
 from gpuledger.policies.whatif.kueue_like import KueueLike
@@ -37,7 +38,7 @@ CONFIGURATIONS = ("current", "proposed")
 FIGURES = ("jobs", "started", "still_waiting", "wait_p50_minutes", "wait_p95_minutes", "wait_mean_minutes",
            "completion_p50_hours", "completion_p95_hours", "gpu_hours", "preemptions", "lost_gpu_hours")
 ALL_TEAMS = "all"
-PROPOSAL, IN_FORCE = "the proposed quotas", "the quotas in force"
+PROPOSAL, IN_FORCE, BOTH = "the proposed quotas", "the quotas in force", "both configurations"
 
 
 def scheduler_model(name: str, settings: WhatIfConfig) -> SchedulerModel:
@@ -181,13 +182,37 @@ def figures_of(jobs: list[SimJob], horizon_s: float) -> dict[str, dict[str, Any]
     return out
 
 
+def never_started(jobs: list[SimJob], plan: QuotaPlan, capacity: dict[str, int], model: str,
+                  label: str) -> list[str]:
+    """Why the jobs no replay started never did, counted: what the configuration rules out is a finding (a job
+    larger than its team's limit, or than a Kueue cohort's nominal quota), the rest still waited at the horizon."""
+    quotas, promised_gpus = quotas_of(plan), promised(plan)
+    reasons: dict[str, int] = {}
+    for job in jobs:
+        if job.first_start is not None:
+            continue
+        present = capacity.get(job.model, 0)
+        if job.gpus > present:
+            why = f"ask more {job.model} GPUs than are present"
+        elif job.gpus > quotas.limit_of(job.team, job.model, present):
+            why = f"ask more {job.model} GPUs than their team's limit"
+        elif model == "kueue" and job.gpus > promised_gpus.get(job.model, 0.0):
+            why = (f"ask more {job.model} GPUs than the Kueue cohort holds in nominal quota "
+                   f"({promised_gpus.get(job.model, 0.0):g})")
+        else:
+            why = "still waited when the replay ended (the window, then as long again to drain)"
+        reasons[why] = reasons.get(why, 0) + 1
+    return [f"{label}: {n} job(s) never start: they {why}" for why, n in sorted(reasons.items())]
+
+
 def replay(workload: Workload, capacity: dict[str, int], plan: QuotaPlan, model: str, settings: WhatIfConfig,
-           length_s: float, half_life_s: float) -> tuple[list[SimJob], float]:
+           length_s: float, half_life_s: float, usage: dict[str, float] | None = None) -> tuple[list[SimJob], float]:
     """One configuration's replay: the jobs as they fared, and the horizon it ran to (the window, then as long
-    again for the queue to drain, with no new arrivals)."""
+    again for the queue to drain, with no new arrivals). `usage`: each team's decayed GPU-seconds before the
+    window (analytics/job_replay.py prior_usage), where fair share starts from."""
     horizon = 2.0 * length_s
     sim = Simulation(workload, capacity, quotas_of(plan), scheduler_model(model, settings), length_s, horizon,
-                     half_life_s)
+                     half_life_s, usage)
     jobs = sim.run()
     for job in jobs:
         if job.start is not None and job.end is None:
@@ -196,7 +221,8 @@ def replay(workload: Workload, capacity: dict[str, int], plan: QuotaPlan, model:
 
 
 def compare(workload: Workload, start: datetime, end: datetime, plans: dict[str, QuotaPlan],
-            capacity: dict[str, dict[str, int]], model: str, config: Config) -> WhatIf:
+            capacity: dict[str, dict[str, int]], model: str, config: Config,
+            usage: dict[str, float] | None = None) -> WhatIf:
     """Replay `workload` under each configuration of CONFIGURATIONS and gather the figures."""
     began = time.perf_counter()
     length = (end - start).total_seconds()
@@ -205,8 +231,10 @@ def compare(workload: Workload, start: datetime, end: datetime, plans: dict[str,
         notes += (check_plan(plans[name], capacity[name], model, PROPOSAL, promised(plans["current"]))
                   if name == "proposed" else check_plan(plans[name], capacity[name], model, IN_FORCE))
         jobs, horizon = replay(workload, capacity[name], plans[name], model, config.whatif, length,
-                               config.fairshare.half_life_days * 86400.0)
+                               config.fairshare.half_life_days * 86400.0, usage)
         figures[name] = figures_of(jobs, horizon)
+        notes += never_started(jobs, plans[name], capacity[name], model,
+                               PROPOSAL if name == "proposed" else IN_FORCE)
         gpus = sum(capacity[name].values())
         utilisation[name] = (figures[name][ALL_TEAMS]["gpu_hours"] / (gpus * length / 3600.0)
                              if gpus and length else None)
@@ -226,8 +254,20 @@ def compare(workload: Workload, start: datetime, end: datetime, plans: dict[str,
     if model == "slurm" and any(r["current_guarantee_gpus"] != r["proposed_guarantee_gpus"] for r in rows):
         notes.append("Slurm has no guarantee: under the Slurm-like model only limits (GrpTRES) and shares change "
                      "what runs")
-    return WhatIf(model, start, end, capacity, workload, figures, utilisation, rows, notes,
+    return WhatIf(model, start, end, capacity, workload, figures, utilisation, rows, merged(notes),
                   time.perf_counter() - began)
+
+
+def merged(notes: list[str]) -> list[str]:
+    """The notes, each said once where it holds for both configurations."""
+    out = []
+    for note in notes:
+        if note.startswith(PROPOSAL) and IN_FORCE + note[len(PROPOSAL):] in notes:
+            continue
+        if note.startswith(IN_FORCE) and PROPOSAL + note[len(IN_FORCE):] in notes:
+            note = BOTH + note[len(IN_FORCE):]
+        out.append(note)
+    return out
 
 
 def current_plan(store: Store, config: Config, at: datetime) -> QuotaPlan:
@@ -262,18 +302,56 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
     if records.empty:
         raise InputError(f"no job records between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC: a what-if "
                          "replays the scheduler's recorded jobs (gpuledger import-jobs, or serve --jobs-from)")
+    start, clipped = evidence_start(store, records, start, end)
     union = {m: max(present.get(m, 0), proposed_capacity.get(m, 0)) for m in {*present, *proposed_capacity}}
     workload = workload_of(records, start, end, union)
     if not workload.jobs:
         raise InputError("none of the window's job records can be replayed: " + "; ".join(
             f"{n['jobs']} {n['meaning']}" for n in workload.notes()))
     plans = {"current": current_plan(store, config, end)}
-    base = (build_plan(store, config, statuses=OPEN, at=end) if use_recommendations else plans["current"])
+    base, advised = (advised_plan(store, config, end) if use_recommendations else (plans["current"], []))
     plans["proposed"] = edited_plan(base, edits) if edits else base
     # a limit not set is the model's GPUs: those each configuration replays on
     plans = {"current": replace(plans["current"], capacity={**plans["current"].capacity, **present}),
              "proposed": replace(plans["proposed"], capacity={**plans["proposed"].capacity, **proposed_capacity})}
-    return compare(workload, start, end, plans, {"current": present, "proposed": proposed_capacity}, model, config)
+    half_life = config.fairshare.half_life_days * 86400.0
+    usage = prior_usage(store, start, half_life, timedelta(seconds=4 * half_life))
+    answer = compare(workload, start, end, plans, {"current": present, "proposed": proposed_capacity}, model, config,
+                     usage)
+    answer.notes[:0] = clipped + advised
+    return answer
+
+
+def advised_plan(store: Store, config: Config, at: datetime) -> tuple[QuotaPlan, list[str]]:
+    """The quotas in force with the open recommendations; where none is stored yet (a server refreshes them every
+    [quota] refresh_minutes), the quota changes the policy advises at `at`, evaluated now and not stored."""
+    plan = build_plan(store, config, statuses=OPEN, at=at)
+    if any(r.kind == "quota" for r in stored(store, statuses=OPEN)):
+        return plan, []
+    from gpuledger.policies.recommender import evaluate  # the recommender simulates effects with this package
+    edits: dict[str, dict[str, dict[str, float]]] = {}
+    for advice in evaluate(store, config, at).quota:
+        if advice.status == "change" and advice.team in {t.team for t in plan.teams}:
+            edits.setdefault(advice.team, {})[advice.gpu_model] = {"guarantee": float(advice.guarantee or 0),
+                                                                   "limit": float(advice.limit or 0)}
+    note = (f"no open recommendation is stored: the proposal is the policy's quota advice at {at:%Y-%m-%d %H:%M} "
+            f"UTC, evaluated now and not stored ({sum(len(m) for m in edits.values())} change(s))")
+    return (edited_plan(plan, edits) if edits else plan), [note]
+
+
+def evidence_start(store: Store, records, start: datetime, end: datetime) -> tuple[datetime, list[str]]:
+    """The window's start, moved up to the first sample or job record where the store holds nothing before it: a
+    window longer than the history would count GPU-hours present that no evidence shows (utilisation too low)."""
+    hours = [h for row in covered_hours(store, start, end)["hours"] for h in row]
+    instants = [pd.Timestamp(v) for v in (*hours, records["submit_ts"].min(), records["start_ts"].min())
+                if v is not None and not pd.isna(v)]
+    instants = [t.tz_localize("UTC") if t.tzinfo is None else t for t in instants]  # hours are UTC, unmarked
+    first = min(instants).to_pydatetime() if instants else start
+    if first <= start:
+        return start, []
+    first = first.replace(second=0, microsecond=0)
+    return first, [f"the window starts at {first:%Y-%m-%d %H:%M} UTC, the first sample or job record: the store "
+                   f"holds nothing from the {start:%Y-%m-%d %H:%M} asked"]
 
 
 def default_window(config: Config, end: datetime, days: float | None = None) -> tuple[datetime, datetime]:

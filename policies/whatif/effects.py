@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.job_replay import replay_jobs
+from gpuledger.analytics.job_replay import prior_usage, replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.policies.quota import QuotaAdvice
 from gpuledger.policies.recommendation import HELD_BACK
@@ -55,19 +55,20 @@ def simulate_effects(store: Store, config: Config, at: datetime, advice: list[Qu
         return advice
     plan = current_plan(store, config, at)
     length, half_life = (at - start).total_seconds(), config.fairshare.half_life_days * 86400.0
+    usage = prior_usage(store, start, half_life, timedelta(seconds=4 * half_life))
     baselines: dict[str, tuple[Workload, dict[str, Any]]] = {}
     for a in changes:
         if a.gpu_model not in baselines:
             mine = _of_model(workload, a.gpu_model)
             baselines[a.gpu_model] = (mine, figures_of(*replay(mine, capacity, plan, settings.model, settings,
-                                                                  length, half_life)) if mine.jobs else {})
+                                                                  length, half_life, usage)) if mine.jobs else {})
         mine, before = baselines[a.gpu_model]
         if not mine.jobs:
             a.evidence["simulated_effect_unknown"] = f"no {a.gpu_model} job records in the policy window"
             continue
         changed = edited_plan(plan, {a.team: {a.gpu_model: {"guarantee": float(a.guarantee or 0),
                                                             "limit": float(a.limit or 0)}}})
-        after = figures_of(*replay(mine, capacity, changed, settings.model, settings, length, half_life))
+        after = figures_of(*replay(mine, capacity, changed, settings.model, settings, length, half_life, usage))
         _judge(a, before, after, settings, start, at, len(mine.jobs))
     return advice
 

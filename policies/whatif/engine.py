@@ -53,7 +53,7 @@ class Simulation:
     """One replay of a workload under one configuration. `run()` returns the jobs as they fared."""
 
     def __init__(self, workload: Workload, capacity: dict[str, int], quotas: Quotas, scheduler: SchedulerModel,
-                 length_s: float, horizon_s: float, half_life_s: float) -> None:
+                 length_s: float, horizon_s: float, half_life_s: float, usage: dict[str, float] | None = None) -> None:
         self.jobs = [replace(j) for j in workload.jobs]  # each replay its own copies
         self.capacity = {**{j.model: 0 for j in self.jobs}, **capacity}  # a model retired: its jobs wait
         self.free = dict(self.capacity)
@@ -64,7 +64,7 @@ class Simulation:
         self.used: dict[tuple[str, str], int] = defaultdict(int)  # GPUs held per (team, model)
         self.running: dict[str, dict[int, SimJob]] = {m: {} for m in self.capacity}
         self.waiting: dict[str, dict[tuple[str, int], list]] = {m: {} for m in self.capacity}  # (submit, idx)
-        self.usage: dict[str, float] = defaultdict(float)  # decayed GPU-seconds per team
+        self.usage: dict[str, float] = defaultdict(float, usage or {})  # decayed GPU-seconds per team
         self.holding: dict[str, int] = defaultdict(int)  # GPUs held per team, all models
         self._events: list[tuple[float, int, int, int]] = []
         self._last = 0.0
