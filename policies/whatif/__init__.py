@@ -24,6 +24,7 @@ from gpuledger.analytics.job_replay import prior_usage, replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import capacity_by_model, covered_hours
 from gpuledger.collector.errors import InputError
+from gpuledger.policies.quota import QuotaAdvice
 from gpuledger.policies.quota_plan import QuotaPlan, build_plan
 from gpuledger.policies.recommendation import APPLIED, OPEN, stored
 from gpuledger.policies.whatif.engine import Quotas, SchedulerModel, Simulation
@@ -154,7 +155,8 @@ class WhatIf:
                 "difference": self.difference(), "notes": self.notes, "seconds": round(self.seconds, 3)}
 
 
-def _quantile(values: list[float], q: float) -> float | None:
+def quantile_or_none(values: list[float], q: float) -> float | None:
+    """The q-quantile of `values`; None (unknown, never 0) for none."""
     return float(np.quantile(values, q)) if values else None
 
 
@@ -173,9 +175,11 @@ def figures_of(jobs: list[SimJob], horizon_s: float) -> dict[str, dict[str, Any]
         done = [(j.end - j.submit) / 3600.0 for j in arrived if j.end is not None]
         out[team] = {"jobs": len(arrived), "started": sum(j.first_start is not None for j in arrived),
                      "still_waiting": sum(j.first_start is None for j in arrived),
-                     "wait_p50_minutes": _quantile(waits, 0.5), "wait_p95_minutes": _quantile(waits, 0.95),
+                     "wait_p50_minutes": quantile_or_none(waits, 0.5),
+                     "wait_p95_minutes": quantile_or_none(waits, 0.95),
                      "wait_mean_minutes": float(np.mean(waits)) if waits else None,
-                     "completion_p50_hours": _quantile(done, 0.5), "completion_p95_hours": _quantile(done, 0.95),
+                     "completion_p50_hours": quantile_or_none(done, 0.5),
+                     "completion_p95_hours": quantile_or_none(done, 0.95),
                      "gpu_hours": sum(j.served_gpu_s for j in mine) / 3600.0,
                      "preemptions": sum(j.preemptions for j in mine),
                      "lost_gpu_hours": sum(j.lost_gpu_s for j in mine) / 3600.0}
@@ -216,7 +220,7 @@ def replay(workload: Workload, capacity: dict[str, int], plan: QuotaPlan, model:
     jobs = sim.run()
     for job in jobs:
         if job.start is not None and job.end is None:
-            job.served_gpu_s += job.gpus * max(0.0, min(horizon, length_s) - max(job.start, 0.0))
+            job.served_gpu_s += job.gpus * max(0.0, length_s - max(job.start, 0.0))  # inside the window only
     return jobs, horizon
 
 
@@ -231,7 +235,7 @@ def compare(workload: Workload, start: datetime, end: datetime, plans: dict[str,
         notes += (check_plan(plans[name], capacity[name], model, PROPOSAL, promised(plans["current"]))
                   if name == "proposed" else check_plan(plans[name], capacity[name], model, IN_FORCE))
         jobs, horizon = replay(workload, capacity[name], plans[name], model, config.whatif, length,
-                               config.fairshare.half_life_days * 86400.0, usage)
+                               half_life_s(config), usage)
         figures[name] = figures_of(jobs, horizon)
         notes += never_started(jobs, plans[name], capacity[name], model,
                                PROPOSAL if name == "proposed" else IN_FORCE)
@@ -275,12 +279,6 @@ def current_plan(store: Store, config: Config, at: datetime) -> QuotaPlan:
     return build_plan(store, config, statuses=(APPLIED,), at=at)
 
 
-def proposed_plan(store: Store, config: Config, at: datetime, edits: dict | None) -> QuotaPlan:
-    """The proposal: the open recommendations (proposed or accepted) over the quotas in force, then `edits`."""
-    plan = build_plan(store, config, statuses=OPEN, at=at)
-    return edited_plan(plan, edits) if edits else plan
-
-
 def run_whatif(store: Store, config: Config, start: datetime, end: datetime, model: str | None = None,
                edits: dict | None = None, use_recommendations: bool = True,
                capacity: dict[str, int] | None = None) -> WhatIf:
@@ -314,12 +312,24 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
     # a limit not set is the model's GPUs: those each configuration replays on
     plans = {"current": replace(plans["current"], capacity={**plans["current"].capacity, **present}),
              "proposed": replace(plans["proposed"], capacity={**plans["proposed"].capacity, **proposed_capacity})}
-    half_life = config.fairshare.half_life_days * 86400.0
-    usage = prior_usage(store, start, half_life, timedelta(seconds=4 * half_life))
     answer = compare(workload, start, end, plans, {"current": present, "proposed": proposed_capacity}, model, config,
-                     usage)
+                     starting_usage(store, config, start))
     answer.notes[:0] = clipped + advised
     return answer
+
+
+def half_life_s(config: Config) -> float:
+    return config.fairshare.half_life_days * 86400.0
+
+
+def starting_usage(store: Store, config: Config, start: datetime) -> dict[str, float]:
+    """Each team's decayed usage at `start` (four half lives of history): where a replay's fair share starts."""
+    return prior_usage(store, start, half_life_s(config), timedelta(seconds=4 * half_life_s(config)))
+
+
+def advice_edit(advice: QuotaAdvice) -> dict[str, float]:
+    """A quota advice's guarantee and limit as a proposal's edit for its team and model."""
+    return {"guarantee": float(advice.guarantee or 0), "limit": float(advice.limit or 0)}
 
 
 def advised_plan(store: Store, config: Config, at: datetime) -> tuple[QuotaPlan, list[str]]:
@@ -332,8 +342,7 @@ def advised_plan(store: Store, config: Config, at: datetime) -> tuple[QuotaPlan,
     edits: dict[str, dict[str, dict[str, float]]] = {}
     for advice in evaluate(store, config, at).quota:
         if advice.status == "change" and advice.team in {t.team for t in plan.teams}:
-            edits.setdefault(advice.team, {})[advice.gpu_model] = {"guarantee": float(advice.guarantee or 0),
-                                                                   "limit": float(advice.limit or 0)}
+            edits.setdefault(advice.team, {})[advice.gpu_model] = advice_edit(advice)
     note = (f"no open recommendation is stored: the proposal is the policy's quota advice at {at:%Y-%m-%d %H:%M} "
             f"UTC, evaluated now and not stored ({sum(len(m) for m in edits.values())} change(s))")
     return (edited_plan(plan, edits) if edits else plan), [note]
@@ -359,4 +368,4 @@ def default_window(config: Config, end: datetime, days: float | None = None) -> 
 
 
 __all__ = ["run_whatif", "compare", "WhatIf", "FIGURES", "CONFIGURATIONS", "ALL_TEAMS", "edited_plan",
-           "current_plan", "proposed_plan", "quotas_of", "replay", "figures_of", "default_window"]
+           "current_plan", "quotas_of", "replay", "figures_of", "default_window"]

@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.job_replay import prior_usage, replay_jobs
+from gpuledger.analytics.job_replay import replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.policies.quota import QuotaAdvice
 from gpuledger.policies.recommendation import HELD_BACK
-from gpuledger.policies.whatif import ALL_TEAMS, current_plan, edited_plan, figures_of, present_capacity, replay
+from gpuledger.policies.whatif import (ALL_TEAMS, advice_edit, current_plan, edited_plan, figures_of, half_life_s,
+                                       present_capacity, replay, starting_usage)
 from gpuledger.policies.whatif.workload import Workload, workload_of
 
 SHOWN = ("jobs", "wait_p50_minutes", "wait_p95_minutes", "wait_mean_minutes", "completion_p95_hours", "preemptions")
@@ -54,8 +55,8 @@ def simulate_effects(store: Store, config: Config, at: datetime, advice: list[Qu
             a.evidence["simulated_effect_unknown"] = why
         return advice
     plan = current_plan(store, config, at)
-    length, half_life = (at - start).total_seconds(), config.fairshare.half_life_days * 86400.0
-    usage = prior_usage(store, start, half_life, timedelta(seconds=4 * half_life))
+    length, half_life = (at - start).total_seconds(), half_life_s(config)
+    usage = starting_usage(store, config, start)
     baselines: dict[str, tuple[Workload, dict[str, Any]]] = {}
     for a in changes:
         if a.gpu_model not in baselines:
@@ -66,8 +67,7 @@ def simulate_effects(store: Store, config: Config, at: datetime, advice: list[Qu
         if not mine.jobs:
             a.evidence["simulated_effect_unknown"] = f"no {a.gpu_model} job records in the policy window"
             continue
-        changed = edited_plan(plan, {a.team: {a.gpu_model: {"guarantee": float(a.guarantee or 0),
-                                                            "limit": float(a.limit or 0)}}})
+        changed = edited_plan(plan, {a.team: {a.gpu_model: advice_edit(a)}})
         after = figures_of(*replay(mine, capacity, changed, settings.model, settings, length, half_life, usage))
         _judge(a, before, after, settings, start, at, len(mine.jobs))
     return advice

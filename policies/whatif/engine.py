@@ -17,7 +17,7 @@ import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from gpuledger.policies.whatif.workload import SimJob, Workload
 
@@ -93,6 +93,26 @@ class Simulation:
         job.preemptions += 1
         job.start = None
         self._wait(job)
+
+    def evict_for(self, job: SimJob, room: int, may_evict: Callable[[str, int, SimJob], bool]) -> bool:
+        """Evict other teams' running jobs of `job`'s model, newest first, until `room` plus what they free fits
+        it; `may_evict(team, held, victim)` says whether a victim may go while its team holds `held` GPUs (what
+        this eviction leaves it). False, and nothing evicted, when the victims allowed do not free enough."""
+        victims, freed, held = [], 0, {}
+        for other in sorted(self.running[job.model].values(), key=lambda j: (-j.start, -j.idx)):
+            if other.team == job.team:
+                continue
+            now = held.get(other.team, self.used[(other.team, job.model)])
+            if not may_evict(other.team, now, other):
+                continue
+            victims.append(other)
+            held[other.team] = now - other.gpus
+            freed += other.gpus
+            if room + freed >= job.gpus:
+                for victim in victims:
+                    self.preempt(victim)
+                return True
+        return False
 
     def shadow(self, model: str, gpus: int) -> tuple[float, int]:
         """When `gpus` GPUs of `model` are free at the earliest as running jobs end (their recorded run times), and

@@ -72,23 +72,8 @@ class KaiLike:
             if best is not None:
                 sim.start(best)
                 continue
-            if reclaimer is None or not self._reclaim(sim, model, reclaimer[1], fair):
+            # a victim may go as long as its team stays at or above its fair share
+            if reclaimer is None or not sim.evict_for(
+                    reclaimer[1], sim.free[model],
+                    lambda team, held, victim: held - victim.gpus >= fair.get(team, 0.0) - 1e-9):
                 return
-
-    @staticmethod
-    def _reclaim(sim: Simulation, model: str, job, fair: dict[str, float]) -> bool:
-        victims, freed, held = [], 0, {}
-        for other in sorted(sim.running[model].values(), key=lambda j: (-j.start, -j.idx)):
-            if other.team == job.team:
-                continue
-            now = held.get(other.team, sim.used[(other.team, model)])
-            if now - other.gpus < fair.get(other.team, 0.0) - 1e-9:
-                continue  # it would fall below its fair share
-            victims.append(other)
-            held[other.team] = now - other.gpus
-            freed += other.gpus
-            if sim.free[model] + freed >= job.gpus:
-                for victim in victims:
-                    sim.preempt(victim)
-                return True
-        return False

@@ -49,26 +49,7 @@ class KueueLike:
             if best is not None:
                 sim.start(best)
                 continue
-            if reclaimer is None or not self.reclaim or not self._make_room(sim, model, reclaimer, room):
+            # a borrower's workload may go while its queue still borrows (holds more than its nominal quota)
+            if reclaimer is None or not self.reclaim or not sim.evict_for(
+                    reclaimer, room, lambda team, held, _: held > sim.quotas.guarantee_of(team, model)):
                 return
-
-    @staticmethod
-    def _make_room(sim: Simulation, model: str, job, room: int) -> bool:
-        """Evict borrowers' workloads, newest first, until `job` fits; False (nothing evicted) if it cannot."""
-        def borrowing(team: str) -> float:
-            return sim.used[(team, model)] - sim.quotas.guarantee_of(team, model)
-        victims, freed, lent = [], 0, {}
-        for other in sorted(sim.running[model].values(), key=lambda j: (-j.start, -j.idx)):
-            if other.team == job.team:
-                continue
-            over = lent.get(other.team, borrowing(other.team))
-            if over <= 0:
-                continue
-            victims.append(other)
-            lent[other.team] = over - other.gpus
-            freed += other.gpus
-            if room + freed >= job.gpus:
-                for victim in victims:
-                    sim.preempt(victim)
-                return True
-        return False

@@ -29,6 +29,7 @@ from gpuledger.analytics.job_replay import replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.collector.errors import InputError
 from gpuledger.policies.placers import POLICIES, ClusterState, Placement, Task, make_placer
+from gpuledger.policies.whatif import quantile_or_none
 from gpuledger.policies.whatif.workload import workload_of
 
 DEPTH = 64  # waiting jobs one pass tries
@@ -66,10 +67,6 @@ def emptied(nodes: NodeArrays) -> NodeArrays:
                       nodes.gpu_count.copy(), nodes.gpu_ids)
 
 
-def _quantile(values: list[float], q: float) -> float | None:
-    return float(np.quantile(values, q)) if values else None
-
-
 def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str, workload: Workload,
                      rates: dict[str, float], end_s: float, seed: int = 42) -> dict[str, Any]:
     """One placer over the arrivals, from an empty `nodes` until `end_s` (seconds, the window's end)."""
@@ -83,18 +80,17 @@ def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str
     waiting: list[int] = []
     held: dict[int, list[Placement]] = {}
     started: dict[int, float] = {}
-    last, frag_s, alloc_s, stranded_gpu_s, stranded_usd, unpriced = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    priced = ~np.isnan(rate_per_node)
+    last, frag_s, alloc_s, stranded_usd, unpriced = 0.0, 0.0, 0.0, 0.0, 0.0  # frag_s: fragmented milli-GPU-s
     capacity = state.capacity_milli or 1
 
     def advance(t: float) -> None:
-        nonlocal last, frag_s, alloc_s, stranded_gpu_s, stranded_usd, unpriced
+        nonlocal last, frag_s, alloc_s, stranded_usd, unpriced
         dt = min(t, end_s) - last
         if dt > 0:
             frag = state.frag
             frag_s += float(frag.sum()) * dt
             alloc_s += state.allocated_milli * dt
-            stranded_gpu_s += float(frag.sum()) / MILLI * dt
-            priced = ~np.isnan(rate_per_node)
             stranded_usd += float((frag[priced] / MILLI * rate_per_node[priced]).sum()) * dt / 3600.0
             unpriced += float(frag[~priced].sum()) / MILLI * dt
             last = min(t, end_s)
@@ -137,10 +133,10 @@ def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str
     gangs = sum(1 for a in arrivals if a.gang and a.submit < end_s)
     return {"policy": policy, "jobs": len(waits), "started": len(started), "still_waiting": len(waits) - len(started),
             "allocated_share": alloc_s / capacity / length, "fragmented_share": frag_s / capacity / length,
-            "stranded_gpu_hours": stranded_gpu_s / 3600.0,
-            "stranded_usd": stranded_usd if (~np.isnan(rate_per_node)).any() else None,  # no rate: unknown
+            "stranded_gpu_hours": frag_s / MILLI / 3600.0,
+            "stranded_usd": stranded_usd if priced.any() else None,  # no rate: unknown
             "unpriced_stranded_gpu_hours": unpriced / 3600.0,
-            "wait_p50_minutes": _quantile(waits, 0.5), "wait_p95_minutes": _quantile(waits, 0.95),
+            "wait_p50_minutes": quantile_or_none(waits, 0.5), "wait_p95_minutes": quantile_or_none(waits, 0.95),
             "gang_jobs": gangs, "gang_jobs_started_earlier": len(earlier),
             "gang_minutes_earlier_mean": float(np.mean(earlier)) if earlier else None,
             "seconds": round(time.perf_counter() - began, 3)}
