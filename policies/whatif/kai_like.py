@@ -50,7 +50,8 @@ class KaiLike:
             return
         capacity = sim.capacity[model]
         waiting = sim.waiting_gpus(model)
-        teams = set(waiting) | {t for (t, m), n in sim.used.items() if m == model and n > 0}
+        # sorted: the rounds add floats team by team, and a set's order changes with the process's hash seed
+        teams = sorted(set(waiting) | {t for (t, m), n in sim.used.items() if m == model and n > 0})
         q = sim.quotas
         asked = {t: sim.used[(t, model)] + waiting.get(t, 0) for t in teams}
         fair = fair_shares(asked, {t: q.guarantee_of(t, model) for t in teams},

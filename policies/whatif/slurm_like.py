@@ -29,8 +29,9 @@ class SlurmLike:
 
     def factors(self, sim: Simulation) -> dict[str, float]:
         if sim.now - self._calculated >= self.settings.slurm_calc_period_s or not self._factors:
-            teams = set(sim.usage) | {t for jobs in sim.waiting.values() for t, _ in jobs}
-            total_usage = sum(sim.usage.values())
+            # sorted, so the float sums (and so ties between factors) do not depend on the hash seed
+            teams = sorted(set(sim.usage) | {t for jobs in sim.waiting.values() for t, _ in jobs})
+            total_usage = sum(sim.usage[t] for t in sorted(sim.usage))
             total_share = sum(sim.quotas.share_of(t) for t in teams) or 1.0
             self._factors = {t: (2.0 ** (-(sim.usage[t] / total_usage) / (sim.quotas.share_of(t) / total_share))
                                  if total_usage > 0 and sim.quotas.share_of(t) > 0 else 1.0) for t in teams}
