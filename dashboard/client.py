@@ -31,11 +31,16 @@ def _auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def get_json(base: str, path: str, token: str | None = None, **params: Any) -> Any:
+def _send(method: str, base: str, path: str, token: str | None, timeout: float, **kwargs: Any) -> requests.Response:
+    """One request to the API; a network failure is ApiUnavailable naming the API's address."""
     try:
-        response = requests.get(f"{base}{path}", params=params, timeout=60, headers=_auth(token))
+        return requests.request(method, f"{base}{path}", timeout=timeout, headers=_auth(token), **kwargs)
     except requests.RequestException as exc:
         raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
+
+
+def get_json(base: str, path: str, token: str | None = None, **params: Any) -> Any:
+    response = _send("GET", base, path, token, 60, params=params)
     if response.status_code in (401, 403):
         raise NeedsToken(f"{path}: {response.json().get('detail', response.text[:300])}")
     if not response.ok:
@@ -67,12 +72,8 @@ def proxied_token(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 def post_decision(base: str, rec_id: str, decision: str, by: str, token: str, note: str | None = None) -> dict:
     """Record a decision through the API; the API's refusal (401, 404, 409) comes back as ApiUnavailable's text."""
-    try:
-        response = requests.post(f"{base}/v1/recommendations/{rec_id}/decision", timeout=60,
-                                 json={"decision": decision, "by": by, "note": note},
-                                 headers=_auth(token))
-    except requests.RequestException as exc:
-        raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
+    response = _send("POST", base, f"/v1/recommendations/{rec_id}/decision", token, 60,
+                     json={"decision": decision, "by": by, "note": note})
     if not response.ok:
         raise ApiUnavailable(f"the decision was refused ({response.status_code}): {response.text[:300]}")
     return response.json()
@@ -97,10 +98,7 @@ def post_json(base: str, path: str, body: dict, token: str | None = None, timeou
     """POST a question that changes nothing (/v1/whatif): 401 and 403 come back as NeedsToken, any other refusal
     (422: a proposal the scheduler could not run) as ApiUnavailable with the API's reason. A what-if replays a
     window of jobs twice, so it may take longer than a read."""
-    try:
-        response = requests.post(f"{base}{path}", json=body, timeout=timeout, headers=_auth(token))
-    except requests.RequestException as exc:
-        raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
+    response = _send("POST", base, path, token, timeout, json=body)
     if response.status_code in (401, 403):
         raise NeedsToken(f"{path}: {_reason(response)}")
     if response.status_code == 422:
