@@ -32,6 +32,7 @@ from gpuledger.analytics.store.rates import POOL, PROFILE, PoolRule
 from gpuledger.collector.gpu_catalog import (DEFAULT_RATES, memory_gb, mig_profiles, mig_share, normalize_model,
                                             vgpu_profile, vgpu_share)
 from gpuledger.collector.jobs.kube_state import label_key
+from gpuledger.collector.topology import CLIQUE_LABEL, SCOPES
 from gpuledger.collector.identifiers import check_identifier
 
 
@@ -217,6 +218,37 @@ class PlacementConfig:
     latency_sensitive: tuple[str, ...] = ("LS", "inference", "serving")
 
 
+# what a multi-GPU job is kept inside (`[topology] keep_within`), narrowest first: an NVLink island (GPUs of one node
+# joined by NVLink), the node, the multi-node NVLink clique, the rack; declared once, with the topology collector
+KEEP_WITHIN = SCOPES
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # the node itself: both schedulers' Topology allow it only last
+MAX_LEVELS = 16  # the Topology CRDs' maxItems of spec.levels (Kueue's and KAI's alike)
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """`[topology]`: where a node sits, as node labels, for Kueue's Topology Aware Scheduling and KAI's topology
+    support (policies/emitters/topology.py). A job kept inside one clique or rack talks over NVLink or one switch,
+    not across the data centre; the schedulers can only do that when a Topology object names the levels."""
+    levels: tuple[str, ...] = (CLIQUE_LABEL, HOSTNAME_LABEL)  # node labels, outermost first, the last the node
+    name: str = "gpu-topology"  # the Topology object's name (a Kubernetes name), which flavors and jobs refer to
+    scheduler_objects: bool = False  # `emit kueue|kai` also outputs the Topology (and Kueue flavors name it)
+    rack_label: str = ""  # the site's node label naming the rack, one of levels; "" = no rack level
+    keep_within: str = "island"  # one of KEEP_WITHIN
+
+    def level_label(self, scope: str | None = None) -> str | None:
+        """The node label of the level a scope of KEEP_WITHIN (default: keep_within) names, None where the levels
+        have none: a scheduler can only keep a job inside a level its Topology lists. An island lies inside one
+        node, the narrowest level a Topology has, so it is the node's level (which of the node's GPUs a job gets
+        is the device plugin's choice, not the Topology's)."""
+        scope = scope or self.keep_within
+        if scope == "rack":
+            return self.rack_label if self.rack_label and self.rack_label in self.levels else None
+        if scope == "clique":
+            return CLIQUE_LABEL if CLIQUE_LABEL in self.levels else None
+        return self.levels[-1] if self.levels else None  # "node" and "island"
+
+
 @dataclass(frozen=True)
 class EfficiencyConfig:
     """`[efficiency]`: when a job's profiling readings (SM activity, tensor and DRAM activity, interconnect bytes)
@@ -285,6 +317,7 @@ class Config:
     efficiency: EfficiencyConfig = field(default_factory=EfficiencyConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
     budgets: dict[str, float] = field(default_factory=dict)  # team -> USD per ledger period ([budgets])
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     slo: dict[str, Slo] = field(default_factory=dict)  # by service (model served) or team
@@ -412,7 +445,7 @@ def section_keys(section: str) -> tuple[str, ...]:
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
 SECTIONS = ("rates", "rate_cards", "cost_models", "node_pools", "pool_rates", "profile_rates", "budgets", "alerts",
-            "teams", "attribution", "report", "slo", "apps",
+            "teams", "attribution", "report", "slo", "apps", "topology",
             *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
@@ -638,6 +671,69 @@ def _check_pools(config: Config) -> None:
 _GLOB = re.compile(r"[A-Za-z0-9._:@/+*?\[\]!-]{1,253}")  # a node name's characters and glob's * ? [ ] !
 _LABEL = re.compile(r"([A-Za-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")  # a Kubernetes label key
 _PROFILE = re.compile(r"\d+g\.\d+gb")
+# a Kubernetes label key as the Topology CRDs take a level's nodeLabel (a lower-case DNS subdomain prefix and '/',
+# then a name of at most 63 characters) and a Kubernetes object name (a DNS subdomain), each checked for length too
+_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_LABEL_KEY = re.compile(rf"(?:(?P<prefix>{_SUBDOMAIN})/)?(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)")
+_K8S_NAME = re.compile(_SUBDOMAIN)
+
+
+def is_label_key(value: Any) -> bool:
+    """Whether `value` is a Kubernetes label key (what a Topology level's nodeLabel must be)."""
+    match = _LABEL_KEY.fullmatch(value) if isinstance(value, str) else None
+    return bool(match) and len(match["name"]) <= 63 and len(match["prefix"] or "") <= 253
+
+
+def is_k8s_name(value: Any) -> bool:
+    """Whether `value` is a Kubernetes object name (a DNS subdomain of at most 253 characters)."""
+    return isinstance(value, str) and len(value) <= 253 and bool(_K8S_NAME.fullmatch(value))
+
+
+def topology_problem(topology: TopologyConfig) -> str | None:
+    """What is wrong with a `[topology]` (None: nothing), checked as the schedulers' Topology CRDs would (label keys,
+    unique levels, the node's own label only last, at most MAX_LEVELS), so a bad label is refused, never emitted into
+    a scheduler object or a job's annotations; and keep_within must name a level the levels have. One rule for the
+    file's loader and the emitters (which may be handed a TopologyConfig built in code)."""
+    levels = topology.levels
+    if not isinstance(levels, tuple) or not 1 <= len(levels) <= MAX_LEVELS:
+        return f"levels must be a list of 1 to {MAX_LEVELS} node label keys, outermost first, got {ascii(levels)[:200]}"
+    bad = next((level for level in levels if not is_label_key(level)), None)
+    if bad is not None:
+        return (f"levels: {ascii(bad)[:80]} is not a Kubernetes label key (an optional DNS prefix and '/', then "
+                f"letters, digits, '-', '_' and '.'; e.g. \"{CLIQUE_LABEL}\", \"{HOSTNAME_LABEL}\")")
+    if len(set(levels)) != len(levels):
+        return f"levels must each be named once, got {list(levels)!r}"
+    if HOSTNAME_LABEL in levels[:-1]:
+        return f"levels: {HOSTNAME_LABEL} names the node, so it can only be the last level"
+    if not is_k8s_name(topology.name):
+        return (f"name must be a Kubernetes name (lower-case letters, digits, '-' and '.', at most 253), "
+                f"got {ascii(topology.name)[:80]}")
+    if not isinstance(topology.scheduler_objects, bool):
+        return "scheduler_objects must be true or false"
+    rack = topology.rack_label
+    if rack != "" and not is_label_key(rack):
+        return f"rack_label must be a Kubernetes label key, got {ascii(rack)[:80]}"
+    if rack and rack not in levels:
+        return f"rack_label {rack!r} is not one of levels: add it there, outermost first"
+    if topology.keep_within not in KEEP_WITHIN:
+        return f"keep_within must be one of {', '.join(KEEP_WITHIN)}, got {ascii(topology.keep_within)[:80]}"
+    if topology.level_label() is None:
+        needs = "rack_label" if topology.keep_within == "rack" else f"{CLIQUE_LABEL} among levels"
+        return f"keep_within = {topology.keep_within!r} needs {needs}"
+    return None
+
+
+def _topology(table: Mapping[str, Any]) -> TopologyConfig:
+    """`[topology]`: its keys, then `topology_problem`'s rules."""
+    _known_keys("topology", table, [f.name for f in fields(TopologyConfig)])
+    levels = table.get("levels", list(TopologyConfig.levels))
+    if not isinstance(levels, list):
+        raise ConfigError(f"[topology] levels must be a list of node label keys, outermost first, got {levels!r}")
+    topology = replace(TopologyConfig(), **{k: v for k, v in table.items() if k != "levels"}, levels=tuple(levels))
+    problem = topology_problem(topology)
+    if problem:
+        raise ConfigError(f"[topology] {problem}")
+    return topology
 
 
 def _node_pools(table: Mapping[str, Any]) -> list[PoolRule]:
@@ -790,6 +886,7 @@ def load_config(path: str | Path | None) -> Config:
     config.alerts = _alerts(_table("alerts", data.get("alerts", {})))
     config.slo = _slos(_table("slo", data.get("slo", {})))
     config.apps = _apps(_table("apps", data.get("apps", {})))
+    config.topology = _topology(_table("topology", data.get("topology", {})))
     for section in SECTION_TYPES:
         values = _table(section, data.get(section, {}))
         _known_keys(section, values, section_keys(section))

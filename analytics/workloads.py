@@ -60,6 +60,16 @@ def waiting_demand(store: Store, start: datetime, end: datetime, at: datetime) -
                              "held": list(HELD_REASONS)})
 
 
+def job_records_between(store: Store, start: datetime, end: datetime) -> int:
+    """Job records with GPUs that were in the system at some point of [start, end). None at all means the queue is
+    not known there (no scheduler's records were loaded), which waiting_demand's empty answer cannot tell apart
+    from nothing having waited: a caller counting queued demand says "unknown", never 0, when this is 0."""
+    sql = """SELECT count(*) FROM jobs
+             WHERE coalesce(gpus, 0) > 0 AND coalesce(submit_ts, start_ts) < $end
+               AND (end_ts IS NULL OR end_ts >= $start)"""
+    return int(store.scalar(sql, {"start": start, "end": end}) or 0)
+
+
 # what workload figures can be grouped by; `workload_class` is collector/jobs/classes.py WORKLOAD_CLASSES or
 # `unclassified` (a job stored before classes existed counts as unclassified)
 WORKLOAD_GROUPS = ("team", "gpu_model", "workload_class")

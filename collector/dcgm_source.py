@@ -16,11 +16,13 @@ import requests
 from gpuledger.collector.apps.hami import ContainerUse, GpuUse
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
+from gpuledger.collector.dcgm_topology import PageTopology, is_topology_field
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model, vgpu_share
 from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.prom_text import ParseResult, PromTextParser
 from gpuledger.collector.samples import HEALTH_COLUMNS, PROFILING_FIELDS, SAMPLE_SCHEMA, rows_to_table, unheld_part
 from gpuledger.collector.source import Source, SourceError
+from gpuledger.collector.topology import NodeTopology
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,7 @@ class DcgmPageConverter:
         self._warned_nodes: set[str | None] = set()
         # what the cluster says about pods, when a source knows it (Prometheus: kube-state-metrics)
         self.pods: dict[tuple[str | None, str | None], PodFacts] = {}
+        self.topology = PageTopology(source)  # each node's GPUs and NVLink as the last page says
 
     def convert(self, text: str, ts: datetime, interval_s: float) -> pa.Table:
         """Rows of one scraped page."""
@@ -182,16 +185,18 @@ class DcgmPageConverter:
         Prometheus (whose series carry the exporter's labels, plus its own)."""
         errors = errors if errors is not None else Counter()
         rows: dict[tuple[str, str | None], dict[str, Any]] = {}
+        self.topology.clear()  # what the last page says
         for metric, labels, value, _ts in samples:
             name = field_name(metric)
             column = FIELD_COLUMNS.get(name)
-            if column is None and name not in KNOWN_UNUSED:
+            if column is None and name not in KNOWN_UNUSED and not is_topology_field(name):
                 errors["unknown_metric"] += 1
                 continue
             uuid = _uuid_of(labels)
             if uuid is None:
                 errors["missing_gpu_label"] += 1
                 continue
+            self.topology.observe(self._node(labels), uuid, name, labels, value)
             key = (uuid, labels.get("GPU_I_ID"), *_pod_of(labels))  # shared GPUs repeat their series per pod
             row = rows.get(key)
             if row is None:  # any series of a GPU says it is there (capacity), even one whose field is not used
@@ -416,6 +421,10 @@ class DcgmExporterSource(Source):
             raise SourceError(f"dcgm-exporter at {self.url} returned no GPU samples ({len(response.text)} bytes)")
         SAMPLES_READ.labels(source="dcgm").inc(table.num_rows)
         return table
+
+    def topology(self) -> list[NodeTopology]:
+        """The topology of the nodes the last page named (collector/dcgm_topology.py)."""
+        return self.converter.topology.topologies()
 
     def _hami_use(self, now: float) -> dict[tuple[str | None, str], dict[str, GpuUse]]:
         """Each pod's use of each GPU, from HAMi's vGPU monitor page read now; none when it cannot be read."""

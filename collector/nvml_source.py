@@ -26,10 +26,12 @@ import pyarrow as pa
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model, vgpu_share
+from gpuledger.collector.nvml_topology import read_topology
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.proc_attribution import describe_process
 from gpuledger.collector.samples import PROCESS_SCHEMA, PROFILING_FIELDS, rows_to_table, unheld_part
 from gpuledger.collector.source import Source, SourceError
+from gpuledger.collector.topology import NodeTopology
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -170,6 +172,16 @@ class NvmlSource(Source):
         self.processes = rows_to_table(procs, PROCESS_SCHEMA)
         SAMPLES_READ.labels(source="nvml").inc(len(rows))
         return rows_to_table(rows)
+
+    def topology(self) -> list[NodeTopology]:
+        """This node's GPU topology, measured through NVML (collector/nvml_topology.py)."""
+        self._init()
+        try:
+            return [read_topology(self.nvml, self.node, self.nvlink_links)]
+        except self.nvml.NVMLError as exc:
+            SCRAPE_ERRORS.labels(source="nvml", reason="topology").inc()
+            log.warning("NVML: topology not read: %s", exc)
+            return []
 
     def process_rows(self) -> pa.Table:
         return self.processes

@@ -35,6 +35,7 @@ from gpuledger.collector.gpu_catalog import MODELS, GpuModel
 from gpuledger.collector.gpu_health import HW_THERMAL, SW_POWER_CAP
 from gpuledger.collector.metrics import SAMPLES_READ
 from gpuledger.collector.samples import SAMPLE_SCHEMA
+from gpuledger.collector.topology import NodeTopology, inferred_topology
 from gpuledger.collector.source import Source
 
 PROFILES = ("busy", "light", "idle", "oversized", "nvlink")
@@ -543,6 +544,21 @@ class SimulatorSource(Source):
         if self.replay_start is None:
             return self.collect()
         return self._frame(self.replay_start + step * self.interval_s)
+
+    def topology(self) -> list[NodeTopology]:
+        """Each simulated node's GPUs, islands as a dcgm page of its model would give them (inferred from the
+        board: the DGX/HGX nodes one NVSwitch island, the L40S and L4 cards one island per GPU)."""
+        sim = self.simulator
+        out = []
+        for n, spec in enumerate(sim.nodes):
+            if self.node is not None and spec.name != self.node:
+                continue
+            mine = np.nonzero(sim.gpu_node == n)[0]
+            gpus = [{"uuid": str(sim.gpu_uuid[i]), "index": int(sim.gpu_index[i]), "gpu_model": spec.model,
+                     "model_name": spec.model_name, "pci_bus_id": f"00000000:{0x18 + int(sim.gpu_index[i]):02x}:00.0",
+                     "nvlink_links": 18 if spec.nvlink else None} for i in mine]
+            out.append(inferred_topology(spec.name, "simulator", gpus))
+        return out
 
     def _frame(self, when: float) -> pa.Table:
         table = self.simulator.frame([when], self.interval_s)

@@ -6,6 +6,11 @@ from datetime import datetime
 import pyarrow as pa
 
 from gpuledger.collector.errors import UnavailableError
+from gpuledger.collector.topology import NodeTopology
+
+# how often the collect loop and the agent ask a source for its nodes' topology: it changes with hardware and
+# driver state, not load, and the store keeps a new row only when it changed
+TOPOLOGY_EVERY_S = 600.0
 
 
 class SourceError(UnavailableError):
@@ -45,3 +50,7 @@ class Source:
         """The per-process readings of the last `collect` (NVML: which process held what memory), None where a
         source reads none."""
         return None
+
+    def topology(self) -> list[NodeTopology]:
+        """The GPU topology of the nodes this source reads (collector/topology.py); [] where it cannot say."""
+        return []

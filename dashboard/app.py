@@ -21,6 +21,8 @@ from gpuledger.dashboard.client import (
     api_base,
     calls,
     deployment_token,
+    FORECAST_COLUMNS,
+    forecast_frames,
     frame,
     get_json,
     capacity_changes,
@@ -154,7 +156,8 @@ if not nodes.empty and nodes["stale"].any():
     stale = nodes[nodes["stale"]]
     st.warning(f"{len(stale)} stale node(s), no batch for 3 intervals: " + ", ".join(map(md, stale["node"])))
 
-cost_df = frame(costs["teams"])
+# no bill line yet (samples newer than the server's first fold): an empty table with the columns the pages read
+cost_df = frame(costs["teams"]) if costs["teams"] else pd.DataFrame({"team": [], "cost_usd": []})
 idle_line = cost_df[cost_df["team"] == IDLE_CAPACITY]
 cost_df["team"] = cost_df["team"].map(owner_label)
 
@@ -324,6 +327,38 @@ def show_named(df: pd.DataFrame, names: dict[str, str], digits: int = 2, **confi
         width="stretch",
         column_config=config,
     )
+
+
+def show_topology(topology: dict) -> None:
+    """The Nodes page's NVLink islands: per node how its GPUs are joined, how that is known, and since when; the
+    nodes with no topology stored are named (their islands are unknown, and placement says so)."""
+    st.subheader("Topology: NVLink islands")
+    if not topology["nodes"]:
+        st.info("No node has reported its GPU topology yet (the NVML agent reads it every 10 minutes; a "
+                "dcgm-exporter page gives it from the GPUs' model).")
+    else:
+        rows = pd.DataFrame([{
+            "node": n["node"], "islands": " + ".join(str(i["gpus"]) for i in n["islands"]),
+            "largest_island": n["largest_island"], "gpus": n["gpus"], "basis": n["basis"], "source": n["source"],
+            "clique_id": n["clique_id"], "rack": n["rack"], "observed_at": n["observed_at"][:16],
+        } for n in topology["nodes"]])
+        st.caption("An island is the GPUs of a node joined by NVLink (directly or through NVSwitch): a multi-GPU "
+                   "job kept inside one talks at NVLink speed. Measured: asked of NVML (or dcgm-exporter's P2P "
+                   "status) pair by pair; inferred: from the GPUs' model, as the notes say.")
+        show_named(rows, {"node": "Node", "islands": "GPUs per island", "largest_island": "Largest island",
+                          "gpus": "GPUs", "basis": "Basis", "source": "Source", "clique_id": "NVLink clique",
+                          "rack": "Rack", "observed_at": "Since (UTC)"})
+        notes = [f"{md(n['node'])}: {md(note)}" for n in topology["nodes"] for note in n["notes"]]
+        if notes:
+            with st.expander(f"Assumptions and contradictions ({len(notes)})"):
+                for note in notes:
+                    st.markdown(f"- {note}")
+        for kind, label, word in (("cliques", "clique_id", "NVLink clique"), ("racks", "rack", "Rack")):
+            for group in topology[kind]:
+                st.caption(f"{word} {md(group[label])}: {', '.join(map(md, group['nodes']))}")
+    if topology["missing"]:
+        st.info(f"No topology stored for {', '.join(map(md, topology['missing']))}: their islands are unknown, "
+                "and the placement API ranks them after nodes that keep a job inside one island.")
 
 
 def show_table(df: pd.DataFrame, order: list[str] | tuple[str, ...] | None = None, digits: int = 2, **extra) -> None:
@@ -1034,8 +1069,80 @@ def show_whatif(answer: dict) -> None:
         st.markdown("\n".join(f"- {md(note)}" for note in answer["notes"]))
 
 
+# what each forecast status means, in the page's words (analytics/forecast.py STATUSES)
+FORECAST_STATUS = {
+    "forecast": "saturates",
+    "saturated": "saturated now",
+    "not_saturating": "not saturating",
+    "insufficient_data": "insufficient data",
+}
+
+
+def show_forecast() -> None:
+    """The capacity forecast (GET /v1/capacity/forecast): per GPU model its status and weeks to saturation, then
+    the weekly demand it rests on. A model without enough history shows its reason as information, not an error:
+    too short a history is a state of the cluster, not a fault."""
+    path, params = CALLS["forecast"]
+    try:
+        answer = fetch(BASE, path, **params)
+    except NeedsToken as exc:
+        st.warning(f"Sign in with a token in the sidebar to see the capacity forecast ({md(exc)}).")
+        return
+    except ApiUnavailable as exc:
+        st.error(md(exc))
+        return
+    st.subheader("Capacity: weeks until each GPU model is full")
+    st.caption(
+        f"Busy plus queued GPU-hours per whole week over the {answer['weeks']} weeks to "
+        f"{md(str(answer['end'])[:16])} UTC, a least-squares trend through them, and the weeks until it reaches the "
+        "model's GPUs x 168 hours, with the range the trend's 80% interval implies. The monthly capacity review "
+        "(`gpuledger capacity`) prints the same answer."
+    )
+    models, weeks = forecast_frames(answer)
+    if models.empty:
+        st.info("No GPU present at the window's end: nothing to forecast.")
+        return
+    models["status"] = models["status"].map(lambda s: FORECAST_STATUS.get(s, s))
+    show_named(
+        models, FORECAST_COLUMNS, 1,
+        **{
+            "of capacity": st.column_config.NumberColumn(
+                "of capacity", format="percent", help=f"the trend's demand now over capacity; {BLANK}: no trend"),
+            "weeks to saturation": st.column_config.NumberColumn(
+                "weeks to saturation", format="%.1f",
+                help=f"at the current growth; {BLANK}: not saturating or no trend"),
+            "latest (80%)": st.column_config.NumberColumn(
+                "latest (80%)", format="%.1f", help=f"at the low end of the growth's range; {BLANK}: never there"),
+            "around": when("around", help=f"{BLANK}: not saturating, no trend, or over a century away"),
+        },
+    )
+    for model in answer["models"]:
+        if model["status"] == "insufficient_data":
+            st.info(f"**{md(model['gpu_model'])}**: {md(model['reason'])}")
+        if model.get("basis_reason"):
+            st.caption(f"{md(model['gpu_model'])}: {md(model['basis_reason'])}")
+    with st.expander("Weekly demand per GPU model (GPU-hours)"):
+        show_named(
+            weeks,
+            {"gpu_model": "GPU model", "week_start": "week of", "covered_hours": "hours with samples",
+             "fitted": "in the trend", "allocated_gpu_hours": "allocated", "busy_gpu_hours": "busy",
+             "queued_gpu_hours": "queued", "demand_gpu_hours": "demand"},
+            1,
+            **{"week of": when("week of"),
+               "in the trend": st.column_config.CheckboxColumn("in the trend", help="a whole week: samples in 90% "
+                                                               "of its hours; partial weeks are shown, not fitted"),
+               "demand": st.column_config.NumberColumn("demand", format="%.1f", help=f"busy (or allocated, where the "
+                                                       f"model has no utilisation reading) + queued; {BLANK}: no "
+                                                       "sample that week")},
+        )
+    for note in answer["notes"]:
+        st.caption(f"Note: {md(note)}")
+    st.divider()
+
+
 with tab_whatif:
     if tab_whatif.open:
+        show_forecast()
         st.subheader("What-if: the window's jobs replayed under other quotas")
         st.caption(
             "The scheduler's recorded jobs of the window replayed twice on the same clock through a model of the "
@@ -1199,7 +1306,7 @@ with tab_health:
 
 with tab_nodes:
     if tab_nodes.open:
-        got = get("fragments", "gpus", "coverage")
+        got = get("fragments", "gpus", "coverage", "topology")
         fragments, gpu_view = got["fragments"], got["gpus"]
         coverage = frame(got["coverage"])
         st.subheader("Fragmentation: idle GPU the typical job cannot use")
@@ -1245,6 +1352,7 @@ with tab_nodes:
                     ),
                     y_label="GPUs",
                 )
+        show_topology(got["topology"])
         st.subheader("GPUs")
         inventory = frame(gpu_view["holders"])
         if inventory.empty:

@@ -145,6 +145,45 @@ def capacity_changes(seeded: dict[str, int], edited: pd.DataFrame) -> dict[str, 
     return changes | {model: 0 for model in seeded if model not in kept and seeded[model] != 0}
 
 
+# GET /v1/capacity/forecast's figures per model, as the page's table shows them (the API's name -> the page's words)
+FORECAST_COLUMNS = {
+    "gpu_model": "GPU model",
+    "status": "status",
+    "gpus": "GPUs",
+    "capacity_gpu_hours_per_week": "capacity (GPU-h/week)",
+    "demand_now_gpu_hours_per_week": "demand now (GPU-h/week)",
+    "utilisation_now": "of capacity",
+    "growth_gpu_hours_per_week": "growth (GPU-h/week per week)",
+    "growth_stderr": "growth std. error",
+    "weeks_to_saturation": "weeks to saturation",
+    "weeks_to_saturation_80_low": "soonest (80%)",
+    "weeks_to_saturation_80_high": "latest (80%)",
+    "saturates_around": "around",
+    "basis": "demand counts",
+    "whole_weeks": "weeks fitted",
+}
+FORECAST_WEEK_COLUMNS = ("gpu_model", "week_start", "covered_hours", "fitted", "allocated_gpu_hours",
+                         "busy_gpu_hours", "queued_gpu_hours", "demand_gpu_hours")
+
+
+def forecast_frames(answer: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per model, per model and week) tables of a capacity forecast. A figure the forecast could not give (no
+    trend, not saturating, a week without samples or job records) stays missing, never 0: numbers are floats with
+    NaN where the API said null."""
+    models = pd.DataFrame([{k: m.get(k) for k in FORECAST_COLUMNS} for m in answer.get("models", [])],
+                          columns=list(FORECAST_COLUMNS))
+    weeks = pd.DataFrame([{"gpu_model": m["gpu_model"], **{k: w.get(k) for k in FORECAST_WEEK_COLUMNS[1:]}}
+                          for m in answer.get("models", []) for w in m.get("weeks", [])],
+                         columns=list(FORECAST_WEEK_COLUMNS))
+    for table in (models, weeks):
+        for column in table.columns:
+            if column.endswith(("_hours", "_week", "_now", "_stderr", "_low", "_high", "saturation", "gpus")):
+                table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
+    for table, column in ((models, "saturates_around"), (weeks, "week_start")):
+        table[column] = pd.to_datetime(table[column], utc=True, format="ISO8601")
+    return models, weeks
+
+
 def frame(rows: list[dict[str, Any]], time_columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """The rows as a table, their time columns as UTC timestamps.
 
@@ -174,6 +213,7 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "gpu_health": ("/v1/health", {"days": days, "limit": 200, "end": end}),
         "coverage": ("/v1/nodes/telemetry", {}),
         "fragments": ("/v1/fragmentation", {"days": days, "end": end}),
+        "topology": ("/v1/topology", {"at": end}),
         "costs_before": ("/v1/costs", {"days": days, "end": before}),
         "util_before": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": before}),
         "daily": ("/v1/costs/daily", {"days": days, "end": end}),
@@ -187,4 +227,5 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "periods": ("/v1/ledger/periods", {}),
         "budgets": ("/v1/budgets", {}),
         "alerts": ("/v1/alerts", {"limit": 100}),
+        "forecast": ("/v1/capacity/forecast", {"end": end}),
     }

@@ -52,7 +52,7 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
 
 
 # commands that use a database that exists
-READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif")
+READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif", "capacity")
 
 
 def _store_spec(text: str) -> Path | str:
@@ -273,6 +273,28 @@ def build_parser() -> argparse.ArgumentParser:
                              f"({', '.join(POLICIES)}) on the GPUs present, from empty: fragmentation, stranded GPU-hours and dollars, waits, "
                              "gang jobs that would have started earlier (POST /v1/whatif/placement)")
     whatif.add_argument("--json", action="store_true", help="print the whole answer (POST /v1/whatif's) as JSON")
+
+    capacity = sub.add_parser(
+        "capacity", help="the monthly capacity review: per GPU model, weeks until demand fills its GPUs",
+        description="Per GPU model present: capacity (GPUs x 168 GPU-hours a week), the weekly demand of the last "
+                    "--weeks whole weeks (busy GPU-hours: allocated at or over [waste] idle_util_pct utilisation; "
+                    "plus queued GPU-hours: GPUs x the time jobs waited for the model, from the schedulers' job "
+                    "records), the least-squares trend through the weeks with its standard error and 80% interval, "
+                    "and the weeks until the trend's demand reaches capacity with the range that interval implies. "
+                    "Only whole weeks are fitted (samples in 90% of their hours); fewer than 3 is insufficient_data "
+                    "with the reason, never a guess. A model without utilisation readings is forecast on allocated "
+                    "GPU-hours, and without job records the queue is unknown: each answer's basis says so. The same "
+                    "answer as GET /v1/capacity/forecast and the dashboard's What-if page.",
+        epilog="Example: gpuledger capacity --weeks 12 (the last 12 weeks to now); "
+               "gpuledger capacity --end 2026-12-01T00:00Z --json")
+    _add_common(capacity)
+    capacity.add_argument("--weeks", type=int, default=8, metavar="N",
+                          help="whole weeks of history to fit, 3 to 104 (default 8: the month under review and "
+                               "the one before)")
+    capacity.add_argument("--end", type=_instant, metavar="ISO-8601",
+                          help="the window's end (default: now; floored to the whole hour)")
+    capacity.add_argument("--json", action="store_true", help="print the whole answer (GET /v1/capacity/forecast's) "
+                                                              "as JSON")
 
     dec = sub.add_parser("decide", help="record a decision on a stored recommendation (accept, reject, applied)")
     _add_common(dec)
@@ -816,6 +838,71 @@ def cmd_whatif(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _figure(value: float | None, digits: int = 1) -> str:
+    """A number of the capacity review, or '-' where it is unknown (never 0)."""
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _saturation_text(model: dict) -> str:
+    """Weeks to saturation and their 80% range, in words."""
+    weeks, low, high = (model[k] for k in ("weeks_to_saturation", "weeks_to_saturation_80_low",
+                                           "weeks_to_saturation_80_high"))
+    if model["status"] == "insufficient_data":
+        return f"unknown: {model['reason']}"
+    if model["status"] == "saturated":
+        return "0: already saturated (the trend's demand is at or over capacity now)"
+    if weeks is None:
+        top = f"; at the top of the 80% range of growth it would in {low:,.1f} weeks" if low is not None else ""
+        return f"none: not saturating at the current trend (flat or falling){top}"
+    around = f", around {model['saturates_around']:%Y-%m-%d}" if model["saturates_around"] is not None else ""
+    return f"saturates in {weeks:,.1f} weeks (80%: {low:,.1f} .. {'never' if high is None else f'{high:,.1f}'}){around}"
+
+
+def capacity_text(answer: dict) -> str:
+    """GET /v1/capacity/forecast's answer as the capacity review: per model its capacity, weekly demand, trend and
+    weeks to saturation."""
+    out = [f"capacity review: {answer['weeks']} weeks, {answer['start']:%Y-%m-%d %H:%M} .. "
+           f"{answer['end']:%Y-%m-%d %H:%M} UTC. A week is fitted when samples cover {answer['min_coverage']:.0%} of "
+           f"its hours; a trend needs {answer['min_weeks']}. Busy: allocated at or over {answer['idle_util_pct']:g}% "
+           "utilisation; queued: GPUs x time waited."]
+    if not answer["models"]:
+        out.append("no GPU present at the window's end: nothing to forecast")
+    for m in answer["models"]:
+        out += ["", f"{m['gpu_model']}: {m['gpus']:g} GPUs, capacity {m['capacity_gpu_hours_per_week']:,.0f} "
+                    f"GPU-hours a week; demand = {m['basis']}"]
+        if m["basis_reason"]:
+            out.append(f"  basis: {m['basis_reason']}")
+        out.append(f"  {'week of':<18}{'hours':>6}{'allocated':>11}{'busy':>10}{'queued':>10}{'demand':>10}")
+        for w in m["weeks"]:
+            shown = "" if w["fitted"] else ("  partial: not fitted" if w["covered_hours"] else "  no samples")
+            out.append(f"  {w['week_start']:%Y-%m-%d %H:%M}  {w['covered_hours']:>6.0f}"
+                       f"{_figure(w['allocated_gpu_hours']):>11}{_figure(w['busy_gpu_hours']):>10}"
+                       f"{_figure(w['queued_gpu_hours']):>10}{_figure(w['demand_gpu_hours']):>10}{shown}")
+        if m["growth_gpu_hours_per_week"] is not None:
+            out.append(f"  trend: {m['demand_now_gpu_hours_per_week']:,.0f} GPU-hours a week now "
+                       f"({m['utilisation_now']:.0%} of capacity), growing {m['growth_gpu_hours_per_week']:+,.1f} "
+                       f"+/- {m['growth_stderr']:,.1f} a week each week (80%: {m['growth_80_low']:+,.1f} .. "
+                       f"{m['growth_80_high']:+,.1f})")
+        out.append(f"  status: {m['status']}; weeks to saturation: {_saturation_text(m)}")
+    out += [""] + [f"note: {n}" for n in answer["notes"]] if answer["notes"] else []
+    return "\n".join(out)
+
+
+def cmd_capacity(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.analytics.forecast import demand_forecast, forecast_window
+    end = args.end or utc_now()
+    forecast_window(end, args.weeks)  # a bad --weeks is refused before the database is opened
+    with _open_existing(args, config) as store:
+        _require_data(store, args.db)
+        answer = demand_forecast(store, end, args.weeks, config.waste.idle_util_pct)
+    if args.json:
+        json.dump(json_safe(answer), sys.stdout, indent=1, allow_nan=False)
+        print()
+    else:
+        print(capacity_text(answer))
+    return 0
+
+
 def cmd_emit(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.exporting import export
     current = None
@@ -1240,7 +1327,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
     "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape, "statement": cmd_statement,
-    "export": cmd_export, "whatif": cmd_whatif,
+    "export": cmd_export, "whatif": cmd_whatif, "capacity": cmd_capacity,
 }
 
 

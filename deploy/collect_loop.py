@@ -13,7 +13,8 @@ from typing import Callable
 import pyarrow as pa
 
 from gpuledger.analytics.store import Store
-from gpuledger.collector.source import Source, SourceError
+from gpuledger.analytics.windows import utc_now
+from gpuledger.collector.source import TOPOLOGY_EVERY_S, Source, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class CollectLoop(PollingLoop):
         self.store = store
         self.after_batch = after_batch
         self.batches = 0
+        self.topology_due = 0.0  # monotonic time the source's topology is next read (at the first batch)
 
     def collect_once(self, table: pa.Table | None = None) -> int:
         """Read the source (or store `table`, already read) and append it."""
@@ -97,12 +99,26 @@ class CollectLoop(PollingLoop):
             self.store.append_processes(processes)
         self.batches += 1
         self.succeeded()
+        self.record_topology()
         self.store.checkpoint_if_due()  # between batches, never inside an append
         if self.after_batch:
             self.after_batch()
         return rows
 
     poll = collect_once
+
+    def record_topology(self) -> int:
+        """Every TOPOLOGY_EVERY_S, store the nodes' topology the source reports where it changed; a failure is
+        logged and never costs the batch already stored. Returns the snapshots stored."""
+        if time.monotonic() < self.topology_due:
+            return 0
+        self.topology_due = time.monotonic() + TOPOLOGY_EVERY_S
+        try:
+            now = utc_now()
+            return sum(self.store.record_topology(found, now) for found in self.source.topology())
+        except Exception:  # topology is an aside: the samples are what the loop is for
+            log.exception("topology from %s not stored", self.reads_from)
+            return 0
 
     def wait_s(self) -> float:
         # a source reading history (Prometheus backfill) says so: read the next chunk at once

@@ -42,7 +42,7 @@ def export(store: Store, config: Config, target: str, status: str = DEFAULT_STAT
            at: datetime | None = None) -> Export:
     """The plan as of `at` (default now) in the target's objects."""
     at = at or utc_now()
-    emitter = emitter_for(target)
+    emitter = emitter_for(target, config.topology)
     plan = build_plan(store, config, STATUSES[status], at=at, evidence=[
         a for a in evaluate_quotas(store, config, at) if a.status != "insufficient_data"])
     emitted = emitter.emit(plan, current)

@@ -91,6 +91,13 @@ class FakeGpu:
     gpm: bool | None = None  # nvmlGpmQueryDeviceSupport's isSupportedDevice; None: Hopper or later by the name
     activity: FakeGpmActivity = field(default_factory=FakeGpmActivity)
     gpm_failing: dict[int, int] = field(default_factory=dict)  # GPM metric id -> the nvmlReturn NVML gives it
+    # topology: None bus id: the fake numbers GPUs 00000000:<index + 1>:00.0 in its list's order
+    pci_bus_id: str | None = None
+    numa_node: int | None = 0  # None: NVML answers NotSupported (a system without NUMA information)
+    cpus: tuple[int, ...] = ()  # the CPUs close to the GPU (nvmlDeviceGetCpuAffinity's bitmask)
+    nvlinks: dict[int, tuple[int, str]] = field(default_factory=dict)  # active link -> (remote type, remote bus id)
+    nvlink_ports: int = 18  # NVLink links of the card (a higher index: Invalid Argument); 0: no NVLink at all
+    fabric: tuple[bytes, int] | None = None  # (cluster UUID's 16 bytes, clique id) of a multi-node NVLink GPU
 
     def gpm_supported(self) -> bool:
         return self.gpm if self.gpm is not None else bool(HOPPER_OR_LATER.search(self.name))
@@ -117,6 +124,7 @@ class FakeNvml:
         self.gpm_allocs = 0
         self.gpm_frees = 0
         self.gpm_reads = 0
+        self.levels: dict[frozenset[str], int] = {}  # GPU pair -> NVML_TOPOLOGY_* (default: by NUMA node)
 
     def raise_xid(self, gpu: FakeGpu, code: int) -> None:
         """The driver reports XID `code` on `gpu`: every event set it is registered with gets it."""
@@ -277,6 +285,89 @@ class FakeNvml:
         self._check("nvmlDeviceGetRemappedRows", handle)
         return handle.remapped_rows
 
+    # topology
+
+    def bus_id(self, gpu: FakeGpu) -> str:
+        return gpu.pci_bus_id or f"00000000:{self.gpus.index(gpu) + 1:02x}:00.0"
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> Any:
+        self._check("nvmlDeviceGetPciInfo", handle)
+        bus = self.bus_id(handle).upper().encode()  # NVML writes the hex digits in upper case
+        return pynvml.nvmlPciInfo_t(busIdLegacy=bus[-16:], busId=bus)
+
+    def nvmlDeviceGetNumaNodeId(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetNumaNodeId", handle)
+        if handle.numa_node is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return handle.numa_node
+
+    def nvmlDeviceGetCpuAffinity(self, handle: FakeGpu, cpuSetSize: int) -> Any:  # noqa: N803 - pynvml's name
+        self._check("nvmlDeviceGetCpuAffinity", handle)
+        words = (ctypes.c_ulonglong * cpuSetSize)()
+        for cpu in handle.cpus:
+            if cpu < 64 * cpuSetSize:
+                words[cpu // 64] |= 1 << (cpu % 64)
+        return words
+
+    def _link(self, handle: FakeGpu, link: int) -> tuple[int, str] | None:
+        self._check("nvlink", handle)
+        if not handle.nvlink_ports:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < handle.nvlink_ports:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return handle.nvlinks.get(link)
+
+    def nvmlDeviceGetNvLinkState(self, device: FakeGpu, link: int) -> int:
+        self._check("nvmlDeviceGetNvLinkState", device)
+        return pynvml.NVML_FEATURE_ENABLED if self._link(device, link) else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: FakeGpu, link: int) -> int:
+        self._check("nvmlDeviceGetNvLinkRemoteDeviceType", handle)
+        remote = self._link(handle, link)
+        if remote is None:  # an inactive link has no remote end
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return remote[0]
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: FakeGpu, link: int) -> Any:
+        self._check("nvmlDeviceGetNvLinkRemotePciInfo", device)
+        remote = self._link(device, link)
+        if remote is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return pynvml.nvmlPciInfo_t(busId=remote[1].upper().encode())
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: FakeGpu, device2: FakeGpu) -> int:
+        self._check("nvmlDeviceGetTopologyCommonAncestor", device1)
+        self._check("nvmlDeviceGetTopologyCommonAncestor", device2)
+        key = frozenset((device1.uuid, device2.uuid))
+        if key in self.levels:
+            return self.levels[key]
+        same = device1.numa_node is not None and device1.numa_node == device2.numa_node
+        return pynvml.NVML_TOPOLOGY_NODE if same else pynvml.NVML_TOPOLOGY_SYSTEM
+
+    def nvmlDeviceGetP2PStatus(self, device1: FakeGpu, device2: FakeGpu, p2pIndex: int) -> int:  # noqa: N803
+        """NVLink peer-to-peer as device1 sees it: a link of its own to device2, or a switch both are linked to."""
+        self._check("nvmlDeviceGetP2PStatus", device1)
+        self._check("nvmlDeviceGetP2PStatus", device2)
+        if p2pIndex != pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
+            return pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        mine = set(device1.nvlinks.values())
+        theirs = {bus for kind, bus in device2.nvlinks.values() if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH}
+        direct = (pynvml.NVML_NVLINK_DEVICE_TYPE_GPU, self.bus_id(device2)) in mine
+        switched = any(kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and bus in theirs for kind, bus in mine)
+        return pynvml.NVML_P2P_STATUS_OK if direct or switched else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+
+    def nvmlDeviceGetGpuFabricInfo(self, device: FakeGpu, gpuFabricInfo: Any) -> int:  # noqa: N803
+        """Fills the c_nvmlGpuFabricInfo_t passed by reference (ctypes.byref), as the C function does."""
+        self._check("nvmlDeviceGetGpuFabricInfo", device)
+        if device.fabric is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info = gpuFabricInfo._obj
+        cluster, clique = device.fabric
+        ctypes.memmove(info.clusterUuid, cluster, 16)
+        info.cliqueId, info.status = clique, pynvml.NVML_SUCCESS
+        info.state = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+        return pynvml.NVML_SUCCESS
+
     def nvmlEventSetCreate(self) -> FakeEventSet:
         self._check("nvmlEventSetCreate", None)
         events = FakeEventSet()
@@ -381,3 +472,21 @@ class FakeNvml:
             metric.nvmlReturn = pynvml.NVML_SUCCESS
             metric.value = done / elapsed if elapsed else 0.0
         return request
+
+
+def nvswitch_board(nvml: FakeNvml, gpus: list[FakeGpu], switches: int = 4, links: int = 18,
+                   switch_bus: str = "00000000:e0:00.0") -> None:
+    """An HGX board: every GPU's links go to the board's NVSwitches (remote type SWITCH), none to a GPU."""
+    base = int(switch_bus.split(":")[1], 16)
+    for gpu in gpus:
+        gpu.nvlink_ports = links
+        gpu.nvlinks = {link: (pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH,
+                              f"{switch_bus[:9]}{base + link % switches:02x}:00.0") for link in range(links)}
+
+
+def bridge(nvml: FakeNvml, a: FakeGpu, b: FakeGpu, links: int = 4, first: int = 0) -> None:
+    """An NVLink bridge between two cards: `links` direct links each way."""
+    for gpu, peer in ((a, b), (b, a)):
+        gpu.nvlink_ports = max(gpu.nvlink_ports, first + links) if gpu.nvlink_ports else first + links
+        for link in range(first, first + links):
+            gpu.nvlinks[link] = (pynvml.NVML_NVLINK_DEVICE_TYPE_GPU, nvml.bus_id(peer))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -146,3 +147,51 @@ def test_apps_and_slo_sections_are_checked(tmp_path):
         bad.write_text(body)
         with pytest.raises(ConfigError, match=message):
             load_config(bad)
+
+
+def test_topology_section_is_checked_as_the_schedulers_crds_would(tmp_path):
+    """[topology] levels are Kubernetes label keys, each once, the node's own label only last; name is a Kubernetes
+    name; keep_within is one of KEEP_WITHIN and names a level the levels have: each mistake is one line naming it."""
+    from gpuledger.analytics.config import KEEP_WITHIN, TopologyConfig
+    assert load_config(None).topology == TopologyConfig() and not TopologyConfig().scheduler_objects
+    assert TopologyConfig().levels == ("nvidia.com/gpu.clique", "kubernetes.io/hostname")
+    assert set(KEEP_WITHIN) == {"island", "node", "clique", "rack"}
+    good = tmp_path / "good.toml"
+    good.write_text('[topology]\nlevels = ["example.com/rack", "nvidia.com/gpu.clique", "kubernetes.io/hostname"]\n'
+                    'name = "dc1-gpus"\nscheduler_objects = true\nrack_label = "example.com/rack"\n'
+                    'keep_within = "rack"\n')
+    topology = load_config(good).topology
+    assert topology == TopologyConfig(("example.com/rack", "nvidia.com/gpu.clique", "kubernetes.io/hostname"),
+                                      "dc1-gpus", True, "example.com/rack", "rack")
+    assert topology.level_label() == "example.com/rack" and topology.level_label("clique") == "nvidia.com/gpu.clique"
+    assert topology.level_label("island") == topology.level_label("node") == "kubernetes.io/hostname"
+    for body, message in (
+            ('levels = ["nvidia.com/gpu clique"]', "levels: 'nvidia.com/gpu clique' is not a Kubernetes label key"),
+            ('levels = ["rack;reboot", "kubernetes.io/hostname"]', "is not a Kubernetes label key"),
+            ('levels = ["Example.com/rack"]', "is not a Kubernetes label key"),
+            ('levels = "kubernetes.io/hostname"', "levels must be a list"),
+            ('levels = []', "levels must be a list of 1 to 16"),
+            ('levels = ["kubernetes.io/hostname", "nvidia.com/gpu.clique"]', "can only be the last level"),
+            ('levels = ["a", "a"]', "each be named once"),
+            ('name = "GPU topology"', "name must be a Kubernetes name"),
+            ('scheduler_objects = "yes"', "scheduler_objects must be true or false"),
+            ('rack_label = "rack label"', "rack_label must be a Kubernetes label key"),
+            ('rack_label = "example.com/rack"', "is not one of levels"),
+            ('keep_within = "galaxy"', f"keep_within must be one of {', '.join(KEEP_WITHIN)}, got 'galaxy'"),
+            ('keep_within = "rack"', "keep_within = 'rack' needs rack_label"),
+            ('levels = ["kubernetes.io/hostname"]\nkeep_within = "clique"', "needs nvidia.com/gpu.clique"),
+            ('keep_whithin = "node"', "unknown key 'keep_whithin'; did you mean 'keep_within'")):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f"[topology]\n{body}\n")
+        with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+            load_config(bad)
+        assert str(caught.value).startswith("[topology] "), caught.value
+
+
+def test_the_shipped_example_topology_loads_when_uncommented(tmp_path):
+    text = (Path(__file__).resolve().parents[1] / "deploy" / "gpuledger.example.toml").read_text()
+    block = text[text.index("# [topology]"):].split("\n\n")[0]
+    path = tmp_path / "topology.toml"
+    path.write_text("\n".join(line.removeprefix("# ") for line in block.splitlines()) + "\n")
+    topology = load_config(path).topology
+    assert topology.scheduler_objects and topology.level_label("rack") == topology.rack_label == "example.com/rack"

@@ -490,3 +490,32 @@ def test_api_docs_render_offline_in_headless_chromium(api_url):
         page.get_by_text("/v1/recommendations", exact=True).first.wait_for(timeout=30_000)
         browser.close()
     assert errors == []
+
+
+def test_the_nodes_page_shows_islands_from_a_shared_page_and_from_nvml(monkeypatch, tmp_path):
+    """Topology from a real dcgm-exporter page (8 H100 SXM: one island, inferred, with its rule) and from NVML (two
+    8-GPU boards, measured) stored as a server stores them, shown on the Nodes page without an exception."""
+    from gpuledger.collector.nvml_source import NvmlSource
+    from gpuledger.deploy.collect_loop import CollectLoop
+    from tests.test_topology import two_boards
+    page = (SHARED_PAGES / "nvidia-aicr-conformance-h100x8-pods.txt").read_text()
+    with Store(tmp_path / "topo.duckdb") as store:
+        now = datetime.now(timezone.utc)
+        converter = DcgmPageConverter()
+        store.append_samples(converter.convert(page, now - timedelta(seconds=30), 30.0))
+        for found in converter.topology.topologies():
+            store.record_topology(found, now - timedelta(seconds=30))
+        nvml, _ = two_boards()
+        CollectLoop(NvmlSource(nvml=nvml, node="hgx-b200-01"), store, 30.0).collect_once()
+        server = ApiServer(store, Config(), port=0, open_reads=True)
+        url = server.start()
+        try:
+            at = show(app_against(monkeypatch, url), "Nodes")
+            assert not at.exception
+            assert "Topology: NVLink islands" in [s.value for s in at.subheader]
+            table = next(d.value for d in at.dataframe if "GPUs per island" in d.value.columns)
+            shown = dict(zip(table["Node"], zip(table["GPUs per island"], table["Basis"])))
+            assert shown == {"gpu-node-1": ("8", "inferred"), "hgx-b200-01": ("8 + 8", "measured")}
+            assert any("inferred from the model" in m.value for m in at.markdown)
+        finally:
+            server.stop()

@@ -19,15 +19,18 @@ from tests.helpers import T0, gpu_rows, table
 SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas"
 CRDS = ["kai-queue-crd.yaml", "kueue-clusterqueues.yaml", "kueue-cohorts.yaml", "kueue-resourceflavors.yaml",
         "volcano-queue-crd.yaml"]
+# the CRDs shared/schemas lacks, copied into the repo (tests/data/schemas/README.md says from where)
+OWN_SCHEMAS = Path(__file__).resolve().parent / "data" / "schemas"
+OWN_CRDS = ["kueue-topologies.yaml", "kai-topology-crd.yaml"]
 
 
 def crd_schemas() -> dict[tuple[str, str, str], dict]:
-    """(group, version, kind) -> openAPIV3Schema, from every CRD in shared/schemas."""
+    """(group, version, kind) -> openAPIV3Schema, from every CRD in shared/schemas and tests/data/schemas."""
     if not SCHEMAS.is_dir():
         pytest.skip(f"the schedulers' CRDs are not at {SCHEMAS} (shared/ sits beside the checkout in CI)")
     out = {}
-    for name in CRDS:
-        crd = yaml.safe_load((SCHEMAS / name).read_text())
+    for path in [SCHEMAS / name for name in CRDS] + [OWN_SCHEMAS / name for name in OWN_CRDS]:
+        crd = yaml.safe_load(path.read_text())
         for version in crd["spec"]["versions"]:
             out[(crd["spec"]["group"], version["name"], crd["spec"]["names"]["kind"])] = \
                 version["schema"]["openAPIV3Schema"]

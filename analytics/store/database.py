@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuledger.analytics.store import access, health, lake, rollups
+from gpuledger.analytics.store import topology as topology_tables
 from gpuledger.analytics.store import alerts as alert_tables
 from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
@@ -62,6 +63,7 @@ from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.jobs.classes import infer_class
 from gpuledger.collector.jobs.lifecycle import DERIVED_EVENTS
 from gpuledger.collector.samples import ADDED_COLUMNS, PROCESS_SCHEMA, SAMPLE_SCHEMA
+from gpuledger.collector.topology import NodeTopology
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +197,7 @@ class Store:
                     f"SELECT table_name FROM information_schema.tables WHERE {here}").fetchall()}
                 self._con.execute("BEGIN TRANSACTION")
                 for statement in (table_migrations(tables) + DDL + rollups.DDL + health.DDL + access.DDL
-                                  + alert_tables.DDL):
+                                  + alert_tables.DDL + topology_tables.DDL):
                     self._con.execute(without_keys(statement) if self.lake else statement)
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
@@ -639,6 +641,10 @@ class Store:
         """Per-node fragmentation at one instant (analytics/fragmentation.py records it)."""
         return self._insert("fragmentation_history", rows)
 
+    def record_topology(self, topology: NodeTopology, at: datetime) -> bool:
+        """A node's GPU topology as of `at`, kept when it changed (analytics/store/topology.py)."""
+        return topology_tables.record_topology(self, topology, at)
+
     def append_processes(self, table: pa.Table) -> int:
         return self._insert("processes", conform(table, PROCESS_SCHEMA))
 
@@ -878,6 +884,7 @@ class Store:
         if not labels:
             return
         with self.transaction() as cur:
+            topology_tables.record_label_changes(cur, labels, at)  # their history (a clique, a rack moved)
             cur.execute("DELETE FROM node_labels WHERE node IN (SELECT unnest($nodes))", {"nodes": list(labels)})
             cur.executemany("INSERT INTO node_labels VALUES (?, ?, ?, ?)",
                             [[node, k, v, at] for node, kv in labels.items() for k, v in kv.items()])

@@ -23,7 +23,8 @@ from gpuledger.collector.agent.metrics import (
 )
 from gpuledger.collector.agent.spool import Spool, SpooledBatch
 from gpuledger.collector.metrics import SCRAPE_ERRORS
-from gpuledger.collector.source import Source, SourceError
+from gpuledger.collector.source import TOPOLOGY_EVERY_S, Source, SourceError
+from gpuledger.collector.topology import TOPOLOGY_PATH
 from gpuledger.collector.wire import INGEST_PATH, STORED, WireError, decode, encode, per_batch, request_headers, stack
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ class Agent:
         self.session = requests.Session()
         # per request, not on the session: requests lets $REQUESTS_CA_BUNDLE override a session's `verify`
         self.verify: str | bool = str(ca) if ca else True
+        self.topology_url = server_url.rstrip("/") + TOPOLOGY_PATH
+        self.topology_due = 0.0  # monotonic time the node's topology is next read (at the first send)
+        self._topology_sent: dict[str, str] = {}  # node -> digest the server acknowledged
         self.stop_event = threading.Event()
         self._wake = threading.Event()
         self.produced = 0
@@ -173,9 +177,42 @@ class Agent:
                 return False
         return True
 
+    def send_topology(self) -> int:
+        """Every TOPOLOGY_EVERY_S, read the node's topology from the source and post what changed since the server
+        last acknowledged it (POST /v1/topology). Runs in the sender thread: a slow server never delays sampling.
+        A refused or failed post is logged and tried again at the next reading. Returns the topologies posted."""
+        if time.monotonic() < self.topology_due:
+            return 0
+        self.topology_due = time.monotonic() + TOPOLOGY_EVERY_S
+        posted = 0
+        try:
+            found = self.source.topology()
+        except Exception:  # the samples matter more: never let topology stop the sender
+            log.exception("topology not read")
+            return 0
+        for topology in found:
+            digest = topology.digest()
+            if self._topology_sent.get(topology.node) == digest:
+                continue
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            try:
+                response = self.session.post(self.topology_url, json=topology.to_json(), headers=headers,
+                                             timeout=self.timeout_s, verify=self.verify)
+            except requests.RequestException as exc:
+                log.warning("topology not sent (%s); tried again in %.0f s", type(exc).__name__, TOPOLOGY_EVERY_S)
+                continue
+            if response.status_code == 200:
+                self._topology_sent[topology.node] = digest
+                posted += 1
+            else:
+                log.warning("server answered %d for the topology of %s: %s", response.status_code, topology.node,
+                            response.text[:300])
+        return posted
+
     def _send_loop(self) -> None:
         backoff = 0.0
         while not self.stop_event.is_set():
+            self.send_topology()
             if self.drain():
                 backoff = 0.0
                 self._wake.wait(self.interval_s)

@@ -19,6 +19,7 @@ import json
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 
 from gpuledger.analytics.store.metrics import HTTP_REFUSED
+from gpuledger.collector.topology import TOPOLOGY_PATH
 from gpuledger.collector.wire import INGEST_PATH
 from gpuledger.deploy.api.access import QUESTIONS
 
@@ -30,7 +31,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 INGEST_BODY_BYTES = 64 * 1024 * 1024  # an agent's backlog of 360 batches is ~0.5 MiB; room for MIG-dense nodes
 DEFAULT_BODY_BYTES = 1024 * 1024  # every other route takes a small JSON body (a placement question, a decision)
-ROUTE_BODY_BYTES: Mapping[str, int] = {INGEST_PATH: INGEST_BODY_BYTES}
+# a node's topology: 256 GPUs' places and their 32,640 pairs as JSON are about 4 MiB
+TOPOLOGY_BODY_BYTES = 6 * 1024 * 1024
+ROUTE_BODY_BYTES: Mapping[str, int] = {INGEST_PATH: INGEST_BODY_BYTES, TOPOLOGY_PATH: TOPOLOGY_BODY_BYTES}
 PUBLIC = frozenset({"/", "/healthz", "/livez", "/readyz", "/docs", "/openapi.json"})  # answered without a token
 MAX_TOKEN_CHARS = 1024
 READS = frozenset({"GET", "HEAD"})

@@ -12,6 +12,8 @@ from pydantic import BaseModel, Field, create_model
 
 from gpuledger.analytics.config import WHATIF_MODELS
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
+from gpuledger.analytics.forecast import BASES as FORECAST_BASES
+from gpuledger.analytics.forecast import STATUSES as FORECAST_STATUSES
 from gpuledger.analytics.inference import SLO_STATUSES
 from gpuledger.analytics.allocation import ZERO_FIELDS as ALLOCATION_ZERO_FIELDS
 from gpuledger.analytics.budgets import ALERT_KINDS
@@ -20,6 +22,10 @@ from gpuledger.analytics.ledger import PERIOD_STATES
 from gpuledger.collector.jobs.classes import UNCLASSIFIED, WORKLOAD_CLASSES
 from gpuledger.collector.jobs.lifecycle import LOST, OUTCOMES
 from gpuledger.collector.jobs.queues import SCHEDULERS
+from gpuledger.collector.topology import BASES as TOPOLOGY_BASES
+from gpuledger.collector.topology import MAX_GPUS_PER_NODE
+from gpuledger.collector.topology import PATHS as TOPOLOGY_PATHS
+from gpuledger.collector.topology import SOURCES as TOPOLOGY_SOURCES
 from gpuledger.policies.scheduler_state import COMPARISON_STATUSES
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import FORMATS
@@ -566,12 +572,18 @@ class PlacementRequest(BaseModel):
                                     description="a MIG profile, e.g. 1g.10gb (gpus must be 1)")
     gpu_model: list[str] | None = Field(None, max_length=16, description="allowed GPU models (rate-card names)")
     limit: int = Field(10, ge=1, le=1000, description="how many ranked candidates to return")
+    scheduler: Literal["kueue", "kai"] | None = Field(
+        None, description="answer with the pod-set annotations that keep the job inside [topology] keep_within's "
+                          "level in this scheduler (when [topology] scheduler_objects is on)")
 
 
 class PlacementCandidate(BaseModel):
     node: str = Field(description="the node")
     gpu_model: str | None = Field(description="GPU model, normalised name from the GPU catalogue")
     gpus: list[str] = Field(description="the GPUs (UUIDs) the task would take")
+    within_island: bool | None = Field(description="true: all of them in one NVLink island; false: the node can only "
+                                                   "split the task; null: the node's topology is unknown")
+    island: int | None = Field(description="the island taken (analytics: GET /v1/topology), when within one")
     score: int = Field(description="FGD score 0..100: 50 = fragmentation unchanged, higher = it falls")
     fragmentation_before_gpus: float = Field(description="the node's fragmented GPUs now, in GPUs")
     fragmentation_after_gpus: float = Field(description="its fragmented GPUs with the task placed, in GPUs")
@@ -582,6 +594,10 @@ class PlacementAnswer(BaseModel):
     request_gpu_milli: int = Field(description="milli-GPU per GPU the request was read as")
     candidates: list[PlacementCandidate] = Field(description="best first; ties to the lowest node name")
     feasible: int = Field(description="places the task could go in all")
+    within_island: int = Field(description="of those, places that keep it inside one NVLink island")
+    keep_within: str = Field(description="what a multi-GPU task is kept inside ([topology] keep_within); 'node': "
+                                         "islands are reported, not ranked by")
+    annotations: dict[str, str] = Field(description="pod-set annotations for the scheduler asked ({} when none)")
     reason: str | None = Field(None, description="why there is no candidate")
 
 
@@ -1146,3 +1162,177 @@ class PlacementWhatIfAnswer(BaseModel):
     assumptions: list[dict[str, Any]] = Field(description="what was assumed or left out, with how many jobs")
     placers: list[PlacerFigures] = Field(description="per placer, in the order asked")
     notes: list[str] = Field(description="how the replay reads the inventory and gang jobs")
+
+
+# --- capacity forecast (analytics/forecast.py) ------------------------------------------------------------------
+ForecastStatus = Literal[FORECAST_STATUSES]
+ForecastBasis = Literal[FORECAST_BASES]
+
+
+class ForecastWeek(BaseModel):
+    week_start: datetime = Field(description="the week's first instant (UTC)")
+    week_end: datetime = Field(description="the week's end (UTC, exclusive)")
+    covered_hours: float = Field(description="clock hours of the week with a sample of the model (of 168)")
+    fitted: bool = Field(description="a whole week (samples in at least min_coverage of its hours), so in the "
+                                     "trend; a partial week is shown, never fitted (it would read as growth)")
+    allocated_gpu_hours: float | None = Field(description="GPU-hours jobs held the model's GPUs, busy or not; null: "
+                                                          "no sample of the model that week (unknown, not 0)")
+    busy_gpu_hours: float | None = Field(description="allocated GPU-hours with a utilisation reading at or over the "
+                                                     "idle threshold; null: unknown (held without any reading, or "
+                                                     "no sample that week)")
+    util_coverage: float | None = Field(description=UTIL_COVERAGE)
+    queued_gpu_hours: float | None = Field(description="GPU-hours jobs waited in the queue for the model (GPUs x "
+                                                       "wait; jobs the scheduler held are left out); null: no job "
+                                                       "record in the window, so the queue is unknown")
+    demand_gpu_hours: float | None = Field(description="the week's demand on the model's basis: busy (or allocated) "
+                                                       "plus queued GPU-hours; null: no sample of the model that week")
+
+
+class ModelForecast(BaseModel):
+    gpu_model: str = Field(description="the GPU model")
+    gpus: float = Field(description="its GPUs present at the window's end (MIG instances as their fractions)")
+    capacity_gpu_hours_per_week: float = Field(description="gpus x 168: what the model can serve in a week")
+    status: ForecastStatus = Field(description="forecast: saturates at the current growth in weeks_to_saturation; "
+                                               "saturated: the trend's demand is at or over capacity now; "
+                                               "not_saturating: flat or falling; insufficient_data: fewer whole "
+                                               "weeks than min_weeks, no trend is given")
+    reason: str = Field(description="the status in a sentence, with the figures it rests on")
+    basis: ForecastBasis = Field(description="what a week's demand counts: busy + queued GPU-hours; allocated "
+                                             "where busy is unknown (no or too few utilisation readings); 'only' "
+                                             "where the queue is unknown (no job records)")
+    basis_reason: str | None = Field(description="why the basis is not busy + queued; null: it is")
+    whole_weeks: int = Field(description="whole weeks the trend is fitted through")
+    demand_now_gpu_hours_per_week: float | None = Field(description="the trend's demand in the window's last week "
+                                                                    "(GPU-hours a week); null: no trend")
+    utilisation_now: float | None = Field(description="that demand over capacity (0..; over 1: more asked than the "
+                                                       "GPUs give); null: no trend")
+    growth_gpu_hours_per_week: float | None = Field(description="the trend's slope: GPU-hours a week more each week "
+                                                                "(least squares over the whole weeks); null: no trend")
+    growth_stderr: float | None = Field(description="the slope's standard error; null: no trend")
+    growth_80_low: float | None = Field(description="the slope's 80% interval, low end (Student's t, n - 2 degrees "
+                                                    "of freedom); null: no trend")
+    growth_80_high: float | None = Field(description="the slope's 80% interval, high end; null: no trend")
+    weeks_to_saturation: float | None = Field(description="weeks after the window's end until the trend's demand "
+                                                          "reaches capacity; 0: saturated; null: not saturating at "
+                                                          "the current trend, or no trend (see status)")
+    weeks_to_saturation_80_low: float | None = Field(description="the soonest, at the high end of the growth's 80% "
+                                                                 "interval; null: no trend, or even then it does "
+                                                                 "not grow")
+    weeks_to_saturation_80_high: float | None = Field(description="the latest, at the low end of the growth's 80% "
+                                                                  "interval; null: there demand does not grow (no "
+                                                                  "upper bound), or no trend")
+    saturates_around: datetime | None = Field(description="the window's end + weeks_to_saturation; null: not "
+                                                          "saturating, no trend, or more than a century away")
+    weeks: list[ForecastWeek] = Field(description="the window's weeks, oldest first")
+
+
+class CapacityForecast(BaseModel):
+    start: datetime = Field(description="the window's start (UTC): `weeks` weeks before its end")
+    end: datetime = Field(description="the window's end (UTC): the last whole hour at or before the end asked")
+    weeks: int = Field(description="weeks in the window")
+    min_weeks: int = Field(description="whole weeks a trend needs; fewer is insufficient_data")
+    min_coverage: float = Field(description="the share of a week's hours with samples that makes it whole, and of "
+                                            "its allocated GPU-hours with a utilisation reading that makes busy "
+                                            "GPU-hours its basis")
+    idle_util_pct: float = Field(description="the utilisation under which an allocated GPU counts as idle, not busy")
+    queue_known: bool = Field(description="any scheduler job record in the window; false: queued demand is unknown "
+                                          "and no trend counts it")
+    models: list[ModelForecast] = Field(description="per GPU model present at the window's end, by name")
+    notes: list[str] = Field(description="demand no model present can take (models gone, queued jobs naming no "
+                                         "model), and an unknown queue")
+
+
+# --- topology (collector/topology.py, analytics/topology.py) ----------------------------------------------------
+_BUS_ID = r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
+_NAME = r"^[A-Za-z0-9._:/-]+$"  # node, GPU, clique and rack names as telemetry writes them: no spaces or markup
+
+
+class GpuPlaceIn(BaseModel):
+    uuid: str = Field(min_length=1, max_length=128, pattern=_NAME, description="the GPU's UUID")
+    index: int | None = Field(None, ge=0, le=4096, description="its index on the node (NVML, nvidia-smi)")
+    gpu_model: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9 ._()/-]+$",
+                           description="GPU model, normalised name from the GPU catalogue")
+    island: int = Field(ge=0, le=4096, description="its NVLink island on the node, numbered from 0")
+    pci_bus_id: str | None = Field(None, max_length=16, pattern=_BUS_ID,
+                                   description="PCI bus id, e.g. 00000000:53:00.0")
+    numa_node: int | None = Field(None, ge=-1, le=4096, description="the NUMA node the GPU is attached to")
+    cpu_affinity: str | None = Field(None, max_length=4096, pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$",
+                                     description="the CPUs close to the GPU, as a Linux cpulist (0-47,96-143)")
+    nvlink_links: int | None = Field(None, ge=0, le=64, description="active NVLink links; null: no NVLink known")
+    clique_id: str | None = Field(None, max_length=64, pattern=_NAME,
+                                  description="multi-node NVLink clique (GB200 NVL72), with cluster_uuid")
+    cluster_uuid: str | None = Field(None, max_length=64, pattern=_NAME, description="the NVLink fabric's cluster")
+    rack: str | None = Field(None, max_length=63, pattern=_NAME, description="the node's rack, as a label names it")
+
+
+class GpuLinkIn(BaseModel):
+    gpu: str = Field(min_length=1, max_length=128, pattern=_NAME, description="one GPU's UUID")
+    peer: str = Field(min_length=1, max_length=128, pattern=_NAME, description="the other GPU's UUID")
+    path: Literal[TOPOLOGY_PATHS] = Field(description="their closest common path: nvlink, or NVML's PCIe/CPU level")
+    nvlinks: int = Field(0, ge=0, le=64, description="direct NVLink links between them (0 through NVSwitch)")
+
+
+class TopologyIn(BaseModel):
+    """A node's topology as an agent posts it (collector/topology.py NodeTopology.to_json)."""
+    node: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$", description="the node")
+    source: Literal[TOPOLOGY_SOURCES] = Field(description="who read it")
+    basis: Literal[TOPOLOGY_BASES] = Field(description="measured (pair by pair) or inferred (from the model)")
+    gpus: list[GpuPlaceIn] = Field(min_length=1, max_length=MAX_GPUS_PER_NODE, description="the node's GPUs")
+    links: list[GpuLinkIn] = Field([], max_length=MAX_GPUS_PER_NODE * (MAX_GPUS_PER_NODE - 1) // 2,
+                                   description="GPU pairs and their path")
+    notes: list[str] = Field([], max_length=256, description="what the reading assumed or found contradictory")
+
+
+class TopologyStored(BaseModel):
+    node: str = Field(description="the node")
+    stored: bool = Field(description="true: a new snapshot; false: the same as the newest stored")
+    digest: str = Field(description="what identifies this topology")
+
+
+class IslandOut(BaseModel):
+    island: int = Field(description="the island's number on its node")
+    gpus: int = Field(description="GPUs in it")
+    gpu_indexes: list[int | None] = Field(description="their indexes")
+    gpu_uuids: list[str] = Field(description="their UUIDs")
+    gpu_model: str = Field(description="their model")
+    direct_nvlinks: int | None = Field(description="direct NVLink links among them (0 through NVSwitch); null: "
+                                                   "no pair recorded")
+    numa_nodes: list[int] = Field(description="the NUMA nodes its GPUs are attached to")
+
+
+class NodeTopologyOut(BaseModel):
+    node: str = Field(description="the node")
+    source: str = Field(description="who read the topology shown (nvml measured wins over a dcgm page's)")
+    basis: str = Field(description="measured, inferred (from the model's board, see notes) or unknown")
+    observed_at: datetime = Field(description="since when the node has looked like this (UTC)")
+    notes: list[str] = Field(description="assumptions and contradictions of this reading")
+    gpus: int = Field(description="GPUs")
+    islands: list[IslandOut] = Field(description="NVLink islands, a GPU alone in its own")
+    largest_island: int = Field(description="GPUs in the largest island: the largest job kept on NVLink here")
+    clique_id: str | None = Field(description="the node's multi-node NVLink clique; null: none or mixed")
+    rack: str | None = Field(description="the node's rack; null: no label")
+    gpu_places: list[dict[str, Any]] = Field(description="per GPU: index, island, PCI bus, NUMA node, CPUs, links")
+    paths: list[dict[str, Any]] = Field(description="per GPU pair: path (nvlink or NVML's level) and direct links")
+
+
+class TopologyAnswer(BaseModel):
+    at: datetime = Field(description="the instant the topology is read at (UTC)")
+    nodes: list[NodeTopologyOut] = Field(description="nodes with a stored topology")
+    cliques: list[dict[str, Any]] = Field(description="multi-node NVLink cliques and their nodes")
+    racks: list[dict[str, Any]] = Field(description="racks and their nodes")
+    missing: list[str] = Field(description="nodes reporting samples with no topology stored: unknown, not alone")
+
+
+class TopologySnapshot(BaseModel):
+    ts: datetime = Field(description="when this topology was first seen")
+    source: str = Field(description="who read it")
+    basis: str = Field(description="measured or inferred")
+    digest: str = Field(description="what identifies it")
+    notes: str | None = Field(description="its notes (JSON list)")
+    gpus: int = Field(description="GPUs")
+    islands: int = Field(description="NVLink islands")
+
+
+class TopologyHistory(BaseModel):
+    node: str = Field(description="the node")
+    snapshots: list[TopologySnapshot] = Field(description="oldest first: each change, and the one in force at start")

@@ -15,10 +15,13 @@ from gpuledger.analytics.records import records
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import mig_fraction, models_with_profile
 from gpuledger.deploy.api.access import ReadCaller
-from gpuledger.deploy.api.deps import CaughtUp, Days, End, StoreDep, window
+from gpuledger.analytics import topology as topo
+from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, PlacementRequest
 from gpuledger.policies.placers import ClusterState, Task
+from gpuledger.policies.emitters.topology import podset_annotations
 from gpuledger.policies.placers.fgd import rank
+from gpuledger.policies.placers.topology import keep_within_islands
 
 router = APIRouter(tags=["placement"], dependencies=[CaughtUp])  # deps.caught_up
 
@@ -54,10 +57,16 @@ def fragmentation(caller: ReadCaller, store: StoreDep, days: float = Days, end: 
 
 
 @router.post("/v1/placement", response_model=PlacementAnswer)
-def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, days: float = Days) -> dict:
+def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, config: ConfigDep,
+              days: float = Days) -> dict:
     """Where a task should go: every node (and, for a part of a GPU, every GPU) that can take it now, ranked by
     how little it raises the cluster's fragmentation (FGD), with each alternative's score. A scheduler extender's
-    prioritize call, or a KAI/Volcano plugin, can take the first candidate or weigh the scores with its own."""
+    prioritize call, or a KAI/Volcano plugin, can take the first candidate or weigh the scores with its own.
+
+    With `[topology] keep_within = "island"` (the default) a multi-GPU task is kept inside one NVLink island: the
+    candidates that can are ranked first, with that island's GPUs, then nodes whose topology is unknown, then those
+    that would split it (each says which, `within_island`). The answer carries the pod-set annotations that ask
+    Kueue or KAI to keep the job inside the configured level, when `[topology] scheduler_objects` is on."""
     milli = 1000
     models = frozenset(request.gpu_model or ())
     if request.gpu_fraction is not None and request.mig_profile is not None:
@@ -69,7 +78,11 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, da
     elif request.mig_profile:
         models, milli = _mig_models(request.mig_profile, models)
     at, nodes, workload = frag.current_state(store, None, days)
-    answer = {"at": at, "request_gpu_milli": milli, "candidates": [], "feasible": 0}
+    level = config.topology.level_label()
+    annotations = (podset_annotations(request.scheduler, config.topology, level)
+                   if request.scheduler and config.topology.scheduler_objects and level else {})
+    answer = {"at": at, "request_gpu_milli": milli, "candidates": [], "feasible": 0, "within_island": 0,
+              "keep_within": config.topology.keep_within, "annotations": annotations}
     if not nodes.names:
         return {**answer, "reason": "no node has reported in the last 10 minutes"}
     if workload is None:
@@ -79,15 +92,19 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, da
     ranked = rank(state, Task("request", shape, 0))
     if not len(ranked.nodes):
         return {**answer, "reason": "no node has the GPUs free that the request needs"}
+    islands = topo.slot_islands(store, at, state.gpu_ids, state.gpu_free.shape[1])
+    candidates = keep_within_islands(state, shape, ranked.nodes, [ranked.slots(i) for i in range(len(ranked.nodes))],
+                                     islands, rank_by_islands=config.topology.keep_within != "node")
     out = []
-    for i in range(min(request.limit, len(ranked.nodes))):
-        n = int(ranked.nodes[i])
-        ids = state.gpu_ids[n] if state.gpu_ids else []
-        out.append({"node": state.names[n], "gpu_model": state.model[n],
-                    "gpus": [ids[s] if s < len(ids) else str(s) for s in ranked.slots(i)],
-                    "score": int(ranked.score[i]), "fragmentation_before_gpus": float(ranked.before[i]) / 1000,
-                    "fragmentation_after_gpus": float(ranked.after[i]) / 1000})
-    return {**answer, "candidates": out, "feasible": len(ranked.nodes)}
+    for c in candidates[:request.limit]:
+        ids = state.gpu_ids[c.node] if state.gpu_ids else []
+        out.append({"node": state.names[c.node], "gpu_model": state.model[c.node],
+                    "gpus": [ids[s] if s < len(ids) else str(s) for s in c.slots], "within_island": c.within,
+                    "island": c.island, "score": int(ranked.score[c.rank]),
+                    "fragmentation_before_gpus": float(ranked.before[c.rank]) / 1000,
+                    "fragmentation_after_gpus": float(ranked.after[c.rank]) / 1000})
+    return {**answer, "candidates": out, "feasible": len(ranked.nodes),
+            "within_island": sum(c.within is True for c in candidates)}
 
 
 def _mig_models(profile: str, asked: frozenset[str]) -> tuple[frozenset[str], int]:

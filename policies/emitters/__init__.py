@@ -1,7 +1,8 @@
 """Emitters: the quota plan as objects a scheduler applies, one scheduler per file behind `Emitter`.
 
 `kai` (KAI-Scheduler Queues), `kueue` (ClusterQueues, Cohorts, ResourceFlavors), `volcano` (Queues) and
-`slurm` (a `sacctmgr -i` script, or the same as JSON). Given the objects that exist now (`current`: for
+`slurm` (a `sacctmgr -i` script, or the same as JSON); `topology` adds Kueue's or KAI's Topology object where
+`[topology] scheduler_objects` is on. Given the objects that exist now (`current`: for
 Kubernetes a YAML dump such as `kubectl get queues -o yaml`, for Slurm `sacctmgr -P show assoc` output),
 an emitter outputs only the objects that change, each with every field gpuledger does not own kept as it is.
 """
@@ -13,6 +14,7 @@ from typing import Any, Callable, Protocol
 
 import yaml
 
+from gpuledger.analytics.config import TopologyConfig
 from gpuledger.collector.errors import InputError
 from gpuledger.policies.quota_plan import QuotaPlan, k8s_name
 
@@ -35,15 +37,21 @@ class Emitter(Protocol):
         """The objects that make the scheduler run `plan`; with `current`, only those that change."""
 
 
-def emitter_for(target: str) -> Emitter:
+def emitter_for(target: str, topology: TopologyConfig | None = None) -> Emitter:
+    """The target's emitter; with a `topology` whose scheduler_objects is on, Kueue's and KAI's also output the
+    Topology object (emitters/topology.py) and Kueue's flavors name it."""
     from gpuledger.policies.emitters.kai import KaiEmitter
     from gpuledger.policies.emitters.kueue import KueueEmitter
     from gpuledger.policies.emitters.slurm import SlurmEmitter
+    from gpuledger.policies.emitters.topology import API_VERSIONS, TopologyEmitter
     from gpuledger.policies.emitters.volcano import VolcanoEmitter
-    emitters: dict[str, Emitter] = {e.target: e for e in (KaiEmitter(), KueueEmitter(), VolcanoEmitter(),
-                                                          SlurmEmitter())}
+    with_topology = topology is not None and topology.scheduler_objects
+    kueue = KueueEmitter(topology.name if with_topology else None)
+    emitters: dict[str, Emitter] = {e.target: e for e in (KaiEmitter(), kueue, VolcanoEmitter(), SlurmEmitter())}
     if target not in emitters:
         raise InputError(f"target must be one of {', '.join(emitters)}, got {target!r}")
+    if with_topology and target in API_VERSIONS:
+        return TopologyEmitter(emitters[target], topology)
     return emitters[target]
 
 
