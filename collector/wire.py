@@ -71,9 +71,11 @@ def encode(table: pa.Table, compression: str | None = "lz4") -> bytes:
 
 
 def stack(batches: Iterable[tuple[int, pa.Table]]) -> pa.Table:
-    """The table of a multi-batch body: each batch's rows in order, tagged with its seq in a `_seq` column."""
+    """The table of a multi-batch body: each batch's rows in order, tagged with its seq in a `_seq` column. Batches
+    of an older agent (a spool replayed after an upgrade) lack the columns added since: they are null there, as the
+    server stores such a batch sent alone, so one body may mix both."""
     return pa.concat_tables([table.append_column(SEQ, pa.array([seq] * table.num_rows, pa.int64()))
-                             for seq, table in batches])
+                             for seq, table in batches], promote_options="default")
 
 
 def unpacked_bound(body_bytes: int) -> int:

@@ -57,3 +57,16 @@ def test_agent_in_process_rejected_batch_is_kept_aside(tmp_path, central):
     assert not spool.pending() and len(list((tmp_path / "sp" / "rejected").glob("*.arrow"))) == 1
     reason = next((tmp_path / "sp" / "rejected").glob("*.reason")).read_text()
     assert reason.startswith("422") and "missing column" in reason
+
+
+def test_a_body_may_mix_batches_of_an_older_agent_and_new_ones():
+    """A spool replayed after an upgrade, drained together with batches read since: the older batches lack the
+    columns added since, and the body carries them as nulls (one request, not a crash of the sender)."""
+    from gpuledger.collector.samples import ADDED_COLUMNS
+    from gpuledger.collector.wire import SEQ, stack
+    new = batch()
+    old = new.drop_columns([c for c in new.column_names if c in ADDED_COLUMNS])
+    body = stack([(0, old), (1, new)])
+    assert body.num_rows == old.num_rows + new.num_rows and set(body.column_names) == set(new.column_names) | {SEQ}
+    added = next(c for c in ADDED_COLUMNS if c in new.column_names)
+    assert body.column(added).to_pylist()[:old.num_rows] == [None] * old.num_rows
