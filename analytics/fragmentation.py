@@ -191,13 +191,17 @@ def recent_workload(store: "Store", start: datetime, end: datetime, coverage: fl
     return Workload.typical(shapes, coverage)
 
 
-def current_state(store: "Store", end: datetime | None, days: float) -> tuple[datetime, NodeArrays, Workload | None]:
-    """The allocation state and the workload of the `days` before it, read at `end` (default now), or just after
-    the newest sample when that is earlier: a store that stopped receiving shows its last state."""
+def live_instant(store: "Store", end: datetime | None) -> datetime:
+    """The instant the live state is read at: `end` (default now), or just after the newest sample when that is
+    earlier, so a store that stopped receiving shows its last state."""
     at = end or utc_now()
     latest = store.latest_ts()
-    if latest is not None:
-        at = min(at, latest + timedelta(microseconds=1))
+    return min(at, latest + timedelta(microseconds=1)) if latest is not None else at
+
+
+def current_state(store: "Store", end: datetime | None, days: float) -> tuple[datetime, NodeArrays, Workload | None]:
+    """The allocation state and the workload of the `days` before it, read at live_instant(`end`)."""
+    at = live_instant(store, end)
     return at, allocation_state(store, at), recent_workload(store, at - timedelta(days=days), at)
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from gpuledger.analytics.records import records
 from gpuledger.collector.jobs.kube_state import label_key
-from gpuledger.collector.topology import BASES, CLIQUE_LABEL
+from gpuledger.collector.topology import BASES, CLIQUE_LABEL, UNKNOWN_ISLAND
 
 if TYPE_CHECKING:
     from gpuledger.analytics.store import Store
@@ -116,10 +116,11 @@ def topology_history(store: "Store", node: str, start: datetime, end: datetime) 
 
 
 def slot_islands(store: "Store", at: datetime, gpu_ids: list[list[str]] | None, width: int) -> list[np.ndarray]:
-    """Per node of an allocation state (its GPUs' UUIDs by slot), each slot's NVLink island as of `at`; -1 for a
-    GPU without a stored topology (unknown, never taken as alone or as joined)."""
+    """Per node of an allocation state (its GPUs' UUIDs by slot), each slot's NVLink island as of `at`;
+    UNKNOWN_ISLAND for a GPU without a stored topology."""
     if not gpu_ids:
         return []
     gpus = topology_gpus(store, at)
     island = dict(zip(gpus["gpu_uuid"], gpus["island"].astype(int)))
-    return [np.array([island.get(u, -1) for u in ids] + [-1] * (width - len(ids)), dtype=np.int64) for ids in gpu_ids]
+    return [np.array([island.get(u, UNKNOWN_ISLAND) for u in ids] + [UNKNOWN_ISLAND] * (width - len(ids)),
+                     dtype=np.int64) for ids in gpu_ids]

@@ -189,18 +189,19 @@ class DcgmPageConverter:
         for metric, labels, value, _ts in samples:
             name = field_name(metric)
             column = FIELD_COLUMNS.get(name)
-            if column is None and name not in KNOWN_UNUSED and not is_topology_field(name):
+            topology_only = column is None and is_topology_field(name)
+            if column is None and name not in KNOWN_UNUSED and not topology_only:
                 errors["unknown_metric"] += 1
                 continue
             uuid = _uuid_of(labels)
             if uuid is None:
                 errors["missing_gpu_label"] += 1
                 continue
-            self.topology.observe(self._node(labels), uuid, name, labels, value)
             key = (uuid, labels.get("GPU_I_ID"), *_pod_of(labels))  # shared GPUs repeat their series per pod
             row = rows.get(key)
             if row is None:  # any series of a GPU says it is there (capacity), even one whose field is not used
                 row = rows[key] = self._new_row(labels, ts, interval_s)
+            self.topology.observe(row["node"], uuid, name, labels, value, topology_only)
             if column is None:
                 continue
             if math.isnan(value) or math.isinf(value):

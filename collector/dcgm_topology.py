@@ -49,8 +49,10 @@ class PageTopology:
         self.p2p.clear()
         self.links.clear()
 
-    def observe(self, node: str, uuid: str, name: str, labels: Any, value: float) -> None:
-        """One sample of a page: every series of a GPU names it; the P2P and per-link fields say more."""
+    def observe(self, node: str, uuid: str, name: str, labels: Any, value: float, topology_only: bool) -> None:
+        """One sample of a page: every series of a GPU names it; the P2P and per-link fields (`topology_only`, as
+        is_topology_field says) and the NVLink totals say more. Called for every sample, so the rest returns at
+        once."""
         key = (node, uuid)
         facts = self.gpus.get(key)
         if facts is None:
@@ -58,6 +60,10 @@ class PageTopology:
             facts = self.gpus[key] = {"uuid": uuid, "index": _int(labels.get("gpu")),
                                       "gpu_model": normalize_model(model_name), "model_name": model_name,
                                       "pci_bus_id": normal_bus_id(labels.get("pci_bus_id")), "nvlink_bytes": 0.0}
+        if not topology_only:
+            if name in NVLINK_TOTALS and value == value and value > 0:
+                facts["nvlink_bytes"] += value
+            return
         if name == P2P_STATUS:
             peer = _int(labels.get("peer_gpu"))
             if facts["index"] is not None and peer is not None:
@@ -67,8 +73,6 @@ class PageTopology:
         found = PER_LINK.match(name)
         if found:
             self.links.setdefault(key, set()).add(int(found.group(1) or found.group(2)))
-        elif name in NVLINK_TOTALS and value == value and value > 0:
-            facts["nvlink_bytes"] += value
 
     def topologies(self) -> list[NodeTopology]:
         out = []

@@ -26,6 +26,7 @@ import pyarrow as pa
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.gpu_catalog import mig_fraction, normalize_model, vgpu_share
+from gpuledger.collector.nvml_topology import nvml_text as _text
 from gpuledger.collector.nvml_topology import read_topology
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.proc_attribution import describe_process
@@ -54,8 +55,6 @@ _GPM_FOR_GOOD = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLEr
                  "NVMLError_ArgumentVersionMismatch")
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class NvmlSource(Source):

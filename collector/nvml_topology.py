@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 CPU_SET_WORDS = 64  # unsigned 64-bit words asked of nvmlDeviceGetCpuAffinity: 4,096 CPUs
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
+    """A string NVML answered: bytes from an older nvidia-ml-py, str from a newer one."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -106,8 +107,8 @@ def read_topology(nvml: Any, node: str, max_links: int) -> NodeTopology:
     for index in range(nvml.nvmlDeviceGetCount()):
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            name = _text(nvml.nvmlDeviceGetName(handle))
+            uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+            name = nvml_text(nvml.nvmlDeviceGetName(handle))
         except nvml.NVMLError as exc:  # a lost GPU: the others are still placed
             log.warning("NVML topology: GPU %d unreadable: %s", index, exc)
             continue

@@ -31,6 +31,7 @@ CLIQUE_LABEL = "nvidia.com/gpu.clique"  # the node label NVIDIA's GPU feature di
 TOPOLOGY_PATH = "/v1/topology"  # where an agent posts its node's topology
 # who reports a topology (the store keeps one history per node and source)
 SOURCES = ("nvml", "dcgm", "prometheus", "simulator")
+UNKNOWN_ISLAND = -1  # a GPU slot with no stored topology: unknown, never taken as alone or as joined
 MAX_GPUS_PER_NODE = 256  # a node claiming more is refused (an NVL72 rack is 72 GPUs over 18 nodes)
 _BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
 
@@ -106,15 +107,6 @@ class NodeTopology:
                 "gpus": [asdict(g) for g in sorted(self.gpus, key=_gpu_order)],
                 "links": [asdict(link) for link in sorted(self.links, key=lambda k: (k.gpu, k.peer))],
                 "notes": list(self.notes)}
-
-    def with_labels(self, clique: str | None, rack: str | None) -> "NodeTopology":
-        """The same topology with the node's labels (kube-state-metrics) filling a clique and rack the GPUs do not
-        report themselves; a GPU's own fabric clique wins over a label."""
-        if clique is None and rack is None:
-            return self
-        gpus = tuple(GpuPlace(**{**asdict(g), "clique_id": g.clique_id or clique, "rack": g.rack or rack})
-                     for g in self.gpus)
-        return NodeTopology(self.node, self.source, self.basis, gpus, self.links, self.notes)
 
 
 def _gpu_order(gpu: GpuPlace) -> tuple[int, str]:

@@ -270,8 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the proposal's GPUs of a model (H200=16 to buy, A100-80GB=0 to retire)")
     whatif.add_argument("--placers", metavar="P[,P...]",
                         help=f"instead: the placement what-if, the window's jobs through each placer "
-                             f"({', '.join(POLICIES)}) on the GPUs present, from empty: fragmentation, stranded GPU-hours and dollars, waits, "
-                             "gang jobs that would have started earlier (POST /v1/whatif/placement)")
+                             f"({', '.join(POLICIES)}) on the GPUs present, from empty: fragmentation, stranded "
+                             "GPU-hours and dollars, waits, gang jobs that would have started earlier "
+                             "(POST /v1/whatif/placement)")
     whatif.add_argument("--json", action="store_true", help="print the whole answer (POST /v1/whatif's) as JSON")
 
     capacity = sub.add_parser(

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from fastapi import APIRouter, Header, Path, Query, Request
 
 from gpuledger.analytics import topology as topo
-from gpuledger.analytics.fragmentation import allocation_state
+from gpuledger.analytics.fragmentation import allocation_state, live_instant
 from gpuledger.analytics.records import json_safe, records
 from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import InputError
@@ -29,9 +29,7 @@ def topology(caller: ReadCaller, store: StoreDep, at: datetime | None = End, nod
     when = as_utc(at) if at else utc_now()
     answer = topo.cluster_topology(store, when, node)
     known = {n["node"] for n in answer["nodes"]}
-    latest = store.latest_ts()  # nodes present in the newest samples (a store that stopped: its last state)
-    seen = min(when, latest + timedelta(microseconds=1)) if latest is not None else when
-    present = allocation_state(store, seen).names if node is None else []
+    present = allocation_state(store, live_instant(store, when)).names if node is None else []
     return json_safe({**answer, "missing": sorted(set(present) - known)})
 
 

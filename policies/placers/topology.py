@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuledger.analytics.fragmentation import MILLI, TaskShape
+from gpuledger.collector.topology import UNKNOWN_ISLAND
 from gpuledger.policies.placers.base import ClusterState, least_room_slots
 
-UNKNOWN = -1  # a GPU slot without a stored topology
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def island_slots(free: np.ndarray, islands: np.ndarray, shape: TaskShape) -> tup
     least room first within it; None when no island holds it."""
     fits = free >= shape.gpu_milli
     best: tuple[int, int, np.ndarray] | None = None
-    for island in np.unique(islands[islands >= 0]):
+    for island in np.unique(islands[islands != UNKNOWN_ISLAND]):
         members = np.nonzero((islands == island) & fits)[0]
         if len(members) >= shape.gpus and (best is None or len(members) - shape.gpus < best[0]):
             best = (len(members) - shape.gpus, int(island), members)
@@ -49,14 +49,14 @@ def keep_within_islands(state: ClusterState, shape: TaskShape, nodes: np.ndarray
                         islands: list[np.ndarray], rank_by_islands: bool = True) -> list[TopoCandidate]:
     """The placer's candidates (`nodes`, best first, with the slots it chose) re-ordered so that those keeping the
     task inside one island come first, on that island's GPUs. `islands`: per node row, each GPU slot's island
-    (UNKNOWN: no topology). `rank_by_islands` False: the placer's order and GPUs, each said to be inside one island
-    or not."""
+    (UNKNOWN_ISLAND: no topology). `rank_by_islands` False: the placer's order and GPUs, each said to be inside one
+    island or not."""
     whole = shape.gpus > 1 and shape.gpu_milli == MILLI
     out = []
     for rank, (node, chosen) in enumerate(zip(nodes, slots)):
         node = int(node)
         where = islands[node][:state.gpu_free.shape[1]]
-        if (where[:int(state.gpu_count[node])] < 0).any():
+        if (where[:int(state.gpu_count[node])] == UNKNOWN_ISLAND).any():
             out.append(TopoCandidate(rank, node, chosen, None, None))
             continue
         taken = {int(where[s]) for s in chosen}
