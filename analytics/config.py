@@ -216,6 +216,11 @@ class PlacementConfig:
     """`[placement]`."""
     # teams or namespaces whose jobs are latency-sensitive (inference): they should not share a GPU with others
     latency_sensitive: tuple[str, ...] = ("LS", "inference", "serving")
+    # colocate advice (policies/colocation.py): the network bandwidth one GPU has to other nodes, both directions
+    # together, GB/s (100: one 400 Gb/s NIC per GPU, as on DGX/HGX H100 boards; a site with less says so here) ...
+    network_gbytes_s_per_gpu: float = 100.0
+    # ... and the cross-node traffic per GPU (GB/s, PCIe bytes of a job spread over nodes) under which no advice
+    colocate_min_gbytes_s_per_gpu: float = 1.0
 
 
 # what a multi-GPU job is kept inside (`[topology] keep_within`), narrowest first: an NVLink island (GPUs of one node
@@ -379,7 +384,8 @@ class Bound:
 
 # per section, per field of its dataclass: what the key accepts (tests/test_config.py holds these to the fields)
 SETTINGS: dict[str, dict[str, Bound]] = {
-    "placement": {"latency_sensitive": Bound(names="namespace")},
+    "placement": {"latency_sensitive": Bound(names="namespace"), "network_gbytes_s_per_gpu": Bound(0.1),
+                  "colocate_min_gbytes_s_per_gpu": Bound(0.0)},
     "waste": {
         "idle_minutes": Bound(1.0),
         "idle_util_pct": Bound(0.0, 100.0),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from gpuledger.analytics.usage import COMPUTE_NEED_MEANS
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 
@@ -256,11 +257,19 @@ def holders(store: "Store", at: datetime, stale: timedelta = timedelta(hours=2))
 
 
 def job_traffic(store: "Store", start: datetime, end: datetime) -> pd.DataFrame:
-    """Per job of [start, end): nodes and GPUs it held, and its NVLink bytes per second per GPU (0 where the
-    telemetry has none)."""
-    return store.query_usage("""
+    """Per job of [start, end): the nodes and GPUs it held, its PCIe and NVLink GB/s per GPU and its SM activity.
+
+    PCIe is what a job spread over nodes sends to the other nodes: under GPUDirect RDMA a GPU reaches its NIC over
+    PCIe (host copies ride there too, so it is an upper bound of the network part). Its rate is taken over the
+    GPU-seconds that read it (`traffic_coverage` says what share that is); none read: NULL, unknown, never zero.
+    NVLink bytes are folded as 0 where unread (analytics/store/rollups.py), so they are evidence only."""
+    return store.query_usage(f"""
         SELECT job_id, any_value(team) AS team, any_value(gpu_model) AS gpu_model,
-               count(DISTINCT node) AS nodes, count(DISTINCT gpu_uuid) AS gpus,
-               coalesce(sum(nvlink_bytes), 0) / nullif(sum(gpu_s), 0) AS nvlink_bytes_per_gpu_s
+               count(DISTINCT node) AS nodes, count(DISTINCT gpu_uuid) AS gpus, sum(gpu_s) AS gpu_s,
+               sum(pcie_bytes) / 1e9 / nullif(sum(gpu_s) FILTER (WHERE pcie_bytes IS NOT NULL), 0)
+                   AS pcie_gbytes_s_per_gpu,
+               coalesce(sum(gpu_s) FILTER (WHERE pcie_bytes IS NOT NULL), 0) / nullif(sum(gpu_s), 0)
+                   AS traffic_coverage,
+               sum(nvlink_bytes) / 1e9 / nullif(sum(gpu_s), 0) AS nvlink_gbytes_s_per_gpu, {COMPUTE_NEED_MEANS}
         FROM usage_between($start, $end, $fine, $mwm, $hwm, $idle_pct)
         WHERE allocated AND job_id IS NOT NULL GROUP BY job_id""", {"start": start, "end": end})

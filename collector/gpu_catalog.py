@@ -37,6 +37,9 @@ class GpuModel:
     usd_per_gpu_hour: float | None = None  # default rate card (on-demand list price); None: unpriced by default
     mig_slices: int = 0  # compute slices of a MIG-capable card; 0: no MIG
     mig_profiles: tuple[MigProfile, ...] = ()  # smallest first
+    # NVLink bandwidth of one GPU, both directions together, GB/s, as NVIDIA's datasheets state it (None: no NVLink);
+    # what colocate advice compares a job's cross-node traffic with (policies/colocation.py)
+    nvlink_gbytes_s: float | None = None
 
 
 def _profiles(*specs: tuple[str, int, int]) -> tuple[MigProfile, ...]:
@@ -48,33 +51,33 @@ def _profiles(*specs: tuple[str, int, int]) -> tuple[MigProfile, ...]:
 CATALOG: tuple[GpuModel, ...] = (
     GpuModel("H200", (r"\bH200\b",), 141, 700, True, "NVIDIA H200", 143771, 7.91, 7, _profiles(
         ("1g.18gb", 1, 18), ("1g.35gb", 1, 35), ("2g.35gb", 2, 35), ("3g.71gb", 3, 71), ("4g.71gb", 4, 71),
-        ("7g.141gb", 7, 141))),
+        ("7g.141gb", 7, 141)), nvlink_gbytes_s=900),
     GpuModel("H100-NVL", (r"\bH100\b.*\bNVL\b",), 94, 400, True, "NVIDIA H100 NVL", 95830, None, 7, _profiles(
         ("1g.12gb", 1, 12), ("1g.24gb", 1, 24), ("2g.24gb", 2, 24), ("3g.47gb", 3, 47), ("4g.47gb", 4, 47),
-        ("7g.94gb", 7, 94))),
+        ("7g.94gb", 7, 94)), nvlink_gbytes_s=600),
     GpuModel("H100", (r"\bH100\b",), 80, 700, True, "NVIDIA H100 80GB HBM3", 81559, 6.88, 7, _profiles(
         ("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
-        ("7g.80gb", 7, 80))),
+        ("7g.80gb", 7, 80)), nvlink_gbytes_s=900),
     GpuModel("GB200", (r"\bGB200\b",), 186, 1200, True, "NVIDIA GB200", 189471, None, 7, _profiles(
         ("1g.23gb", 1, 23), ("1g.47gb", 1, 47), ("2g.47gb", 2, 47), ("3g.93gb", 3, 93), ("4g.93gb", 4, 93),
-        ("7g.186gb", 7, 186))),
+        ("7g.186gb", 7, 186)), nvlink_gbytes_s=1800),
     GpuModel("B200", (r"\bB200\b",), 180, 1000, True, "NVIDIA B200", 183359, None, 7, _profiles(
         ("1g.23gb", 1, 23), ("1g.45gb", 1, 45), ("2g.45gb", 2, 45), ("3g.90gb", 3, 90), ("4g.90gb", 4, 90),
-        ("7g.180gb", 7, 180))),
+        ("7g.180gb", 7, 180)), nvlink_gbytes_s=1800),
     GpuModel("A100-80GB", (r"\bA100\b.*\b80\s*GB\b", r"\bA100-SXM4-80GB\b", r"\bA100-PCIE-80GB\b"), 80, 400, True,
              "NVIDIA A100-SXM4-80GB", 81920, 3.43, 7, _profiles(
                  ("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
-                 ("7g.80gb", 7, 80))),
+                 ("7g.80gb", 7, 80)), nvlink_gbytes_s=600),
     GpuModel("A100-40GB", (r"\bA100\b",), 40, 400, True, "NVIDIA A100-SXM4-40GB", 40960, 2.75, 7, _profiles(
         ("1g.5gb", 1, 5), ("1g.10gb", 1, 10), ("2g.10gb", 2, 10), ("3g.20gb", 3, 20), ("4g.20gb", 4, 20),
-        ("7g.40gb", 7, 40))),
+        ("7g.40gb", 7, 40)), nvlink_gbytes_s=600),
     GpuModel("A30", (r"\bA30\b",), 24, 165, False, "NVIDIA A30", 24576, None, 4, _profiles(
         ("1g.6gb", 1, 6), ("2g.12gb", 2, 12), ("4g.24gb", 4, 24))),
     GpuModel("L40S", (r"\bL40S\b",), 48, 350, False, "NVIDIA L40S", 46068, 1.86),
     GpuModel("L4", (r"\bL4\b",), 24, 72, False, "NVIDIA L4", 23034, 0.80),
     GpuModel("A10G", (r"\bA10G\b",), 24, 300, False, "NVIDIA A10G", 23028, 1.01),
     GpuModel("T4", (r"\bT4\b",), 16, 70, False, "Tesla T4", 15360, 0.53),
-    GpuModel("V100", (r"\bV100\b",), 32, 300, True, "Tesla V100-SXM2-32GB", 32768, 3.06),
+    GpuModel("V100", (r"\bV100\b",), 32, 300, True, "Tesla V100-SXM2-32GB", 32768, 3.06, nvlink_gbytes_s=300),
 )
 
 MODELS: dict[str, GpuModel] = {model.name: model for model in CATALOG}

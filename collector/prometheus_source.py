@@ -16,7 +16,8 @@ Team labels and shared-GPU requests come from kube-state-metrics when Prometheus
 (`label_<team_label>`) and `kube_pod_container_resource_requests` for HAMi's `nvidia.com/gpucores` (per cent of a
 GPU) and `nvidia.com/gpumem` (MiB). What each container of a shared GPU measurably used comes from HAMi's vGPU
 monitor where Prometheus scrapes it (collector/apps/hami.py ContainerUse): read over the same stretch, each
-instant's rows get the use of that instant, so a sharer carries its own utilisation and memory.
+instant's rows get the use of that instant, so a sharer carries its own utilisation and memory. The nodes'
+topology (NVLink islands, P2P status) is what each node's newest page read says, as a direct scrape's would be.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from gpuledger.collector.dcgm_source import DcgmPageConverter, PodFacts, with_us
 from gpuledger.collector.metrics import SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.source import Source, SourceError
+from gpuledger.collector.topology import NodeTopology
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class PrometheusSource(Source):
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self.cursor = self.clock() - since  # samples after it are still to read
         self.converter = DcgmPageConverter(attributor, source=SOURCE)
+        self.topologies: dict[str, NodeTopology] = {}  # per node, as its newest page read says
         self.catching_up = True  # more history is waiting: the collect loop reads again at once
         self.source_name = SOURCE
 
@@ -117,8 +120,18 @@ class PrometheusSource(Source):
             self.converter.pods = with_use(facts or {}, use.at(ts) if use else {})
             tables.append(self.converter.convert_samples(samples, datetime.fromtimestamp(ts, timezone.utc),
                                                          self.interval_s))
+            # each exporter is scraped at an instant of its own, so an instant holds one node's page: the pages of
+            # the chunk's last two intervals hold every live node's newest (older ones are not worth the work in
+            # a backfill of weeks)
+            if ts > hi - 2 * self.interval_s:
+                self.topologies.update((t.node, t) for t in self.converter.topology.topologies())
         tables = [t for t in tables if t.num_rows]
         return pa.concat_tables(tables) if tables else SAMPLE_SCHEMA.empty_table()
+
+    def topology(self) -> list[NodeTopology]:
+        """Each node's topology as the newest of its pages read says (collector/dcgm_topology.py): what the
+        exporters report now, once the backfill has reached now."""
+        return [self.topologies[node] for node in sorted(self.topologies)]
 
     def _pod_facts(self, at: datetime) -> dict[tuple[str | None, str | None], PodFacts]:
         """Team labels and shared-GPU requests per pod, from kube-state-metrics (none when Prometheus lacks it)."""

@@ -346,6 +346,10 @@ class ClusterSimulator:
         mem_used = np.where(free, 512.0, np.minimum((job_mem[owner] + job_mem[guest]) * (1 + 0.02 * noise[1]),
                                                     mem_total))
         nvl = np.where((job_nvl[owner] | job_nvl[guest]) & has_nvlink, np.abs(1.2e11 + 3e10 * noise[2]), 0.0)
+        # a job spread over nodes sends its collectives to the other node through its NIC, which a GPU reaches
+        # over PCIe (GPUDirect RDMA): each direction on top of the host copies every GPU makes
+        job_spread = np.array([bool(j.also_on) for j in jobs] + [False])
+        rdma = np.where(job_spread[owner] | job_spread[guest], np.abs(1.0e10 + 1e9 * noise[2]), 0.0)
         power = tdp * (0.12 + 0.8 * activity) + 3.0 * noise[3]
         faulted = times[:, None] >= self.xid_at[None, :]
         xid = np.where(faulted, self.xid_code[None, :], 0)
@@ -405,8 +409,8 @@ class ClusterSimulator:
             "temp_c": 30 + 45 * activity_f,
             "nvlink_tx_bps": cell(nvl),
             "nvlink_rx_bps": cell(nvl),
-            "pcie_tx_bps": activity_f * 2.0e9,
-            "pcie_rx_bps": activity_f * 4.0e9,
+            "pcie_tx_bps": activity_f * 2.0e9 + cell(rdma),
+            "pcie_rx_bps": activity_f * 4.0e9 + cell(rdma),
             "namespace": spaces[flat],
             "pod": pods[flat],
             "container": np.where(unheld, None, "main").astype(object),

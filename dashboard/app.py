@@ -59,7 +59,7 @@ ADVICE_KINDS = {
     "reclaim": "Take back GPUs a job holds idle",
     "resize": "Move a job to a smaller MIG slice or card that fits its memory",
     "consolidate": "Move running jobs to free a node for a job waiting for whole GPUs",
-    "colocate": "Run a job spread over nodes on one node",
+    "colocate": "Run a job that talks across nodes inside one NVLink island",
     "separate": "Give a latency-sensitive job a GPU of its own",
     "efficiency": "Fix what keeps a job's SMs waiting (input pipeline, communication, memory, tensor cores idle)",
 }

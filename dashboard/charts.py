@@ -209,7 +209,9 @@ def change(kind: str, action: dict[str, Any]) -> str:
                 + "; ".join(f"{_words(m.get('job_id'))} ({_words(m.get('gpus'))} GPU) → {_words(m.get('to_node'))}"
                             for m in moves if isinstance(m, dict)))
     if kind == "colocate" and "node" in action:
-        return f"run all {_words(a('gpus'))} GPUs on {_words(a('node'))}"
+        island = a("island")
+        return (f"run all {_words(a('gpus'))} GPUs on {_words(a('node'))}"
+                + (f", inside NVLink island {_words(island)}" if island is not None else ""))
     if kind == "separate" and "from_gpu" in action:
         target = a("to_node")
         return (f"move off shared GPU {_words(a('from_gpu'))} on {_words(a('node'))} → "

@@ -806,14 +806,16 @@ def placement_text(answer: dict) -> str:
     """POST /v1/whatif/placement's answer as a table per placer."""
     out = [f"placement what-if: {answer['start']:%Y-%m-%d %H:%M} .. {answer['end']:%Y-%m-%d %H:%M} UTC, "
            f"{answer['jobs']} jobs on {answer['nodes']} nodes ({answer['gpus']} GPUs), from empty",
-           f"{'placer':<9}{'allocated':>10}{'fragmented':>11}{'stranded GPU-h':>15}{'stranded $':>12}"
-           f"{'wait p50':>9}{'wait p95':>9}{'gangs earlier':>14}{'seconds':>8}"]
+           f"{'placer':<17}{'allocated':>10}{'fragmented':>11}{'stranded GPU-h':>15}{'stranded $':>12}"
+           f"{'wait p50':>9}{'wait p95':>9}{'gangs earlier':>14}{'split':>13}{'seconds':>8}"]
     for p in answer["placers"]:
         usd = "-" if p["stranded_usd"] is None else f"{p['stranded_usd']:,.0f}"
-        out.append(f"{p['policy']:<9}{p['allocated_share']:>10.1%}{p['fragmented_share']:>11.1%}"
+        name = p["policy"] + (" +islands" if p["kept_within_islands"] else "")
+        split = "-" if p["split_tasks"] is None else f"{p['split_tasks']} of {p['multi_gpu_tasks']}"
+        out.append(f"{name:<17}{p['allocated_share']:>10.1%}{p['fragmented_share']:>11.1%}"
                    f"{p['stranded_gpu_hours']:>15,.0f}{usd:>12}{_minutes(p['wait_p50_minutes']):>9}"
                    f"{_minutes(p['wait_p95_minutes']):>9}{p['gang_jobs_started_earlier']:>7} of {p['gang_jobs']:<4}"
-                   f"{p['seconds']:>8.2f}")
+                   f"{split:>13}{p['seconds']:>8.2f}")
     out += [f"assumed: {n['jobs']} jobs {n['meaning']}" for n in answer["assumptions"]]
     out += [f"note: {n}" for n in answer["notes"]]
     return "\n".join(out)

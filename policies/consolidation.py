@@ -1,6 +1,6 @@
-"""Placement advice from the cluster's layout: consolidate to make room for a waiting gang job, co-locate a job
-spread over nodes. Both join the recommendation stream with quota, reclaim and resize advice (same evidence,
-storage and decisions).
+"""Placement advice from the cluster's layout: consolidate to make room for a waiting gang job, separate a
+latency-sensitive job from the work sharing its GPU. Both join the recommendation stream with quota, reclaim and
+resize advice (same evidence, storage and decisions).
 
 Consolidate: a multi-GPU job has waited, and no node of its model has that many GPUs free, yet on some node the
 GPUs it needs are held by a few small jobs that fit elsewhere. The advice names the node, the jobs to move and
@@ -10,9 +10,7 @@ the lowest name).
 Separate: a latency-sensitive job (a team or namespace listed in `[placement] latency_sensitive`) sharing a GPU
 with other work gets advice to move to a GPU of its own.
 
-Co-locate: a running multi-GPU job whose GPUs are on more than one node talks over the network instead of
-NVLink. When one node of its model has room for all of it (its own GPUs there plus free ones), the advice names
-that node; the evidence carries the NVLink traffic the job shows per GPU.
+Co-locate advice (a job spread over nodes) is policies/colocation.py's, on the same layout.
 """
 from __future__ import annotations
 
@@ -21,10 +19,9 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.fragmentation import holders, job_traffic
+from gpuledger.analytics.fragmentation import holders
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import pending_jobs
-from gpuledger.collector.gpu_catalog import MODELS
 from gpuledger.policies.recommendation import Recommendation
 
 FULL = 0.999  # a GPU counts as free when no job holds any of it
@@ -37,7 +34,7 @@ def _job_teams(held: pd.DataFrame, jobs: list[str]) -> dict[str, str | None]:
     return {job: (str(teams[job]) if job in teams.index and pd.notna(teams[job]) else None) for job in jobs}
 
 
-def _layout(held: pd.DataFrame) -> tuple[dict[str, set[str]], dict[str, str], dict[str, dict[str, set[str]]]]:
+def layout(held: pd.DataFrame) -> tuple[dict[str, set[str]], dict[str, str], dict[str, dict[str, set[str]]]]:
     """(free GPUs per node, model per node, per node each job's GPUs there)."""
     jobs_rows = held[held["allocated"] & held["job_id"].notna()]
     used = jobs_rows.groupby(["node", "gpu_uuid"])["fraction"].sum()
@@ -78,7 +75,7 @@ def consolidate_advice(store: Store, config: Config, at: datetime, latest: datet
     held = holders(store, latest + timedelta(microseconds=1))
     if held.empty:
         return []
-    free, model, jobs = _layout(held)
+    free, model, jobs = layout(held)
     spans = held[held["job_id"].notna()].groupby("job_id")["node"].nunique()
     out = []
     for pending in waiting.itertuples(index=False):
@@ -132,41 +129,6 @@ def consolidate_advice(store: Store, config: Config, at: datetime, latest: datet
     return out
 
 
-def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime) -> list[Recommendation]:
-    """Running multi-GPU jobs spread over nodes that one node of their model could hold whole."""
-    held = holders(store, latest + timedelta(microseconds=1))
-    if held.empty:
-        return []
-    running = held[held["allocated"] & held["job_id"].notna()]
-    spread = running.groupby("job_id")["node"].nunique()
-    spread = spread[spread > 1]
-    if spread.empty:
-        return []
-    free, model, jobs = _layout(held)
-    traffic = job_traffic(store, at - timedelta(hours=1), at).set_index("job_id")
-    out = []
-    for job in spread.index:
-        mine = running[running["job_id"] == job]
-        gpus, gpu_model = int(mine["gpu_uuid"].nunique()), str(mine["gpu_model"].iloc[0])
-        candidates = [(len(free[n]) + len(jobs.get(n, {}).get(job, set())), n) for n in sorted(free)
-                      if model[n] == gpu_model]
-        fitting = [(room, n) for room, n in candidates if room >= gpus]
-        if not fitting:
-            continue
-        node = min(fitting, key=lambda rn: (-len(jobs.get(rn[1], {}).get(job, set())), rn[1]))[1]
-        per_node = mine.groupby("node")["gpu_uuid"].nunique().to_dict()
-        nvlink = traffic["nvlink_bytes_per_gpu_s"].get(job) if job in traffic.index else None
-        has_nvlink = bool(getattr(MODELS.get(gpu_model), "nvlink", False))
-        out.append(Recommendation(
-            kind="colocate", team=str(mine["team"].iloc[0]), gpu_model=gpu_model, job_id=str(job),
-            action={"node": node, "gpus": gpus},
-            evidence={"gpus_per_node": per_node, "nvlink_bytes_per_gpu_s": None if pd.isna(nvlink) else nvlink,
-                      "target_has_nvlink": has_nvlink, "at": latest},
-            reason=(f"{job} runs {gpus} GPUs over {len(per_node)} nodes ({', '.join(sorted(per_node))}); "
-                    f"{node} has room for all of it" + (", over NVLink" if has_nvlink else ""))))
-    return out
-
-
 def _latency_sensitive(job: str, team: str | None, names: tuple[str, ...]) -> bool:
     """A job of a latency-sensitive team or namespace (the part of its id before '/')."""
     wanted = {n.lower() for n in names}
@@ -184,7 +146,7 @@ def separate_advice(store: Store, config: Config, at: datetime, latest: datetime
     running = held[held["allocated"] & held["job_id"].notna()]
     if running.empty:
         return []
-    free, model, _ = _layout(held)
+    free, model, _ = layout(held)
     out = []
     for (node, gpu), sharers in running.groupby(["node", "gpu_uuid"]):
         if sharers["job_id"].nunique() < 2:

@@ -21,7 +21,8 @@ from gpuledger.analytics.usage import interval_at
 from gpuledger.analytics.waste import idle_runs, oversized_jobs
 from gpuledger.policies.efficiency_advice import efficiency_advice
 from gpuledger.policies.inference_advice import judged_jobs, missed_slos, rightsize_advice
-from gpuledger.policies.consolidation import colocate_advice, consolidate_advice, separate_advice
+from gpuledger.policies.colocation import colocate_advice
+from gpuledger.policies.consolidation import consolidate_advice, separate_advice
 from gpuledger.policies.quota import HOURS_PER_WEEK
 from gpuledger.policies.recommendation import Recommendation
 

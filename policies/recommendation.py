@@ -2,11 +2,12 @@
 
 Kinds: `quota` (a team's guarantee and limit for one GPU model), `reclaim` (GPUs a job holds idle),
 `resize` (a running job whose memory fits a MIG slice or a smaller card), `consolidate` (jobs to move so a waiting
-gang job fits), `colocate` (a job spread over nodes that one node can hold), `separate` (a latency-sensitive job
-sharing a GPU with other work), `efficiency` (a running job bound by its input pipeline, communication or memory
-bandwidth, or leaving its tensor cores idle). Status: `proposed` when
+gang job fits), `colocate` (a job spread over nodes whose measured cross-node traffic one NVLink island would
+carry), `separate` (a latency-sensitive job sharing a GPU with other work), `efficiency` (a running job bound by its
+input pipeline, communication or memory bandwidth, or leaving its tensor cores idle). Status: `proposed` when
 made, then `accepted`, `rejected` or `applied` by a decision, or `superseded` by a newer one for the
-same team, model and job; `insufficient_data` is never stored (it carries no number, only the reason);
+same team, model and job; `insufficient_data` is never stored (it carries no number, only the reason: quota advice
+without enough data, colocate advice whose traffic was not read);
 `held_back` is quota advice whose simulated effect harms other teams beyond the configured bound (not stored
 either: it carries its numbers and the reason); `preview` is an evaluation at a chosen instant, not stored.
 """

@@ -69,12 +69,15 @@ class Evaluation:
 
     def proposals(self) -> list[Recommendation]:
         """What the policy would change now: quota changes and placement advice."""
-        return [quota_recommendation(a) for a in self.quota if a.status == "change"] + self.placement
+        return ([quota_recommendation(a) for a in self.quota if a.status == "change"]
+                + [r for r in self.placement if r.status != INSUFFICIENT_DATA])
 
     def insufficient(self) -> list[Recommendation]:
         """What is not advised, with the reason: quota advice without enough data, or held back because its
-        simulated effect harms other teams."""
-        return [quota_recommendation(a) for a in self.quota if a.status in (INSUFFICIENT_DATA, HELD_BACK)]
+        simulated effect harms other teams; placement advice whose evidence was not measured (colocate without
+        a traffic reading)."""
+        return ([quota_recommendation(a) for a in self.quota if a.status in (INSUFFICIENT_DATA, HELD_BACK)]
+                + [r for r in self.placement if r.status == INSUFFICIENT_DATA])
 
     def holds(self) -> set[tuple]:
         """Keys whose quota needs no change now, or whose change is held back (an open one is superseded)."""

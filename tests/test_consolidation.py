@@ -1,4 +1,4 @@
-"""Consolidation and co-location advice on a hand-built cluster whose right answer can be worked out by hand."""
+"""Consolidation and separation advice on a hand-built cluster whose right answer can be worked out by hand."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -6,7 +6,7 @@ from datetime import timedelta
 import pandas as pd
 
 from gpuledger.analytics.config import Config
-from gpuledger.policies.consolidation import colocate_advice, consolidate_advice
+from gpuledger.policies.consolidation import consolidate_advice
 from gpuledger.policies.recommender import evaluate
 from tests.helpers import T0, gpu_rows, table
 
@@ -56,22 +56,6 @@ def test_no_advice_when_the_job_fits_or_nothing_can_move(open_store):
         assert consolidate_advice(s, Config(), AT, s.latest_ts()) == []  # a has 6 free: it fits now
         s.upsert_jobs(pd.DataFrame([dict(pending, gpus=8)]))  # 8: a's two jobs have nowhere to go (b is full)
         assert consolidate_advice(s, Config(), AT, s.latest_ts()) == []
-
-
-def test_a_job_spread_over_nodes_is_advised_onto_one_that_holds_it_whole(open_store):
-    """A 3-GPU job with one GPU on d and two on e: e has no GPU free (room 2), d has two free besides its own
-    (room 3): move it to d. A job on one node gets no such advice."""
-    layout = {"d": ["spread", None, None, "other"], "e": ["spread", "spread", "busy", "busy"]}
-    with open_store("colo") as s:
-        s.append_samples(table(cluster(layout)))
-        (advice,) = colocate_advice(s, Config(), AT, s.latest_ts())
-        assert (advice.kind, advice.job_id, advice.action) == ("colocate", "spread", {"node": "d", "gpus": 3})
-        assert advice.evidence["gpus_per_node"] == {"d": 1, "e": 2} and advice.evidence["target_has_nvlink"]
-        assert "over 2 nodes" in advice.reason
-        full = {"d": ["spread", "x", "x", "other"], "e": ["spread", "spread", "busy", "busy"]}
-    with open_store("colo-full") as s:
-        s.append_samples(table(cluster(full)))
-        assert colocate_advice(s, Config(), AT, s.latest_ts()) == []  # nowhere holds it whole
 
 
 def test_a_latency_sensitive_job_sharing_a_gpu_is_advised_a_gpu_of_its_own(open_store, tmp_path):

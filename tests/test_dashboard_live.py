@@ -45,9 +45,9 @@ def advice_of_every_kind(now) -> list[Recommendation]:
                          "move": [{"job_id": "nlp/job-1", "gpus": 2, "to_node": "dgx-h100-01"}]},
                         {"waiting_job": "nlp/big", "gpus_needed": 8, "waited_minutes": 42.0,
                          "job_teams": {"nlp/big": "nlp"}, "effect_usd_per_week": 6000.0}),
-        "colocate": ({"node": "dgx-h100-01", "gpus": 4},
-                     {"gpus_per_node": {"dgx-h100-01": 2, "dgx-h100-02": 2}, "nvlink_bytes_per_gpu_s": None,
-                      "target_has_nvlink": True, "effect_usd_per_week": 5000.0}),
+        "colocate": ({"node": "dgx-h100-01", "gpus": 4, "island": 0},
+                     {"gpus_per_node": {"dgx-h100-01": 2, "dgx-h100-02": 2}, "cross_node_gbytes_s_per_gpu": 20.0,
+                      "time_share_saved": 0.18, "target_basis": "measured", "effect_usd_per_week": 5000.0}),
         "separate": ({"from_gpu": "GPU-c", "node": "l4-01", "to_node": None},
                      {"shares_gpu_with": ["vision/job-9"], "share_held": 0.5, "latency_sensitive": ["inference/"],
                       "effect_usd_per_week": 4000.0}),
@@ -220,7 +220,7 @@ def test_every_kind_of_advice_reads_in_words(monkeypatch, live_api):
     table = next(d.value for d in at.dataframe if "change" in d.value.columns)
     mine = table[table["reason"].str.startswith("a ")].set_index("kind")
     assert mine.loc["consolidate", "change"].startswith("move 1 job(s) off dgx-h100-02")
-    assert mine.loc["colocate", "change"] == "run all 4 GPUs on dgx-h100-01"
+    assert mine.loc["colocate", "change"] == "run all 4 GPUs on dgx-h100-01, inside NVLink island 0"
     assert mine.loc["separate", "change"].endswith("no free GPU now")
     assert mine.loc["quota", "job"] == charts.BLANK  # no None cell
     evidence = " ".join(c.value for c in at.caption if c.value.startswith("Evidence"))

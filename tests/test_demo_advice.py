@@ -118,7 +118,10 @@ def test_the_staged_layout_explains_each_kind(demo):
     assert all(r.evidence["most_free_gpus_on_any_node"] < r.evidence["gpus_needed"] for r in staged)
     for rec in staged:  # the moves free what the advice says: a GPU time-sliced by two jobs only once both move
         assert len(_freed_by(sim, rec, store.latest_ts().timestamp())) >= rec.action["frees_gpus"], rec.action
+    # the staged spread job sends its collectives over PCIe to the other node: advised into one island, with a gain
     assert any(len(r.evidence["gpus_per_node"]) > 1 and r.action["node"] in r.evidence["gpus_per_node"]
-               for r in by_kind["colocate"])
+               and r.action["island"] == 0 and r.evidence["cross_node_gbytes_s_per_gpu"] > 10
+               and 0 < r.evidence["time_share_saved"] <= 1 - r.evidence["sm_active"]
+               and r.evidence["effect_usd_per_week"] > 0 for r in by_kind["colocate"])
     assert any(r.job_id.split("/")[0] in config.placement.latency_sensitive and r.evidence["shares_gpu_with"]
                for r in by_kind["separate"])

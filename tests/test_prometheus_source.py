@@ -87,6 +87,12 @@ def test_backfill_then_follow_store_the_rows_a_direct_scrape_stores(scraped, tmp
             store.append_samples(history.collect())
             reads += 1
         assert 1 < reads < 200 and not history.catching_up
+        # the node's topology as its newest page says, the same as a direct scrape of the page gives
+        direct_page = DcgmPageConverter(source=SOURCE)
+        direct_page.convert(PAGE, datetime.now(timezone.utc), 1.0)
+        (topology,) = history.topology()
+        assert topology.node == "gpu-node-1" and {g.island for g in topology.gpus} == {0} and len(topology.gpus) == 8
+        assert topology.digest() == direct_page.topology.topologies()[0].digest() and topology.source == SOURCE
         backfilled = len(pages.served)
         wait_for(lambda: len(pages.served) >= backfilled + 4, 60, "four more scrapes")
         follow = source(prometheus.url)  # a restarted server: resumes after what it stored, not `since` ago

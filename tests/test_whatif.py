@@ -262,6 +262,33 @@ def test_a_gang_starts_only_when_every_task_is_placed_and_holds_nothing_while_it
         assert got["stranded_usd"] == pytest.approx(got["stranded_gpu_hours"] * 2.0)
 
 
+def test_the_placement_whatif_counts_tasks_split_over_islands_and_replays_keeping_them_inside_one():
+    """One node, two NVLink islands of 4 GPUs. A 2-GPU job takes the first GPUs; a 4-GPU job arriving next gets
+    GPUs 2-5 from best fit (across both islands) and island 1 (GPUs 4-7) when kept within islands; with no
+    topology the split is unknown, not zero."""
+    from gpuledger.analytics.fragmentation import NodeArrays, TaskShape, Workload
+    from gpuledger.policies.whatif.placement import Arrival, compare_placers, emptied, replay_placement, tasks_for
+
+    big = 1 << 40
+    nodes = emptied(NodeArrays(["a"], np.array(["H100"], dtype=object), np.array([big]), np.array([big]),
+                               np.zeros((1, 8), dtype=np.int64), np.array([8])))
+    arrivals = [Arrival("two", tasks_for(2, "H100", 8, "two"), 0, 100, 0),
+                Arrival("four", tasks_for(4, "H100", 8, "four"), 1, 50, 0)]
+    workload = Workload((TaskShape(0, 1000, 1, frozenset({"H100"})),), (1.0,))
+    islands = [np.array([0, 0, 0, 0, 1, 1, 1, 1])]
+    plain = replay_placement(nodes, arrivals, "bestfit", workload, {}, 1000, islands=islands)
+    assert (plain["multi_gpu_tasks"], plain["split_tasks"], plain["kept_within_islands"]) == (2, 1, False)
+    for policy in ("fgd", "bestfit", "dotprod", "random"):
+        kept = replay_placement(nodes, arrivals, policy, workload, {}, 1000, islands=islands, keep_within=True)
+        assert (kept["multi_gpu_tasks"], kept["split_tasks"], kept["started"]) == (2, 0, 2), policy
+    unknown = replay_placement(nodes, arrivals, "bestfit", workload, {}, 1000)
+    assert unknown["split_tasks"] is None and unknown["unknown_topology_tasks"] == 2
+    both = compare_placers(nodes, arrivals, ["fgd", "bestfit"], workload, {}, 1000, islands=islands)
+    assert [(p["policy"], p["kept_within_islands"]) for p in both] == [
+        ("fgd", False), ("fgd", True), ("bestfit", False), ("bestfit", True)]
+    assert len(compare_placers(nodes, arrivals, ["fgd"], workload, {}, 1000, islands=[np.full(8, -1)])) == 1
+
+
 def test_post_whatif_placement_answers_every_placer_and_refuses_bad_ones(job_store):
     store, config = job_store
     with api_client(store, config, open_reads=True) as c:

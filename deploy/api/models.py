@@ -393,8 +393,9 @@ class Recommendation(BaseModel):
     id: str = Field(description="stored: unique; preview: a stable hash of kind, team, model, job and action")
     kind: Kind = Field(description="quota: a guarantee and limit per GPU model; reclaim: GPUs held idle; resize: a "
                                    "job that fits a MIG slice or smaller card; consolidate: jobs to move so a waiting "
-                                   "gang job fits; colocate: a job spread over nodes one node can hold; separate: a "
-                                   "latency-sensitive job sharing a GPU with other work")
+                                   "gang job fits; colocate: a job spread over nodes whose measured cross-node "
+                                   "traffic one NVLink island would carry; separate: a latency-sensitive job "
+                                   "sharing a GPU with other work; efficiency: a job whose SMs wait")
     team: str = Field(description="the team the advice is for")
     gpu_model: str | None = Field(description="the GPU model a quota or a job's GPUs are for")
     job_id: str | None = Field(description="the job it is about; null for quota advice")
@@ -1135,6 +1136,12 @@ class PlacementWhatIfRequest(BaseModel):
 
 class PlacerFigures(BaseModel):
     policy: Policy = Field(description="the placer")
+    kept_within_islands: bool = Field(description="true: replayed keeping each multi-GPU task inside one NVLink "
+                                                  "island where a node's island holds it; false: as the placer places")
+    multi_gpu_tasks: int = Field(description="tasks of several whole GPUs placed")
+    split_tasks: int | None = Field(description="of them, placed across NVLink islands of their node; null: no "
+                                                "placed task's node has a known topology")
+    unknown_topology_tasks: int = Field(description="of them, placed on a node whose topology is unknown")
     jobs: int = Field(description="jobs replayed")
     started: int = Field(description="jobs placed before the window's end")
     still_waiting: int = Field(description="jobs no placement started before the window's end")

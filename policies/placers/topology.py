@@ -7,7 +7,8 @@ given the GPUs of the one island that holds the task with the least room to spar
 island on ties), and candidates are ordered: inside one island first, then nodes whose topology is unknown, then
 those that can only split the task; the placer's order is kept within each group.
 
-A task of one GPU, or a part of one, fits any island: the order is the placer's.
+A task of one GPU, or a part of one, fits any island: the order is the placer's. The placement what-if replays
+through IslandKeeper, the same rule for a placer that gives one choice.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from gpuledger.analytics.fragmentation import MILLI, TaskShape
 from gpuledger.collector.topology import UNKNOWN_ISLAND
-from gpuledger.policies.placers.base import ClusterState, least_room_slots
+from gpuledger.policies.placers.base import ClusterState, Placement, Placer, Task, least_room_slots
 
 
 
@@ -51,7 +52,7 @@ def keep_within_islands(state: ClusterState, shape: TaskShape, nodes: np.ndarray
     task inside one island come first, on that island's GPUs. `islands`: per node row, each GPU slot's island
     (UNKNOWN_ISLAND: no topology). `rank_by_islands` False: the placer's order and GPUs, each said to be inside one
     island or not."""
-    whole = shape.gpus > 1 and shape.gpu_milli == MILLI
+    whole = whole_multi_gpu(shape)
     out = []
     for rank, (node, chosen) in enumerate(zip(nodes, slots)):
         node = int(node)
@@ -72,3 +73,47 @@ def keep_within_islands(state: ClusterState, shape: TaskShape, nodes: np.ndarray
         return out
     order = {True: 0, None: 1, False: 2}
     return sorted(out, key=lambda c: (order[c.within], c.rank))
+
+
+def whole_multi_gpu(shape: TaskShape) -> bool:
+    """A task of several whole GPUs: the kind an island matters to."""
+    return shape.gpus > 1 and shape.gpu_milli == MILLI
+
+
+def spans_islands(islands: np.ndarray, slots: tuple[int, ...]) -> bool | None:
+    """Whether the slots lie in more than one island; None when any of them has no topology."""
+    taken = {int(islands[s]) for s in slots}
+    return None if UNKNOWN_ISLAND in taken else len(taken) > 1
+
+
+@dataclass
+class IslandKeeper:
+    """A placer whose multi-GPU tasks are kept inside one NVLink island, for the placement what-if (the API ranks
+    the placer's candidates instead, keep_within_islands, which needs FGD's full ranking). The placer chooses;
+    when its GPUs span islands, the task takes the best-fitting island of that node, else of the feasible node
+    whose island holds it with the fewest GPUs to spare (lowest node on ties), else it is split as the placer
+    chose. A node of unknown topology keeps the placer's choice."""
+    placer: Placer
+    islands: list[np.ndarray]  # per node row, each GPU slot's island (UNKNOWN_ISLAND: no topology)
+
+    @property
+    def name(self) -> str:
+        return self.placer.name
+
+    def place(self, state: ClusterState, task: Task) -> Placement | None:
+        choice = self.placer.place(state, task)
+        if choice is None or not whole_multi_gpu(task.shape) or not spans_islands(self.islands[choice.node],
+                                                                                  choice.slots):
+            return choice
+        found = island_slots(state.gpu_free[choice.node], self.islands[choice.node], task.shape)
+        if found is not None:
+            return Placement(choice.node, found[0])
+        best: tuple[int, int, tuple[int, ...]] | None = None
+        for node in np.nonzero(state.feasible(task))[0]:
+            found = island_slots(state.gpu_free[node], self.islands[node], task.shape)
+            if found is None:
+                continue
+            spare = int((state.gpu_free[node] >= task.shape.gpu_milli).sum()) - task.shape.gpus
+            if best is None or spare < best[0]:
+                best = (spare, int(node), found[0])
+        return Placement(best[1], best[2]) if best else choice

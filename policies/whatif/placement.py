@@ -28,7 +28,11 @@ from gpuledger.analytics.fragmentation import MILLI, NodeArrays, TaskShape, Work
 from gpuledger.analytics.job_replay import replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.collector.errors import InputError
+from gpuledger.analytics.topology import slot_islands
+from gpuledger.collector.topology import UNKNOWN_ISLAND
 from gpuledger.policies.placers import POLICIES, ClusterState, Placement, Task, make_placer
+from gpuledger.policies.placers.base import Placer
+from gpuledger.policies.placers.topology import IslandKeeper, spans_islands, whole_multi_gpu
 from gpuledger.policies.whatif import quantile_or_none
 from gpuledger.policies.whatif.workload import workload_of
 
@@ -68,11 +72,17 @@ def emptied(nodes: NodeArrays) -> NodeArrays:
 
 
 def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str, workload: Workload,
-                     rates: dict[str, float], end_s: float, seed: int = 42) -> dict[str, Any]:
-    """One placer over the arrivals, from an empty `nodes` until `end_s` (seconds, the window's end)."""
+                     rates: dict[str, float], end_s: float, seed: int = 42, islands: list[np.ndarray] | None = None,
+                     keep_within: bool = False) -> dict[str, Any]:
+    """One placer over the arrivals, from an empty `nodes` until `end_s` (seconds, the window's end). `islands`
+    (per node, each GPU slot's NVLink island) counts the multi-GPU tasks placed across islands; `keep_within`
+    keeps them inside one where a node's island holds them (policies/placers/topology.py IslandKeeper)."""
     began = time.perf_counter()
     state = ClusterState(nodes, workload)
-    placer = make_placer(policy, seed)
+    placer: Placer = make_placer(policy, seed)
+    if keep_within and islands:
+        placer = IslandKeeper(placer, islands)
+    split = {"multi_gpu_tasks": 0, "split_tasks": 0, "unknown_topology_tasks": 0}
     models = np.asarray(state.model, dtype=object)
     rate_per_node = np.array([rates.get(str(m), np.nan) for m in models], dtype=float)
     events = [(a.submit, 1, i) for i, a in enumerate(arrivals) if a.submit < end_s]
@@ -106,6 +116,11 @@ def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str
             state.apply(task, where)
             placed.append(where)
         held[i], started[i] = placed, now
+        for task, where in zip(arrivals[i].tasks, placed):
+            if whole_multi_gpu(task.shape):
+                split["multi_gpu_tasks"] += 1
+                spans = spans_islands(islands[where.node], where.slots) if islands else None
+                split["unknown_topology_tasks" if spans is None else "split_tasks"] += int(spans is not False)
         heapq.heappush(events, (now + arrivals[i].run, 0, i))
         return True
 
@@ -131,7 +146,10 @@ def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str
                if i in started and a.gang and a.recorded_wait is not None
                and started[i] - a.submit < a.recorded_wait - 1.0]
     gangs = sum(1 for a in arrivals if a.gang and a.submit < end_s)
-    return {"policy": policy, "jobs": len(waits), "started": len(started), "still_waiting": len(waits) - len(started),
+    known = split["multi_gpu_tasks"] - split["unknown_topology_tasks"]
+    return {"policy": policy, "kept_within_islands": bool(keep_within and islands), **split,
+            "split_tasks": split["split_tasks"] if known else None, "jobs": len(waits), "started": len(started),
+            "still_waiting": len(waits) - len(started),
             "allocated_share": alloc_s / capacity / length, "fragmented_share": frag_s / capacity / length,
             "stranded_gpu_hours": frag_s / MILLI / 3600.0,
             "stranded_usd": stranded_usd if priced.any() else None,  # no rate: unknown
@@ -143,15 +161,19 @@ def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str
 
 
 def compare_placers(nodes: NodeArrays, arrivals: Sequence[Arrival], policies: Sequence[str], workload: Workload,
-                    rates: dict[str, float], end_s: float,
-                    progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Each placer's figures over the same arrivals and the same empty inventory."""
+                    rates: dict[str, float], end_s: float, progress: Callable[[str], None] | None = None,
+                    islands: list[np.ndarray] | None = None) -> list[dict[str, Any]]:
+    """Each placer's figures over the same arrivals and the same empty inventory; with `islands` where some node's
+    topology is known, each placer a second time keeping multi-GPU tasks inside one NVLink island."""
     empty = emptied(nodes)
+    known = bool(islands) and any((i != UNKNOWN_ISLAND).any() for i in islands)
     out = []
     for policy in policies:
-        out.append(replay_placement(empty, arrivals, policy, workload, rates, end_s))
-        if progress:
-            progress(policy)
+        for keep in (False, True) if known else (False,):
+            out.append(replay_placement(empty, arrivals, policy, workload, rates, end_s, islands=islands,
+                                        keep_within=keep))
+            if progress:
+                progress(policy + (" kept within islands" if keep else ""))
     return out
 
 
@@ -177,13 +199,17 @@ def placement_whatif(store: Store, start: datetime, end: datetime, policies: Seq
     arrivals = [Arrival(j.job_id, tasks_for(j.gpus, j.model, per_node[j.model], j.job_id), max(j.submit, 0.0), j.run,
                         None if j.running_at_start else waited.get(j.job_id)) for j in jobs.jobs]
     target = recent_workload(store, start, end) or Workload.typical(t.shape for a in arrivals for t in a.tasks)
+    islands = slot_islands(store, end, nodes.gpu_ids, int(nodes.gpu_free.shape[1]))
     results = compare_placers(nodes, arrivals, policies, target, store.current_rates(),
-                              (end - start).total_seconds())
+                              (end - start).total_seconds(), islands=islands)
     return {"start": start, "end": end, "nodes": len(nodes.names), "gpus": int(nodes.gpu_count.sum()),
             "jobs": len(arrivals), "assumptions": jobs.notes(), "placers": results,
             "notes": ["the inventory is the GPUs present at the window's end, empty at its start; GPU telemetry says "
                       "nothing of CPU or memory, so only GPUs constrain placement",
-                      "a job of more GPUs than one node holds is a gang of tasks placed all at once"]}
+                      "a job of more GPUs than one node holds is a gang of tasks placed all at once",
+                      "islands are each node's NVLink islands at the window's end (GET /v1/topology); where some "
+                      "are known, each placer is replayed twice: as it places, and keeping a multi-GPU task inside "
+                      "one island; split_tasks counts tasks placed across islands (null: no topology known)"]}
 
 
 def openb_arrivals(data: Path) -> tuple[NodeArrays, list[Arrival], Workload, float]:
