@@ -104,6 +104,17 @@ def _single(values: pd.Series) -> str | None:
     return str(next(iter(found))) if len(found) == 1 else None
 
 
+def node_groups(store: "Store", at: datetime, names: list[str], scope: str, rack_label: str = "") -> list[str | None]:
+    """Per node named, the group a multi-node job is kept inside for `scope` (collector/topology.py SCOPES): its
+    clique or rack as of `at` (None: not known, or its GPUs disagree); for island and node, one group of all."""
+    if scope not in ("clique", "rack"):
+        return ["cluster"] * len(names)
+    gpus = topology_gpus(store, at, rack_label=rack_label)
+    column = "clique_id" if scope == "clique" else "rack"
+    found = {str(node): _single(rows[column]) for node, rows in gpus.groupby("node")}
+    return [found.get(name) for name in names]
+
+
 def topology_history(store: "Store", node: str, start: datetime, end: datetime) -> pd.DataFrame:
     """Every snapshot of a node in [start, end) and the newest before, per source: when its topology changed."""
     return store.query("""

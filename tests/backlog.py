@@ -2,7 +2,7 @@
 an outage leave one: samples written straight into the table, so nothing folds them on the way in."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from gpuledger.analytics.config import Config

@@ -281,6 +281,54 @@ def test_an_8_gpu_job_is_placed_inside_one_island_where_the_placer_splits_it(fil
     assert answer["annotations"] == {}
 
 
+def gang_store(store) -> None:
+    """Five 4-GPU nodes, each one NVLink island: n1, n2 in clique A with two GPUs of n1 held; n3, n4 in clique B,
+    free; n5 free with no clique reported."""
+    rows = [gpu_rows(f"n{n}", g, "H100", 30, job="j1" if (n, g) in ((1, 0), (1, 1)) else None,
+                     team="nlp" if (n, g) in ((1, 0), (1, 1)) else None, util=60.0)
+            for n in range(1, 6) for g in range(4)]
+    store.append_samples(table(*rows))
+    store.fold()
+    for n, clique in ((1, "A"), (2, "A"), (3, "B"), (4, "B"), (5, None)):
+        node = f"n{n}"
+        places = tuple(GpuPlace(f"GPU-{node}-{g}", g, "H100", 0, clique_id=clique) for g in range(4))
+        links = tuple(GpuLink(f"GPU-{node}-{g}", f"GPU-{node}-{h}", "nvlink")
+                      for g in range(4) for h in range(g + 1, 4))
+        store.record_topology(NodeTopology(node, "nvml", "measured", places, links), T0)
+
+
+def test_a_gang_of_pods_is_kept_inside_one_clique_that_takes_it_whole(file_store):
+    """Two pods of 4 GPUs: clique A has 6 GPUs free but not two nodes with 4 (n1 has 2), so B (n3 and n4) takes
+    them; n5, of no known clique, is never used. Three pods fit no clique: none placed, said so. Kept within the
+    node (no clique asked), the pods may go anywhere, each on 4 GPUs of one node."""
+    gang_store(file_store)
+    clique = Config(topology=TopologyConfig(keep_within="clique"))
+    with api_client(file_store, clique, open_reads=True) as client:
+        two = client.post("/v1/placement", json={"gpus": 4, "pods": 2}).json()["gang"]
+        three = client.post("/v1/placement", json={"gpus": 4, "pods": 3}).json()["gang"]
+        assert client.post("/v1/placement", json={"gpus": 1, "pods": 2, "gpu_fraction": 0.5}).status_code == 422
+    assert two["scope"] == "clique" and two["group"] == "B" and two["groups_considered"] == 2
+    assert two["groups_fitting"] == 1 and two["nodes_without_group"] == ["n5"]
+    assert sorted(p["node"] for p in two["placed"]) == ["n3", "n4"]
+    assert all(p["within_island"] is True and len(set(p["gpus"])) == 4 for p in two["placed"])
+    assert sorted(g for p in two["placed"] for g in p["gpus"]) == sorted(f"GPU-n{n}-{g}" for n in (3, 4)
+                                                                         for g in range(4))
+    assert three["placed"] == [] and three["group"] is None and three["groups_fitting"] == 0
+    with api_client(file_store, Config(), open_reads=True) as client:
+        anywhere = client.post("/v1/placement", json={"gpus": 4, "pods": 3}).json()["gang"]
+    assert anywhere["group"] == "cluster" and anywhere["nodes_without_group"] == []
+    assert len({p["node"] for p in anywhere["placed"]}) == 3 and "n1" not in {p["node"] for p in anywhere["placed"]}
+    # racks from the site's node label (kube-state-metrics): r1 = n1, n2; r2 = n3, n4, n5: three pods fit only r2
+    page = "".join(f'kube_node_labels{{node="n{n}",label_example_com_rack="r{1 if n < 3 else 2}"}} 1\n'
+                   for n in range(1, 6))
+    file_store.set_node_labels(parse_kube_state(page).node_labels, T0)
+    rack = Config(topology=TopologyConfig(levels=("example.com/rack", "kubernetes.io/hostname"),
+                                          rack_label="example.com/rack", keep_within="rack"))
+    with api_client(file_store, rack, open_reads=True) as client:
+        racked = client.post("/v1/placement", json={"gpus": 4, "pods": 3}).json()["gang"]
+    assert racked["group"] == "r2" and sorted(p["node"] for p in racked["placed"]) == ["n3", "n4", "n5"]
+
+
 def test_keep_within_node_reports_islands_without_ranking_by_them(file_store):
     placement_store(file_store)
     config = Config(topology=TopologyConfig(keep_within="node"))

@@ -567,7 +567,9 @@ class Fragmentation(BaseModel):
 
 
 class PlacementRequest(BaseModel):
-    gpus: int = Field(1, ge=1, le=64, description="GPUs the task needs")
+    gpus: int = Field(1, ge=1, le=64, description="GPUs the task needs (per pod, for a gang of pods)")
+    pods: int = Field(1, ge=1, le=512, description="pods of a gang, each of `gpus` whole GPUs, placed all at once "
+                                                   "inside one group of [topology] keep_within (clique or rack)")
     gpu_fraction: float | None = Field(None, gt=0, le=1, description="part of one GPU (a shared GPU; gpus must be 1)")
     mig_profile: str | None = Field(None, max_length=32, pattern=r"^\d+g\.\d+gb$",
                                     description="a MIG profile, e.g. 1g.10gb (gpus must be 1)")
@@ -590,6 +592,25 @@ class PlacementCandidate(BaseModel):
     fragmentation_after_gpus: float = Field(description="its fragmented GPUs with the task placed, in GPUs")
 
 
+class GangPod(BaseModel):
+    node: str = Field(description="the node the pod goes to")
+    gpus: list[str] = Field(description="its GPUs (UUIDs)")
+    within_island: bool | None = Field(description="all of them in one NVLink island; null: topology unknown")
+    island: int | None = Field(description="the island taken, when within one")
+
+
+class GangPlacement(BaseModel):
+    pods: int = Field(description="pods asked for")
+    scope: str = Field(description="what the gang is kept inside ([topology] keep_within): clique or rack keep "
+                                   "every pod in one; island and node, each pod inside one island of its node")
+    group: str | None = Field(description="the clique or rack chosen ('cluster' for island and node); null: none")
+    placed: list[GangPod] = Field(description="where each pod goes; [] when no group takes them all")
+    groups_considered: int = Field(description="groups with at least one node known to be in them")
+    groups_fitting: int = Field(description="of them, those that take the whole gang now")
+    nodes_without_group: list[str] = Field(description="nodes whose clique or rack is unknown: never placed on")
+    fragmentation_added_gpus: float | None = Field(description="the cluster's fragmented GPUs added by the gang")
+
+
 class PlacementAnswer(BaseModel):
     at: datetime | None = Field(description="the instant the cluster state is read at (UTC); null without data")
     request_gpu_milli: int = Field(description="milli-GPU per GPU the request was read as")
@@ -600,6 +621,8 @@ class PlacementAnswer(BaseModel):
                                          "islands are reported, not ranked by")
     annotations: dict[str, str] = Field(description="pod-set annotations for the scheduler asked ({} when none)")
     reason: str | None = Field(None, description="why there is no candidate")
+    gang: GangPlacement | None = Field(None, description="for `pods` > 1: the gang's placement (candidates are "
+                                                         "then the first pod's)")
 
 
 class JobRow(BaseModel):

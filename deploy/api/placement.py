@@ -11,7 +11,9 @@ from datetime import datetime
 from fastapi import APIRouter
 
 from gpuledger.analytics import fragmentation as frag
+from gpuledger.analytics.config import Config
 from gpuledger.analytics.records import records
+from gpuledger.analytics.store import Store
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import mig_fraction, models_with_profile
 from gpuledger.deploy.api.access import ReadCaller
@@ -21,6 +23,7 @@ from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, Placemen
 from gpuledger.policies.placers import ClusterState, Task
 from gpuledger.policies.emitters.topology import podset_annotations
 from gpuledger.policies.placers.fgd import rank
+from gpuledger.policies.placers.gang import place_gang
 from gpuledger.policies.placers.topology import keep_within_islands
 
 router = APIRouter(tags=["placement"], dependencies=[CaughtUp])  # deps.caught_up
@@ -66,13 +69,18 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, co
     With `[topology] keep_within = "island"` (the default) a multi-GPU task is kept inside one NVLink island: the
     candidates that can are ranked first, with that island's GPUs, then nodes whose topology is unknown, then those
     that would split it (each says which, `within_island`). The answer carries the pod-set annotations that ask
-    Kueue or KAI to keep the job inside the configured level, when `[topology] scheduler_objects` is on."""
+    Kueue or KAI to keep the job inside the configured level, when `[topology] scheduler_objects` is on.
+
+    With `pods` > 1 the answer's `gang` places that many pods of the shape at once inside one clique or rack (as
+    `keep_within` says), nodes of unknown clique or rack never taken as together."""
     milli = 1000
     models = frozenset(request.gpu_model or ())
     if request.gpu_fraction is not None and request.mig_profile is not None:
         raise InputError("give gpu_fraction or mig_profile, not both")
     if (request.gpu_fraction is not None or request.mig_profile) and request.gpus != 1:
         raise InputError("a part of a GPU (gpu_fraction, mig_profile) is for one GPU: set gpus to 1")
+    if (request.gpu_fraction is not None or request.mig_profile) and request.pods != 1:
+        raise InputError("a gang of pods takes whole GPUs: no gpu_fraction or mig_profile with pods > 1")
     if request.gpu_fraction is not None:
         milli = max(1, round(request.gpu_fraction * 1000))
     elif request.mig_profile:
@@ -103,8 +111,28 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, co
                     "island": c.island, "score": int(ranked.score[c.rank]),
                     "fragmentation_before_gpus": float(ranked.before[c.rank]) / 1000,
                     "fragmentation_after_gpus": float(ranked.after[c.rank]) / 1000})
+    gang = _gang(store, config, at, state, shape, request.pods, islands) if request.pods > 1 else None
     return {**answer, "candidates": out, "feasible": len(ranked.nodes),
-            "within_island": sum(c.within is True for c in candidates)}
+            "within_island": sum(c.within is True for c in candidates), "gang": gang}
+
+
+def _gang(store: Store, config: Config, at: datetime, state: ClusterState, shape: frag.TaskShape, pods: int,
+          islands: list) -> dict:
+    """`pods` pods of the shape placed at once inside one group of [topology] keep_within (policies/placers/gang.py)."""
+    scope = config.topology.keep_within
+    groups = topo.node_groups(store, at, state.names, scope, config.topology.rack_label)
+    plan = place_gang(state, shape, pods, groups, islands, rank_by_islands=scope != "node")
+    answer = {"pods": pods, "scope": scope, "group": None, "placed": [], "groups_fitting": 0,
+              "groups_considered": len({g for g in groups if g is not None}), "fragmentation_added_gpus": None,
+              "nodes_without_group": [n for n, g in zip(state.names, groups) if g is None]}
+    if plan is None:
+        return answer
+    ids = state.gpu_ids or []
+    placed = [{"node": state.names[c.node], "within_island": c.within, "island": c.island,
+               "gpus": [ids[c.node][s] if c.node < len(ids) and s < len(ids[c.node]) else str(s) for s in c.slots]}
+              for c in plan.pods]
+    return {**answer, "group": plan.group, "placed": placed, "groups_fitting": plan.groups_fitting,
+            "fragmentation_added_gpus": plan.fragmentation_added_milli / 1000}
 
 
 def _mig_models(profile: str, asked: frozenset[str]) -> tuple[frozenset[str], int]:
