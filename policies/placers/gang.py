@@ -64,7 +64,13 @@ def place_gang(state: ClusterState, shape: TaskShape, pods: int, groups: list[st
             members.setdefault(group, []).append(row)
     best: tuple[tuple[float, str], list[TopoCandidate]] | None = None
     fitting = 0
+    feasible = state.feasible(Task("pod", shape, 0))
+    # pods each node could hold now: a group short of `pods` is skipped before any pod is ranked (a request for
+    # hundreds of pods costs one count per group, not hundreds of rankings)
+    room = np.where(feasible, (state.gpu_free >= shape.gpu_milli).sum(axis=1) // max(shape.gpus, 1), 0)
     for group in sorted(members):
+        if int(room[members[group]].sum()) < pods:
+            continue
         allowed = np.zeros(len(groups), dtype=bool)
         allowed[members[group]] = True
         found = _place_in(state, shape, pods, allowed, islands, rank_by_islands)
