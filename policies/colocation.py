@@ -62,7 +62,8 @@ Islands = dict[str, tuple[dict[str, int], str, str | None]]  # per node: (GPU ->
 
 
 def _islands(places: pd.DataFrame, held: pd.DataFrame, model: dict[str, str]) -> Islands:
-    """Per node: (GPU -> island, basis, note). Nodes with no topology reading: their model's board rule."""
+    """Per node holding GPUs: (GPU -> island, basis, note). Nodes with no topology reading: their model's board
+    rule, so every node of `held` is there."""
     out: Islands = {}
     for node, rows in places.groupby("node"):
         out[str(node)] = ({str(g): int(i) for g, i in zip(rows["gpu_uuid"], rows["island"]) if pd.notna(i)},
@@ -82,7 +83,7 @@ def _target(job: str, gpus: int, gpu_model: str, free: dict[str, set[str]], mode
     fewest left spare, then the lowest node and island."""
     best = None
     for node in sorted(n for n in free if model[n] == gpu_model):
-        island_of, basis, note = islands.get(node, ({}, "model", None))
+        island_of, basis, note = islands[node]
         mine = jobs.get(node, {}).get(job, set())
         by_island: dict[int, tuple[int, int]] = {}
         for gpu in free[node] | mine:
@@ -138,8 +139,9 @@ def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime
         if not nvlink or (len(cliques) == 1 and None not in cliques):
             continue  # no NVLink to move to, or one multi-node NVLink clique: it already talks over NVLink
         per_node = mine.groupby("node")["gpu_uuid"].nunique().to_dict()
-        shape = {node: sorted({islands.get(node, ({}, "", None))[0].get(str(g)) for g in rows["gpu_uuid"]} - {None})
+        shape = {node: sorted({islands[node][0].get(str(g)) for g in rows["gpu_uuid"]} - {None})
                  for node, rows in mine.groupby("node")}
+        spans = f"{job} runs {gpus} GPUs over {len(per_node)} nodes ({', '.join(sorted(per_node))})"
         row = traffic.loc[job] if job in traffic.index else None
         measured = number_or_none(row["pcie_gbytes_s_per_gpu"]) if row is not None else None
         coverage = number_or_none(row["traffic_coverage"]) if row is not None else None
@@ -151,9 +153,8 @@ def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime
             out.append(Recommendation(
                 kind="colocate", team=team, gpu_model=gpu_model, job_id=str(job), action={}, status=INSUFFICIENT_DATA,
                 evidence=evidence,
-                reason=(f"{job} runs {gpus} GPUs over {len(per_node)} nodes ({', '.join(sorted(per_node))}), but its "
-                        f"cross-node traffic is unknown ({read} in the last hour, {config.efficiency.min_coverage:.0%}"
-                        " needed): no gain can be stated")))
+                reason=(f"{spans}, but its cross-node traffic is unknown ({read} in the last hour, "
+                        f"{config.efficiency.min_coverage:.0%} needed): no gain can be stated")))
             continue
         if measured < settings.colocate_min_gbytes_s_per_gpu:
             continue  # it talks little across nodes: nothing to gain worth a move
@@ -178,9 +179,9 @@ def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime
             kind="colocate", team=team, gpu_model=gpu_model, job_id=str(job),
             action={"node": target.node, "gpus": gpus, "island": target.island},
             evidence=evidence,
-            reason=(f"{job} runs {gpus} GPUs over {len(per_node)} nodes ({', '.join(sorted(per_node))}) and sends "
-                    f"{measured:.1f} GB/s per GPU across them; inside NVLink island {target.island} of {target.node}"
-                    f" that traffic would take {gain['time_share_over_nvlink']:.1%} of the time instead of "
+            reason=(f"{spans} and sends {measured:.1f} GB/s per GPU across them; inside NVLink island "
+                    f"{target.island} of {target.node} that traffic would take "
+                    f"{gain['time_share_over_nvlink']:.1%} of the time instead of "
                     f"{gain['time_share_over_network']:.0%} over the {settings.network_gbytes_s_per_gpu:g} GB/s "
                     f"network: up to {gain['time_share_saved']:.0%} of its time saved, "
                     f"{gain['gpu_hours_per_day']:.1f} GPU-hours a day"

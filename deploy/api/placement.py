@@ -105,15 +105,20 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, co
                                      islands, rank_by_islands=config.topology.keep_within != "node")
     out = []
     for c in candidates[:request.limit]:
-        ids = state.gpu_ids[c.node] if state.gpu_ids else []
         out.append({"node": state.names[c.node], "gpu_model": state.model[c.node],
-                    "gpus": [ids[s] if s < len(ids) else str(s) for s in c.slots], "within_island": c.within,
+                    "gpus": _gpu_names(state, c.node, c.slots), "within_island": c.within,
                     "island": c.island, "score": int(ranked.score[c.rank]),
                     "fragmentation_before_gpus": float(ranked.before[c.rank]) / 1000,
                     "fragmentation_after_gpus": float(ranked.after[c.rank]) / 1000})
     gang = _gang(store, config, at, state, shape, request.pods, islands) if request.pods > 1 else None
     return {**answer, "candidates": out, "feasible": len(ranked.nodes),
             "within_island": sum(c.within is True for c in candidates), "gang": gang}
+
+
+def _gpu_names(state: ClusterState, node: int, slots: tuple[int, ...]) -> list[str]:
+    """The GPUs (UUIDs) of a node's slots; a slot's number where the state does not know its GPU."""
+    ids = state.gpu_ids[node] if state.gpu_ids else []
+    return [ids[s] if s < len(ids) else str(s) for s in slots]
 
 
 def _gang(store: Store, config: Config, at: datetime, state: ClusterState, shape: frag.TaskShape, pods: int,
@@ -127,10 +132,8 @@ def _gang(store: Store, config: Config, at: datetime, state: ClusterState, shape
               "nodes_without_group": [n for n, g in zip(state.names, groups) if g is None]}
     if plan is None:
         return answer
-    ids = state.gpu_ids or []
     placed = [{"node": state.names[c.node], "within_island": c.within, "island": c.island,
-               "gpus": [ids[c.node][s] if c.node < len(ids) and s < len(ids[c.node]) else str(s) for s in c.slots]}
-              for c in plan.pods]
+               "gpus": _gpu_names(state, c.node, c.slots)} for c in plan.pods]
     return {**answer, "group": plan.group, "placed": placed, "groups_fitting": plan.groups_fitting,
             "fragmentation_added_gpus": plan.fragmentation_added_milli / 1000}
 

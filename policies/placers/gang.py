@@ -27,7 +27,6 @@ class GangPlan:
     pods: list[TopoCandidate]  # where each pod goes (node row, GPU slots, island)
     fragmentation_added_milli: float  # the cluster's fragmented milli-GPU with the gang placed, less before
     groups_fitting: int  # groups that could take the whole gang
-    groups_tried: int
 
 
 def _place_in(state: ClusterState, shape: TaskShape, pods: int, allowed: np.ndarray, islands: list[np.ndarray],
@@ -81,4 +80,4 @@ def place_gang(state: ClusterState, shape: TaskShape, pods: int, groups: list[st
             best = ((found[1], group), found[0])
     if best is None:
         return None
-    return GangPlan(best[0][1], best[1], best[0][0], fitting, len(members))
+    return GangPlan(best[0][1], best[1], best[0][0], fitting)

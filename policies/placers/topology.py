@@ -90,9 +90,9 @@ def spans_islands(islands: np.ndarray, slots: tuple[int, ...]) -> bool | None:
 class IslandKeeper:
     """A placer whose multi-GPU tasks are kept inside one NVLink island, for the placement what-if (the API ranks
     the placer's candidates instead, keep_within_islands, which needs FGD's full ranking). The placer chooses;
-    when its GPUs span islands, the task takes the best-fitting island of that node, else of the feasible node
-    whose island holds it with the fewest GPUs to spare (lowest node on ties), else it is split as the placer
-    chose. A node of unknown topology keeps the placer's choice."""
+    when its GPUs span islands, the task takes the best-fitting island of that node, else the best-fitting island
+    of the feasible node with the fewest fitting GPUs to spare that has one holding it (lowest node on ties), else
+    it is split as the placer chose. A node of unknown topology keeps the placer's choice."""
     placer: Placer
     islands: list[np.ndarray]  # per node row, each GPU slot's island (UNKNOWN_ISLAND: no topology)
 

@@ -120,7 +120,10 @@ def replay_placement(nodes: NodeArrays, arrivals: Sequence[Arrival], policy: str
             if whole_multi_gpu(task.shape):
                 split["multi_gpu_tasks"] += 1
                 spans = spans_islands(islands[where.node], where.slots) if islands else None
-                split["unknown_topology_tasks" if spans is None else "split_tasks"] += int(spans is not False)
+                if spans is None:
+                    split["unknown_topology_tasks"] += 1
+                elif spans:
+                    split["split_tasks"] += 1
         heapq.heappush(events, (now + arrivals[i].run, 0, i))
         return True
 
