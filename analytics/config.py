@@ -24,6 +24,9 @@ from gpuledger.analytics.cost_models import CLOUD_PRICING, COST_MODEL_KINDS, Clo
 from gpuledger.analytics.cost_split import IDLE_MODES, IDLE_SCOPES, SHARE_BY
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.database import Retention
+from gpuledger.analytics.store.gpu_inventory import REGISTER_WINDOW_S
+from gpuledger.analytics.store.gpu_time import MAX_DECLARED_INTERVAL_S
+from gpuledger.analytics.store.ingest_screen import MAX_GPUS_PER_NODE
 from gpuledger.analytics.store.rollups import DEFAULT_IDLE_UTIL_PCT, MINUTE_DAYS, RAW_DAYS
 from gpuledger.collector.apps.figures import FIGURES, SERVER_KINDS
 from gpuledger.collector.attribution import Attributor
@@ -166,6 +169,22 @@ class RetentionConfig:
         return Retention(self.raw_days, self.minute_days)
 
 
+@dataclass(frozen=True)
+class IngestConfig:
+    """`[ingest]`: what one agent may claim (analytics/store/gpu_inventory.py, gpu_time.py). `max_interval_s`: the
+    longest sampling interval a push may declare (each row stands for about that long); `register_window_s`: how
+    long after a node's first report the GPUs it sends are registered to it (then only an admin adds one);
+    `max_gpus_per_node`: GPUs one node may report in a batch and register."""
+    max_interval_s: float = MAX_DECLARED_INTERVAL_S
+    register_window_s: float = REGISTER_WINDOW_S
+    max_gpus_per_node: int = MAX_GPUS_PER_NODE
+
+    def writer_options(self) -> dict[str, float | int]:
+        """The ingest writer's keyword arguments."""
+        return {"max_interval_s": self.max_interval_s, "register_window_s": self.register_window_s,
+                "max_gpus_per_node": int(self.max_gpus_per_node)}
+
+
 LEDGER_PERIODS = ("month", "week")  # how the ledger cuts time into periods that close (analytics/ledger.py)
 
 
@@ -299,7 +318,7 @@ class AppsConfig:
 # the file's sections of settings, each the dataclass whose fields are its keys (in the order the loader reads them)
 SECTION_TYPES: dict[str, type] = {"placement": PlacementConfig, "waste": WasteConfig, "fairshare": FairshareConfig,
                                   "quota": QuotaConfig, "retention": RetentionConfig, "efficiency": EfficiencyConfig,
-                                  "ledger": LedgerConfig, "whatif": WhatIfConfig}
+                                  "ledger": LedgerConfig, "whatif": WhatIfConfig, "ingest": IngestConfig}
 
 
 @dataclass
@@ -322,6 +341,7 @@ class Config:
     efficiency: EfficiencyConfig = field(default_factory=EfficiencyConfig)
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     budgets: dict[str, float] = field(default_factory=dict)  # team -> USD per ledger period ([budgets])
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
@@ -435,6 +455,11 @@ SETTINGS: dict[str, dict[str, Bound]] = {
         "slurm_calc_period_s": Bound(1.0),
         "backfill_depth": Bound(1.0, 100000.0),
         "kueue_reclaim": Bound(choices=KUEUE_RECLAIM),
+    },
+    "ingest": {
+        "max_interval_s": Bound(1.0, 86400.0),
+        "register_window_s": Bound(0.0, 86400.0 * 30),
+        "max_gpus_per_node": Bound(1.0, 4096.0),
     },
     "retention": {
         "raw_days": Bound(1.0),  # raw samples; also the oldest sample ingest accepts

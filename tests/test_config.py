@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpuledger.analytics.config import (DEFAULT_RATES, FAIRSHARE_ALGORITHMS, SECTION_TYPES, SETTINGS, Config,
-                                       ConfigError, EfficiencyConfig, FairshareConfig, LedgerConfig, PlacementConfig,
+                                       ConfigError, EfficiencyConfig, FairshareConfig, IngestConfig, LedgerConfig,
+                                       PlacementConfig,
                                        QuotaConfig, RetentionConfig, WasteConfig, WhatIfConfig, load_config,
                                        section_keys)
 
@@ -73,7 +74,8 @@ def test_each_section_is_a_frozen_dataclass_whose_fields_are_the_file_keys(tmp_p
     the loader accepts for it, and every one has a bound."""
     assert SECTION_TYPES == {"waste": WasteConfig, "fairshare": FairshareConfig, "quota": QuotaConfig,
                              "retention": RetentionConfig, "placement": PlacementConfig,
-                             "efficiency": EfficiencyConfig, "ledger": LedgerConfig, "whatif": WhatIfConfig}
+                             "efficiency": EfficiencyConfig, "ledger": LedgerConfig, "whatif": WhatIfConfig,
+                             "ingest": IngestConfig}
     config = Config()
     for section, kind in SECTION_TYPES.items():
         names = [f.name for f in fields(kind)]

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from gpuledger.analytics.store import access, health, lake, rollups
 from gpuledger.analytics.store import topology as topology_tables
 from gpuledger.analytics.store import alerts as alert_tables
+from gpuledger.analytics.store import gpu_inventory
 from gpuledger.analytics.store.metrics import (
     BATCHES_WRITTEN,
     CHECKPOINT_SECONDS,
@@ -197,7 +198,7 @@ class Store:
                     f"SELECT table_name FROM information_schema.tables WHERE {here}").fetchall()}
                 self._con.execute("BEGIN TRANSACTION")
                 for statement in (table_migrations(tables) + DDL + rollups.DDL + health.DDL + access.DDL
-                                  + alert_tables.DDL + topology_tables.DDL):
+                                  + alert_tables.DDL + topology_tables.DDL + gpu_inventory.DDL):
                     self._con.execute(without_keys(statement) if self.lake else statement)
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
@@ -206,9 +207,13 @@ class Store:
                 job_columns = {row[0] for row in self._con.execute(
                     f"SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' AND {here}"
                 ).fetchall()}
+                held = {row[0] for row in self._con.execute(
+                    f"SELECT column_name FROM information_schema.columns WHERE table_name = 'held_samples' AND {here}"
+                ).fetchall()}
                 for statement in (column_migrations(columns) + job_column_migrations(job_columns) + QUERY_LAYER
-                                  + rollups.MACROS):
+                                  + rollups.MACROS + gpu_inventory.held_ddl(held)):
                     self._con.execute(statement)
+                self._once(gpu_inventory.SEEDED_KEY, gpu_inventory.seed, fresh="samples" not in tables)
                 self._bound_old_rollups(fresh="usage_minute" not in tables)
                 self._once("app_series_counted", self._count_old_app_rows, fresh="app_samples" not in tables)
                 self._set_meta(self._con, "schema_version", SCHEMA_VERSION)

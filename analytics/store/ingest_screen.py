@@ -246,7 +246,7 @@ def check_rows(incoming: pa.Table, now: datetime, max_future: timedelta, max_age
     if _any(anything):
         reason = pc.case_when(pa.StructArray.from_arrays(flags, names=[name for name, _, _ in conditions]),
                               *[pa.scalar(name) for name, _, _ in conditions])
-        _count_reasons(rejected, incoming[BATCH], reason)
+        count_reasons(rejected, incoming[BATCH], reason)
         usable = incoming.filter(pc.is_null(reason))
     nulled: list[pa.Array] = []
     for name in FLOAT_COLUMNS:
@@ -262,7 +262,7 @@ def check_rows(incoming: pa.Table, now: datetime, max_future: timedelta, max_age
     return usable, rejected, pa.concat_arrays(nulled) if nulled else None
 
 
-def _count_reasons(rejected: dict[int, dict[str, int]], batch_of_row: pa.Array | pa.ChunkedArray,
+def count_reasons(rejected: dict[int, dict[str, int]], batch_of_row: pa.Array | pa.ChunkedArray,
                    reason: pa.Array | pa.ChunkedArray) -> None:
     """Add refused rows (a non-null reason) per batch and reason to `rejected`."""
     refused = pa.table({BATCH: batch_of_row, "reason": reason}).filter(pc.is_valid(reason))
@@ -352,7 +352,7 @@ def screen_group(requests: list[IngestRequest], now: datetime, max_future: timed
     gpus = gpus_of(usable)
     excess = too_many_gpus(usable, max_gpus, gpus)
     if excess is not None:
-        _count_reasons(rejected, usable[BATCH], pc.if_else(excess, pa.scalar("too_many_gpus"),
+        count_reasons(rejected, usable[BATCH], pc.if_else(excess, pa.scalar("too_many_gpus"),
                                                            pa.scalar(None, pa.string())))
         usable = usable.filter(pc.invert(excess))
         gpus = gpus_of(usable)

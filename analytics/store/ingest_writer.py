@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import Future
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
@@ -32,8 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuledger.analytics.store import failpoints
+from gpuledger.analytics.store.access import Audit
 from gpuledger.analytics.store.batch_ids import BatchRuns, runs_of
-from gpuledger.analytics.store.database import Store
+from gpuledger.analytics.store.database import Store, conform
+from gpuledger.analytics.store.gpu_inventory import MODEL_MISMATCH, REGISTER_WINDOW_S, GpuInventory, Verdict
+from gpuledger.analytics.store.gpu_time import MAX_DECLARED_INTERVAL_S, OVERLAPS, conserve
 from gpuledger.analytics.store.ingest_screen import (
     BATCH,
     HOLDER,
@@ -42,6 +45,7 @@ from gpuledger.analytics.store.ingest_screen import (
     IngestRequest,
     InvalidBatch,
     ScreenedGroup,
+    count_reasons,
     counts_per_batch,
     gpus_of,
     prepare,
@@ -52,12 +56,17 @@ from gpuledger.analytics.store.metrics import (
     INGEST_COMMIT_SECONDS,
     INGEST_DUPLICATE_BATCHES,
     INGEST_REQUESTS_DEFERRED,
+    INGEST_ROWS_CLIPPED,
+    INGEST_ROWS_HELD,
     INGEST_ROWS_REJECTED,
+    INGEST_SECONDS_CLIPPED,
     INGEST_VALUES_NULLED,
     NODE_LAST_SUCCESS,
     ROW_RATE,
     ROWS_WRITTEN,
 )
+from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
+from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.wire import DUPLICATE, STORED, batch_answer, multi_batch_answer
 
 __all__ = ["IngestResult", "IngestWriter", "InvalidBatch", "RequestResult", "StoreUnavailable"]
@@ -136,75 +145,26 @@ BURST_TARGET_ROWS = ROW_GROUP_ROWS * 3 // 2 + 1  # leaves a partial row group of
 MAX_GROUP_ROWS = 2 * ROW_GROUP_ROWS
 
 
-GPU_HOME_S = 600.0  # a GPU stored from one node is refused from any other for this long after its last row
-HOMES_PRUNE_S = 60.0  # how often GPUs not seen for GPU_HOME_S are forgotten (fake UUIDs must not pile up)
-
-
-class GpuHomes:
-    """Which node each GPU was last stored from, and when: a GPU sits in one node at a time.
-
-    Why: the node of a row is the pushing agent's (its token names it), but the GPU UUID is the agent's word. A
-    compromised agent could send rows for another node's GPUs, billing them twice or to another team. So a GPU
-    whose rows another node stored in the last `window` is refused (`gpu_on_other_node`); within one group the
-    first node to send it wins. A GPU moved to another machine is accepted there once its old node has been
-    silent for `window`. Only the writer thread uses this; it is loaded from the samples when the writer starts.
-    """
-
-    def __init__(self, window: timedelta) -> None:
-        self.window = window
-        self.homes: dict[str, tuple[str, datetime]] = {}
-        self._pruned = time.monotonic()
-
-    def load(self, cur: duckdb.DuckDBPyConnection, now: datetime) -> None:
-        rows = cur.execute("SELECT gpu_uuid, arg_max(node, ts), max(ts) FROM samples WHERE ts >= $since "
-                           "AND gpu_uuid IS NOT NULL GROUP BY gpu_uuid", {"since": now - self.window}).fetchall()
-        self.homes = {gpu: (node, min(ts, now)) for gpu, node, ts in rows}
-
-    def screen(self, rows: pa.Table, pairs: pa.Table, now: datetime
-               ) -> tuple[pa.Array | None, list[tuple[str, str]]]:
-        """Rows on a GPU at home on another node (None: none, the usual case), and the (GPU, node) claims kept.
-        `pairs`: each (gpu_uuid, node) of the rows, first sender first (ingest_screen.gpus_of)."""
-        since, claims, refused = now - self.window, {}, []
-        for gpu, node in zip(pairs["gpu_uuid"].to_pylist(), pairs["node"].to_pylist()):
-            home = claims.get(gpu) or self.homes.get(gpu)
-            if home is not None and home[0] != node and (gpu in claims or home[1] >= since):
-                refused.append((gpu, node))
-                continue
-            claims[gpu] = (node, now)
-        kept = [(gpu, node) for gpu, (node, _) in claims.items()]
-        if not refused:
-            return None, kept
-        mask = None
-        for node in {n for _, n in refused}:
-            gpus = pa.array([g for g, n in refused if n == node], pa.string())
-            one = pc.and_(pc.equal(rows["node"], node), pc.is_in(rows["gpu_uuid"], value_set=gpus))
-            mask = one if mask is None else pc.or_(mask, one)
-        return pc.fill_null(mask, False), kept
-
-    def claim(self, kept: list[tuple[str, str]], now: datetime) -> None:
-        """Record the claims of a committed group; forget GPUs silent for the window, now and then."""
-        for gpu, node in kept:
-            self.homes[gpu] = (node, now)
-        if time.monotonic() - self._pruned >= HOMES_PRUNE_S:
-            self._pruned = time.monotonic()
-            since = now - self.window
-            self.homes = {gpu: home for gpu, home in self.homes.items() if home[1] >= since}
-
-
 class IngestWriter:
     def __init__(self, store: Store, max_future_s: float = 300.0, max_age_days: float | None = None,
                  idle_checkpoint_s: float = 1.0, burst_linger_s: float = 1.0, burst_gap_s: float = 0.05,
-                 max_gpus_per_node: int = MAX_GPUS_PER_NODE, gpu_home_s: float = GPU_HOME_S) -> None:
+                 max_gpus_per_node: int = MAX_GPUS_PER_NODE, register_window_s: float = REGISTER_WINDOW_S,
+                 max_interval_s: float = MAX_DECLARED_INTERVAL_S) -> None:
         """The ingest defaults, each a bound on what an agent may write: `max_future_s` (the newest instant a row
-        may have past now), `max_age_days` (the oldest), `max_gpus_per_node` (distinct GPUs one batch may report)
-        and `gpu_home_s` (how long a GPU stays its node's after its last row); the per-row value bounds are
-        analytics/store/ingest_screen.py's."""
+        may have past now), `max_age_days` (the oldest), `max_gpus_per_node` (distinct GPUs one batch may report,
+        and GPUs a node may register), `register_window_s` (how long after its first report a node registers
+        the GPUs it sends: analytics/store/gpu_inventory.py) and `max_interval_s` (the longest interval a request
+        may declare); the per-row value bounds are analytics/store/ingest_screen.py's, the rule that no GPU
+        instant is billed twice analytics/store/gpu_time.py's."""
         self.store = store
         # the audit log a push's entry is committed to, in the same transaction as its batches (set by the API):
         # a push whose batches are stored always has its entry, even after a kill -9 right after the answer
         self.audit: Any = None
         self.max_gpus_per_node = max_gpus_per_node
-        self.homes = GpuHomes(timedelta(seconds=gpu_home_s))
+        self.inventory = GpuInventory(register_window_s, max_gpus_per_node)
+        self.max_interval_s = max_interval_s
+        # the writer's commits and an admin's move of a GPU (assign) change the inventory one at a time
+        self._commit_lock = threading.Lock()
         self.max_future = timedelta(seconds=max_future_s)
         # by default the raw retention: a sample older than that could not be refolded into its rollups
         self.max_age = timedelta(days=max_age_days if max_age_days is not None else store.retention.raw_days)
@@ -213,7 +173,7 @@ class IngestWriter:
         self.burst_gap_s = burst_gap_s  # a burst is over when no request came for this long
         with store.transaction() as cur:
             self.stored_batches = BatchRuns.load(cur)
-            self.homes.load(cur, datetime.now(timezone.utc))
+            self.inventory.load(cur)
         self._queue: queue.Queue[IngestRequest | None] = queue.Queue()
         self._carry: IngestRequest | None = None  # taken from the queue but left for the next group
         # screened groups waiting for the writer: one, so the next group is screened while DuckDB commits
@@ -230,8 +190,12 @@ class IngestWriter:
                 table: pa.Table, audit: Any = None) -> Future:
         """Queue one request body of `count` consecutive batches; the future gives its RequestResult.
 
-        Raises InvalidBatch at once (before queueing) when the body cannot be stored at all.
+        Raises InvalidBatch at once (before queueing) when the body cannot be stored at all, or declares an
+        interval over `max_interval_s` (every row may claim about its request's interval: ingest_screen.py).
         """
+        if not 0 < interval_s <= self.max_interval_s:
+            raise InvalidBatch(f"an interval of {interval_s:g} s is over this server's {self.max_interval_s:g} s "
+                               f"(IngestWriter max_interval_s, [ingest] max_interval_s)")
         request = IngestRequest(node, stream, first_seq, count, interval_s, prepare(table, node, first_seq, count),
                                 audit=audit)
         self._queue.put(request)
@@ -366,80 +330,152 @@ class IngestWriter:
         is_fresh, fresh = self._fresh_batches(group)
         stored = np.zeros(group.count, np.int64)
         rejected: dict[int, dict[str, int]] = {}
-        claims: list[tuple[str, str]] = []
         entries = [(r.audit, group.now) for r in group.requests if r.audit is not None] if self.audit else []
-        with self.audit.joined() if entries else nullcontext() as write_audit:
+        with self._commit_lock, self.audit.joined() if entries else nullcontext() as write_audit:
             if not is_fresh.any() and write_audit is not None:  # only resent batches: the pushes still have entries
                 with self.store.transaction() as cur:
                     write_audit(cur, entries)
-            self._commit_fresh(group, is_fresh, stored, rejected, claims,
-                               (lambda cur: write_audit(cur, entries)) if write_audit is not None else None)
+            verdict = self._commit_fresh(group, is_fresh, stored, rejected,
+                                         (lambda cur: write_audit(cur, entries)) if write_audit is not None else None)
+            if verdict is not None:
+                self.inventory.committed(verdict, group.now)
         self.stored_batches.merge(fresh)
-        self.homes.claim(claims, group.now)
         results = self._results(group, is_fresh, stored, rejected)
         self._account(group, results, time.perf_counter() - started)
         return results
 
     def _commit_fresh(self, group: ScreenedGroup, is_fresh: np.ndarray, stored: np.ndarray,
-                      rejected: dict[int, dict[str, int]], claims: list[tuple[str, str]],
-                      write_audit: Any) -> None:
-        """The fresh batches' rows, ids and refusals in one transaction (with the pushes' audit entries when
-        `write_audit` is given); fills `stored`, `rejected` and `claims` in place."""
-        if is_fresh.any():
-            rows = group.rows
-            if not is_fresh.all() and rows.num_rows:
-                rows = rows.filter(pa.array(is_fresh).take(rows[BATCH]))
-            rejected.update({b: dict(reasons) for b, reasons in group.rejected.items() if is_fresh[b]})
+                      rejected: dict[int, dict[str, int]], write_audit: Any) -> Verdict | None:
+        """The fresh batches' rows, ids, refusals and held rows in one transaction (with the pushes' audit entries
+        when `write_audit` is given); fills `stored` and `rejected` in place; the inventory's verdict, to take
+        into the writer's copy once committed."""
+        if not is_fresh.any():
+            return None
+        rows = group.rows
+        if not is_fresh.all() and rows.num_rows:
+            rows = rows.filter(pa.array(is_fresh).take(rows[BATCH]))
+        rejected.update({b: dict(reasons) for b, reasons in group.rejected.items() if is_fresh[b]})
+        verdict, held = None, None
+        if rows.num_rows:
+            verdict = self.inventory.judge(rows, group.gpus if group.gpus is not None else gpus_of(rows), group.now)
+            if verdict.held is not None:
+                is_held = pc.is_valid(verdict.held)
+                count_reasons(rejected, rows[BATCH], verdict.held)
+                held = rows.filter(is_held).drop_columns([BATCH])
+                held = held.append_column("held_reason", verdict.held.filter(is_held)).append_column(
+                    "held_at", pa.repeat(pa.scalar(group.now, pa.timestamp("us", tz="UTC")), held.num_rows))
+                for reason, count in zip(*np.unique(verdict.held.filter(is_held).to_numpy(zero_copy_only=False),
+                                                    return_counts=True)):
+                    INGEST_ROWS_HELD.labels(reason=reason).inc(int(count))
+                rows = rows.filter(pc.invert(is_held))
+            if verdict.mismatched is not None:
+                mismatched = pc.if_else(verdict.mismatched, pa.scalar(MODEL_MISMATCH), pa.scalar(None, pa.string()))
+                count_reasons(rejected, rows[BATCH], mismatched)
+                rows = rows.filter(pc.invert(verdict.mismatched))
+        with self.store.transaction() as cur:
+            if verdict is not None:
+                self.inventory.commit(cur, verdict, group.now, held)
             if rows.num_rows:
-                elsewhere, kept = self.homes.screen(rows, group.gpus if group.gpus is not None
-                                                    else gpus_of(rows), group.now)
-                claims.extend(kept)
-                if elsewhere is not None:
-                    away = counts_per_batch(rows[BATCH].filter(elsewhere), group.count)
-                    for batch in np.flatnonzero(away):
-                        rejected.setdefault(int(batch), {})["gpu_on_other_node"] = int(away[batch])
-                    rows = rows.filter(pc.invert(elsewhere))
-            with self.store.transaction() as cur:
-                if rows.num_rows:
-                    stored[:] = self._insert_samples(cur, group, rows)
-                refused = np.zeros(group.count, np.int64)
-                for batch, reasons in rejected.items():
-                    refused[batch] = sum(reasons.values())
-                # a key seen twice in the group, or already stored, is refused as a duplicate sample
-                repeats = group.received - stored - refused
-                for batch in np.flatnonzero(is_fresh & (repeats > 0)):
-                    rejected.setdefault(int(batch), {})["duplicate_sample"] = int(repeats[batch])
-                self._record_batches(cur, group, is_fresh, stored, group.received - stored)
-                if write_audit is not None:
-                    write_audit(cur)
-                failpoints.pause("group_commit")
+                stored[:] = self._insert_samples(cur, rows, group.count, rejected, self._request_nodes(group))
+            refused = np.zeros(group.count, np.int64)
+            for batch, reasons in rejected.items():
+                refused[batch] = sum(reasons.values())
+            # a key seen twice in the group, or already stored, is refused as a duplicate sample
+            repeats = group.received - stored - refused
+            for batch in np.flatnonzero(is_fresh & (repeats > 0)):
+                rejected.setdefault(int(batch), {})["duplicate_sample"] = int(repeats[batch])
+            self._record_batches(cur, group, is_fresh, stored, group.received - stored)
+            if write_audit is not None:
+                write_audit(cur)
+            failpoints.pause("group_commit")
+        return verdict
 
-    def _insert_samples(self, cur, group: ScreenedGroup, rows: pa.Table) -> np.ndarray:
-        """Insert the rows not already stored; rows stored per batch."""
-        suspects = self._at_or_before_latest(cur, group, rows)
-        if suspects is not None:
-            rows = rows.filter(pc.invert(self._already_stored(cur, rows, suspects)))
-        cur.register("incoming_samples", rows.drop_columns([BATCH]))
-        cur.execute("INSERT INTO samples BY NAME SELECT * FROM incoming_samples")
-        cur.unregister("incoming_samples")
-        self.store.refold_late(cur, rows)  # rows for minutes already folded: their rollups, in this transaction
-        self.store.note_latest(rows, cur)
-        return counts_per_batch(rows[BATCH], group.count)
-
-    def _at_or_before_latest(self, cur, group: ScreenedGroup, rows: pa.Table) -> pa.Array | None:
-        """Rows no newer than their node's newest stored sample: only these can repeat a stored one.
-
-        Agents send in time order, so this is usually nothing and the store is not searched at all.
-        """
-        latest = self.store.latest_sample_ts(cur)
-        marks = np.full(group.count, np.iinfo(np.int64).min, np.int64)
+    @staticmethod
+    def _request_nodes(group: ScreenedGroup) -> np.ndarray:
+        """The node of each batch of the group (a request's batches are all its node's)."""
+        nodes = np.empty(group.count, object)
         for request, b in zip(group.requests, group.base):
-            mark = latest.get(request.node)
-            if mark is not None:
-                marks[b:b + request.count] = int(mark.timestamp() * 1_000_000)
+            nodes[b:b + request.count] = request.node
+        return nodes
+
+    def _insert_samples(self, cur, rows: pa.Table, count: int, rejected: dict[int, dict[str, int]],
+                        batch_nodes: np.ndarray, all_near: bool = False) -> np.ndarray:
+        """Insert the rows not already stored, held to the rule that no GPU instant is billed twice
+        (gpu_time.conserve: overlapping instants clipped or refused, counted in `rejected`); rows stored per
+        batch (`count` batches, `batch_nodes` the node of each; `all_near`: look up every row's stored neighbours,
+        not only those near their node's newest sample, for rows that another node may have billed)."""
+        marks = self._latest_marks(cur, batch_nodes)
         ts = pc.cast(rows["ts"], pa.int64())
-        suspects = pc.less_equal(ts, pa.array(marks).take(rows[BATCH]))
-        return suspects if pc.any(suspects).as_py() else None
+        mark_of_row = pa.array(marks).take(rows[BATCH])
+        suspects = pc.less_equal(ts, mark_of_row)
+        if pc.any(suspects).as_py():
+            rows = rows.filter(pc.invert(self._already_stored(cur, rows, suspects)))
+            ts, mark_of_row = pc.cast(rows["ts"], pa.int64()), pa.array(marks).take(rows[BATCH])
+        # rows whose span may meet a stored one: up to the longest interval after their node's newest sample
+        near = pc.less_equal(ts, pc.add(mark_of_row, int(self.max_interval_s * 1_000_000) + 1_000_000))
+        near = np.ones(rows.num_rows, bool) if all_near else near.to_numpy(zero_copy_only=False)
+        kept = conserve(rows, cur, near, self.max_interval_s)
+        if kept.refused is not None:
+            refused_batches = rows[BATCH].filter(pa.array(kept.refused))
+            count_reasons(rejected, refused_batches, pa.repeat(pa.scalar(OVERLAPS), len(refused_batches)))
+        if kept.clipped_rows:
+            INGEST_ROWS_CLIPPED.inc(kept.clipped_rows)
+            INGEST_SECONDS_CLIPPED.inc(kept.clipped_seconds)
+        rows = kept.rows
+        if rows.num_rows:
+            cur.register("incoming_samples", rows.drop_columns([BATCH]))
+            cur.execute("INSERT INTO samples BY NAME SELECT * FROM incoming_samples")
+            cur.unregister("incoming_samples")
+            self.store.refold_late(cur, rows)  # rows for minutes already folded: their rollups, in this transaction
+            self.store.note_latest(rows, cur)
+        return counts_per_batch(rows[BATCH], count)
+
+    def _latest_marks(self, cur, batch_nodes: np.ndarray) -> np.ndarray:
+        """Each batch's node's newest stored sample instant (µs; the lowest int64 where the node has none): only
+        rows at or before it can repeat a stored one. Agents send in time order, so usually none are."""
+        latest = self.store.latest_sample_ts(cur)
+        marks = np.full(len(batch_nodes), np.iinfo(np.int64).min // 2, np.int64)
+        for i, node in enumerate(batch_nodes):
+            mark = latest.get(node)
+            if mark is not None:
+                marks[i] = int(mark.timestamp() * 1_000_000)
+        return marks
+
+    # --- an admin's move of a GPU ------------------------------------------------------------------------------
+    def assign(self, gpu: str, node: str, actor: str, model: str | None = None,
+               audit: Audit | None = None) -> dict[str, Any]:
+        """Register `gpu` to `node` (an admin's decision; `audit`'s entry commits in the same transaction) and store
+        the rows of it that `node` sent and were held, under the same rules as a push. What was done."""
+        now = datetime.now(timezone.utc)
+        with self._commit_lock, audit.log.joined(notable=True) if audit else nullcontext() as write_audit:
+            with self.store.transaction() as cur:
+                before = self.inventory.assign(cur, gpu, node, actor, now, model)
+                registered = cur.execute("SELECT gpu_model FROM gpu_inventory WHERE gpu_uuid = ?", [gpu]).fetchone()[0]
+                done = {"gpu_uuid": gpu, "node": node, "previous_node": before, "gpu_model": registered,
+                        **self._release(cur, gpu, node, registered)}
+                if write_audit is not None:
+                    write_audit(cur, [(replace(audit.entry, detail={**(audit.entry.detail or {}), **done}), now)])
+        self.inventory.assigned(gpu, node, registered, now)
+        if audit is not None and audit.on_commit is not None:
+            audit.on_commit()
+        return done
+
+    def _release(self, cur, gpu: str, node: str, model: str | None) -> dict[str, Any]:
+        """Store the held rows `node` sent of `gpu` (those of another known model than `model` stay held)."""
+        rows = cur.execute("SELECT * EXCLUDE (held_reason, held_at) FROM held_samples WHERE gpu_uuid = ? AND node = ? "
+                           "AND (? IS NULL OR gpu_model IN (?, ?)) ORDER BY ts",
+                           [gpu, node, model, model, UNKNOWN_MODEL]).arrow()
+        rows = rows.read_all() if hasattr(rows, "read_all") else rows
+        refused: dict[int, dict[str, int]] = {}
+        released = 0
+        if rows.num_rows:
+            rows = conform(rows, SAMPLE_SCHEMA).append_column(BATCH, pa.array(np.zeros(rows.num_rows, np.int64)))
+            released = int(self._insert_samples(cur, rows, 1, refused, np.array([node], object), all_near=True)[0])
+            cur.execute("DELETE FROM held_samples WHERE gpu_uuid = ? AND node = ? "
+                        "AND (? IS NULL OR gpu_model IN (?, ?))", [gpu, node, model, model, UNKNOWN_MODEL])
+        return {"released_rows": released, "refused_rows": refused.get(0, {}),
+                "still_held_rows": cur.execute("SELECT count(*) FROM held_samples WHERE gpu_uuid = ? AND node = ?",
+                                               [gpu, node]).fetchone()[0]}
 
     @staticmethod
     def _already_stored(cur, rows: pa.Table, suspects: pa.Array) -> pa.Array:

@@ -16,6 +16,13 @@ CHECKPOINT_SECONDS = Histogram("gpuledger_store_checkpoint_seconds",
                                "compacting row groups", ["kind"], registry=REGISTRY)
 INGEST_ROWS_REJECTED = Counter("gpuledger_ingest_rows_rejected", "Rows refused at ingest, by reason",
                                ["reason"], registry=REGISTRY)
+INGEST_ROWS_HELD = Counter("gpuledger_ingest_rows_held", "Rows of a GPU not registered to the sending node, held "
+                           "until an admin moves the GPU (analytics/store/gpu_inventory.py), by reason", ["reason"],
+                           registry=REGISTRY)
+INGEST_ROWS_CLIPPED = Counter("gpuledger_ingest_rows_clipped", "Rows whose interval was cut where it overlapped an "
+                              "instant of the same GPU already billed (analytics/store/gpu_time.py)", registry=REGISTRY)
+INGEST_SECONDS_CLIPPED = Counter("gpuledger_ingest_seconds_clipped", "Seconds cut from rows' intervals where they "
+                                 "overlapped an instant of the same GPU already billed", registry=REGISTRY)
 INGEST_VALUES_NULLED = Counter("gpuledger_ingest_values_nulled", "NaN/Inf values stored as NULL", registry=REGISTRY)
 INGEST_DUPLICATE_BATCHES = Counter("gpuledger_ingest_duplicate_batches",
                                    "Batches acknowledged again without storing (retries, replays)", registry=REGISTRY)

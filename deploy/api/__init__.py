@@ -30,7 +30,7 @@ from gpuledger.collector.metrics import exported
 from gpuledger.deploy.api import (admin, allocation, budgets, cost, efficiency, fairness, gpu_health, inference,
                                   ingest, ledger, ops, placement, recommendations, topology, usage, whatif,
                                   workloads)
-from gpuledger.deploy.api import capacity
+from gpuledger.deploy.api import capacity, inventory
 from gpuledger.deploy.api.access import Gate, audit_writes, trusted_networks
 from gpuledger.deploy.api.limits import RequestLimits
 from gpuledger.deploy.api.live_metrics import StoreGauges
@@ -74,7 +74,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.add_exception_handler(GpuledgerError, _answer_error)
     app.add_exception_handler(RequestValidationError, _answer_invalid)
     for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement, workloads,
-                 efficiency, inference, ledger, allocation, budgets, whatif, topology, capacity):
+                 efficiency, inference, ledger, allocation, budgets, whatif, topology, capacity, inventory):
         app.include_router(area.router)
     return app
 
