@@ -20,6 +20,10 @@ _UNESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 _EMPTY: Mapping[str, str] = {}
 MAX_EXAMPLES = 5
+# the longest line read: past it a line is skipped and counted (`line_too_long`) before any regex or copy of its
+# labels. Real lines are short (dcgm-exporter's ~400 characters; kube-state-metrics' kube_pod_labels with dozens of
+# labels a few KiB); one 16 MiB label took the server to 3 GB on every read (the label regex and the label cache).
+MAX_LINE_CHARS = 64 * 1024
 
 
 class LabelError(ValueError):
@@ -81,6 +85,9 @@ class PromTextParser:
         seconds = text.rstrip().endswith("# EOF")  # OpenMetrics: timestamps in seconds
         for lineno, line in enumerate(text.split("\n"), 1):
             if not line or line[0] == "#":
+                continue
+            if len(line) > MAX_LINE_CHARS:
+                result.reject("line_too_long", lineno, line)
                 continue
             brace = line.find("{")
             if brace >= 0:

@@ -23,6 +23,8 @@ by reason and `nulled_values` (NaN/Inf stored as NULL); for several, lists over 
 """
 from __future__ import annotations
 
+import json
+
 import struct
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -283,3 +285,18 @@ def per_batch(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(batch_answer(first + i not in duplicates, rows, answer["rejected"].get(str(first + i), {}),
                               answer["nulled_values"].get(str(first + i), 0)), seq=first + i)
             for i, rows in enumerate(answer["rows"])]
+
+
+def read_answer(body: bytes, first_seq: int, batches: int) -> list[dict[str, Any]] | None:
+    """The server's answer to a request of `batches` batches from `first_seq`, one answer per batch; None when the
+    body is not such an answer (a login proxy's page, a truncated body, another server): the agent must then keep
+    the batches and send them again, never count them as delivered."""
+    try:
+        answer = json.loads(body)
+        if batches == 1 and isinstance(answer, dict) and answer.get("status") in (STORED, DUPLICATE):
+            return [dict(answer, seq=first_seq)]
+        if isinstance(answer, dict) and answer.get("first_seq") == first_seq and len(answer.get("rows", ())) == batches:
+            return per_batch(answer)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -39,13 +40,35 @@ def _send(method: str, base: str, path: str, token: str | None, timeout: float, 
         raise ApiUnavailable(f"cannot reach the gpuledger API at {base}: {exc}") from exc
 
 
+BUSY_RETRIES = 3  # a read refused because the server is answering many (429/503 with a short Retry-After)
+BUSY_WAIT_MAX_S = 5.0
+
+
 def get_json(base: str, path: str, token: str | None = None, **params: Any) -> Any:
     response = _send("GET", base, path, token, 60, params=params)
+    for _ in range(BUSY_RETRIES):  # the server bounds reads in flight: a short wait, then the page renders
+        wait = _busy_wait(response)
+        if wait is None:
+            break
+        time.sleep(wait)
+        response = _send("GET", base, path, token, 60, params=params)
     if response.status_code in (401, 403):
         raise NeedsToken(f"{path}: {response.json().get('detail', response.text[:300])}")
     if not response.ok:
         raise ApiUnavailable(f"{base}{path} answered {response.status_code}: {response.text[:300]}")
     return response.json()
+
+
+def _busy_wait(response: requests.Response) -> float | None:
+    """How long to wait before asking again when the server said it is busy for a moment; None otherwise (a
+    backlog being folded says minutes: the page says so instead of waiting)."""
+    if response.status_code not in (429, 503):
+        return None
+    try:
+        wait = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return wait if 0 <= wait <= BUSY_WAIT_MAX_S else None
 
 
 def deployment_token() -> str | None:

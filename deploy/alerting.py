@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import smtplib
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.alerts import raise_and_resolve, record_delivery
 from gpuledger.analytics.store.metrics import ALERT_DELIVERIES, ALERT_RETRIES
 from gpuledger.analytics.windows import utc_now
+from gpuledger.deploy.mail import MailError, send_mail
 
 log = logging.getLogger(__name__)
 PHASES = ("fired", "resolved")
@@ -43,10 +43,7 @@ def _mail(email: EmailConfig, alert: dict[str, Any], phase: str, timeout_s: floa
     to = list(email.admins) + list(email.teams.get(alert["team"], ()))
     message["From"], message["To"], message["Subject"] = email.sender, ", ".join(to), _text(alert, phase)
     message.set_content(_text(alert, phase) + "\n\n" + json.dumps(alert.get("detail") or {}, indent=2, default=str))
-    with smtplib.SMTP(email.host, email.port, timeout=timeout_s) as smtp:
-        if email.starttls:
-            smtp.starttls()
-        smtp.send_message(message)
+    send_mail(email, [message], timeout_s)  # the report's sender: its STARTTLS and its login
 
 
 def _post(url: str, alert: dict[str, Any], phase: str, timeout_s: float = 10.0) -> None:
@@ -66,7 +63,7 @@ def _try(channel: str, send: Callable[[], None], retries: int) -> tuple[str, int
         try:
             send()
             return "sent", attempt + 1
-        except (OSError, smtplib.SMTPException, urllib.error.URLError) as exc:
+        except (OSError, MailError, urllib.error.URLError) as exc:
             log.warning("alert %s delivery failed (try %d of %d): %s", channel, attempt + 1, retries + 1, exc)
             if attempt < retries:
                 ALERT_RETRIES.labels(channel).inc()

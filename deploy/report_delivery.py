@@ -8,14 +8,13 @@ attached), its PDF and the summary CSV; each team's recipients get their team's 
 from __future__ import annotations
 
 import logging
-import os
-import smtplib
 from email.message import EmailMessage
 from pathlib import Path
 
 from gpuledger.analytics.config import EmailConfig
 from gpuledger.analytics.report import ReportFiles
 from gpuledger.collector.errors import GpuledgerError
+from gpuledger.deploy.mail import MailError, send_mail
 
 log = logging.getLogger(__name__)
 CHROMIUM = "/usr/bin/chromium"
@@ -88,21 +87,11 @@ def messages(email: EmailConfig, files: ReportFiles) -> list[EmailMessage]:
 
 def send(email: EmailConfig, files: ReportFiles, timeout_s: float = 30.0) -> int:
     """Mail the report; returns the messages sent. Raises DeliveryError with the server's reason."""
-    user = os.environ.get(email.username_env) if email.username_env else None
-    password = os.environ.get(email.password_env) if email.password_env else None
-    if email.username_env and not (user and password):
-        raise DeliveryError(f"[report.email] credentials: set ${email.username_env} and ${email.password_env}")
     outgoing = messages(email, files)
     try:
-        with smtplib.SMTP(email.host, email.port, timeout=timeout_s) as smtp:
-            if email.starttls:
-                smtp.starttls()
-            if user:
-                smtp.login(user, password or "")
-            for msg in outgoing:
-                smtp.send_message(msg)
-    except (OSError, smtplib.SMTPException) as exc:
-        raise DeliveryError(f"cannot mail the report through {email.host}:{email.port}: {exc}") from exc
+        send_mail(email, outgoing, timeout_s)
+    except MailError as exc:
+        raise DeliveryError(str(exc).replace("cannot mail", "cannot mail the report", 1)) from exc
     log.info("weekly report %s mailed: %d message(s)", files.label, len(outgoing))
     return len(outgoing)
 

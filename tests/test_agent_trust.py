@@ -288,3 +288,34 @@ def test_a_made_up_token_is_refused_before_any_body_is_read(tmp_path):
             assert list(refused["target"]) == ["/v1/topology", "/v1/ingest"]
         finally:
             server.stop()
+
+
+def test_a_claim_of_a_job_its_scheduler_places_elsewhere_is_taken_off(writer):
+    """node-0001 attaches its GPUs to vision's real job, which kube-state-metrics places on node-0000 (and a Slurm
+    job on gpu-[01-02]): the rows keep their GPU-time, unattributed, and the job keeps only its own node's GPUs."""
+    import pandas as pd
+
+    from gpuledger.analytics.store.job_claims import expand_nodes
+    w, store = writer
+    t0 = (now() - timedelta(minutes=10)).timestamp()
+    store.upsert_jobs(pd.DataFrame([
+        {"job_id": "vision/train-0", "team": "vision", "namespace": "vision", "pod": "train-0", "node": "node-0000",
+         "gpus": 8, "state": "running", "source": "kube-state"},
+        {"job_id": "4242", "team": "nlp", "node": "node-[0000-0000]", "gpus": 8, "state": "running",
+         "source": "sacct"}]))
+
+    def claiming(node: int, job: str, team: str) -> pa.Table:
+        rows = node_rows(node, [t0]).to_pylist()
+        return rows_to_table([dict(r, job_id=job, team=team, namespace=team, pod="train-0", allocated=True)
+                              for r in rows])
+
+    assert w.submit("node-0000", "s", 0, 1, 10.0, claiming(0, "vision/train-0", "vision"))[0].rows == 8
+    (stolen,) = w.submit("node-0001", "s", 0, 1, 10.0, claiming(1, "vision/train-0", "vision"))
+    (slurm,) = w.submit("node-0001", "s", 1, 1, 10.0, claiming(1, "4242", "nlp").set_column(
+        0, "ts", pa.array([datetime.fromtimestamp(t0 + 10, timezone.utc)] * 8, pa.timestamp("us", tz="UTC"))))
+    assert stolen.rows == 8 and slurm.rows == 8  # stored: the GPUs are node-0001's own
+    billed = store.query("SELECT node, job_id, team, count(*) AS n FROM samples GROUP BY ALL ORDER BY node, job_id")
+    assert billed.astype(object).where(billed.notna(), None).to_dict("records") == [
+        {"node": "node-0000", "job_id": "vision/train-0", "team": "vision", "n": 8},
+        {"node": "node-0001", "job_id": None, "team": None, "n": 16}]
+    assert expand_nodes("gpu-[01-02,07],login1") == {"gpu-01", "gpu-02", "gpu-07", "login1"}

@@ -238,3 +238,39 @@ def test_a_budget_or_alert_setting_that_cannot_be_used_is_refused_at_load(tmp_pa
     ]:
         with pytest.raises(ConfigError, match=message):
             load(text)
+
+
+def test_alert_mail_logs_in_where_the_server_requires_it(file_store, receiver, monkeypatch):
+    """An SMTP server that requires AUTH (530 without it): the alert mail logs in with [report.email]'s
+    credentials exactly as the weekly report does, and is delivered."""
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
+
+    received, logins = [], []
+
+    class Inbox:
+        async def handle_DATA(self, server, session, envelope):  # noqa: N802 - aiosmtpd's handler API
+            received.append(sorted(envelope.rcpt_tos))
+            return "250 OK"
+
+    def authenticator(server, session, envelope, mechanism, auth_data):
+        logins.append(auth_data.login)
+        return AuthResult(success=auth_data.login == b"alerts" and auth_data.password == b"s3cret")
+
+    port = free_port()
+    controller = Controller(Inbox(), hostname="127.0.0.1", port=port, authenticator=authenticator,
+                            auth_required=True, auth_require_tls=False)
+    controller.start()
+    try:
+        store = _busy_team(file_store)
+        monkeypatch.setenv("GL_SMTP_USER", "alerts")
+        monkeypatch.setenv("GL_SMTP_PASSWORD", "s3cret")
+        config = _site(port, receiver.url)
+        config = replace(config, email=replace(config.email, username_env="GL_SMTP_USER",
+                                               password_env="GL_SMTP_PASSWORD"))
+        raised, _ = check_alerts(store, config, NOW)
+        assert raised and received == [["finance@example.org", "lead-a@example.org"]] and logins == [b"alerts"]
+        deliveries = json.loads(store.scalar("SELECT deliveries FROM alerts"))
+        assert deliveries["fired email"] == {"outcome": "sent", "tries": 1}
+    finally:
+        controller.stop()

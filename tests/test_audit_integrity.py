@@ -479,3 +479,26 @@ def test_restore_force_twice_keeps_both_originals(tmp_path, site):
     with Store(db) as restored:
         assert [e["action"] for e in entries(restored)][-1] == "restore"
         assert check_audit(restored, AuditFiles(files.key, AuditFiles.of(db).head)).intact
+
+
+def test_a_downgrade_to_a_plain_sha256_chain_shows(tmp_path):
+    """Issue 40: delete the head file and the keying meta row, rehash every entry with plain SHA-256: the key file
+    still says from which entry the log is keyed, so the rehashed entries fail their MAC and the check says so."""
+    store = written(tmp_path)
+    files = AuditFiles.of(store.path)
+    assert files.keyed_from() == 1 and check_audit(store).intact
+    files.head.unlink()
+    with store.transaction() as cur:
+        cur.execute("DELETE FROM meta WHERE key = ?", [KEYED_FROM])
+    rehash(store)
+    check = check_audit(store)
+    assert not check.intact and "head anchor" in check.reason
+    files.head.write_text("")  # an empty head file put back: damaged, not a fresh start
+    assert not check_audit(store).intact
+    files.head.unlink()
+    # a head forged is impossible without the key; with the head back as it was, the keying marker is still gone
+    log = AuditLog(store, flush_every_s=None)  # the server opens the log again: it reports the missing head
+    log.close()
+    again = check_audit(store)
+    assert not again.intact
+    store.close()

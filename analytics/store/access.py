@@ -217,13 +217,13 @@ class AuditFiles:
     def read_key(self) -> bytes | None:
         """The key, or None when its file does not exist."""
         try:
-            text = self.key.read_text().strip()
+            lines = self.key.read_text().strip().splitlines()
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise AuditKeyError(f"cannot read the audit key {self.key}: {exc}") from exc
         try:
-            key = bytes.fromhex(text)
+            key = bytes.fromhex(lines[0] if lines else "")
         except ValueError:
             key = b""
         if len(key) < 16:
@@ -250,6 +250,31 @@ class AuditFiles:
         log.log(level, "audit key created at %s (mode 0600): keep it with the database and its backups; without "
                 "it neither the audit log nor a backup's manifest can be checked", self.key)
         return self.read_key() or b""
+
+
+    def keyed_from(self) -> int | None:
+        """The first entry chained with this key, as recorded with the key itself (its file's second line); None
+        for a key recorded before keys carried it. Why with the key: the meta row and the head file can both be
+        deleted by whoever can write the database's folder, after which a log rehashed with plain SHA-256 looked
+        intact; the key file is the one thing such a downgrade cannot do without."""
+        try:
+            lines = self.key.read_text().strip().splitlines()
+        except OSError:
+            return None
+        try:
+            return int(json.loads(lines[1])["keyed_from"]) if len(lines) > 1 else None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AuditKeyError(f"{self.key}: its keying line is damaged ({exc})") from exc
+
+    def record_keyed_from(self, key: bytes, keyed_from: int) -> None:
+        """Write `keyed_from` (and the key's id) beside the key, atomically and with the key file's mode 0600."""
+        tmp = self.key.with_name(self.key.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key.hex() + "\n" + json.dumps({"keyed_from": keyed_from, "key_id": key_id(key)}) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.key)
 
 
 def key_id(key: bytes) -> str:
@@ -417,6 +442,13 @@ class AuditLog:
                 self.store.set_meta(KEYED_FROM, str(head.keyed_from))
             head = replace(head, seq=self._seq, mac=self._prev)
         head.write(self.files.head, key)
+        if self.files.keyed_from() is None:  # a new key, or one written before keys carried it
+            try:
+                self.files.record_keyed_from(key, head.keyed_from)
+            except OSError as exc:  # a key mounted read-only (a Kubernetes secret): the head and meta row guard it
+                log.warning("audit key %s: cannot record the keyed-from entry beside it (%s); write its second "
+                            "line by hand to guard against a downgrade: %s", self.files.key, exc,
+                            json.dumps({"keyed_from": head.keyed_from, "key_id": key_id(key)}))
         return key, head
 
     def _disagreement(self, head: Head) -> str | None:
@@ -616,11 +648,17 @@ def check_audit(store: "Store", files: AuditFiles | None = None) -> AuditCheck:
                               int(keyed) if keyed else None)
     else:
         try:
+            sealed = files.keyed_from()  # recorded with the key: what a deleted head or meta row cannot take away
             head = Head.read(files.head, key)  # read before the rows: every entry it names is committed by then
         except AuditKeyError as exc:
             return AuditCheck(int(keyed or 1), str(exc), int(keyed) if keyed else None)
-        if head is None and keyed is not None:
-            return AuditCheck(int(keyed), f"the head anchor {files.head} is missing", int(keyed))
+        start = sealed or (int(keyed) if keyed else None) or (head.keyed_from if head else 1)
+        if head is None:  # a key exists, so the log was anchored: a head that went away is no fresh start
+            return AuditCheck(start, f"the head anchor {files.head} is missing", start)
+        if sealed is not None and (keyed is None or int(keyed) != sealed or head.keyed_from != sealed):
+            return AuditCheck(sealed, f"the log is keyed from entry {sealed} (recorded with the key) but the store "
+                                      f"says {keyed or 'nothing'} and the head {head.keyed_from}: the keying marker "
+                                      "was changed or removed", sealed)
     keyed_from = head.keyed_from if head else (int(keyed) if keyed else None)
     rows = store.query("""SELECT seq, ts, actor, role, action, target, status, remote, CAST(detail AS VARCHAR)
                           AS detail, prev_sha256, sha256 FROM audit_log ORDER BY seq""")

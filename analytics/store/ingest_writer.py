@@ -36,6 +36,7 @@ from gpuledger.analytics.store.access import Audit
 from gpuledger.analytics.store.batch_ids import BatchRuns, runs_of
 from gpuledger.analytics.store.database import Store, conform
 from gpuledger.analytics.store.gpu_inventory import MODEL_MISMATCH, REGISTER_WINDOW_S, GpuInventory, Verdict
+from gpuledger.analytics.store.job_claims import JOB_NOT_ON_NODE, misplaced, without_claim
 from gpuledger.analytics.store.gpu_time import MAX_DECLARED_INTERVAL_S, OVERLAPS, conserve
 from gpuledger.analytics.store.ingest_screen import (
     BATCH,
@@ -59,6 +60,7 @@ from gpuledger.analytics.store.metrics import (
     INGEST_ROWS_CLIPPED,
     INGEST_ROWS_HELD,
     INGEST_ROWS_REJECTED,
+    INGEST_ROWS_UNATTRIBUTED,
     INGEST_SECONDS_CLIPPED,
     INGEST_VALUES_NULLED,
     NODE_LAST_SUCCESS,
@@ -376,6 +378,7 @@ class IngestWriter:
             if verdict is not None:
                 self.inventory.commit(cur, verdict, group.now, held)
             if rows.num_rows:
+                rows = self._vouched(cur, rows)
                 stored[:] = self._insert_samples(cur, rows, group.count, rejected, self._request_nodes(group))
             refused = np.zeros(group.count, np.int64)
             for batch, reasons in rejected.items():
@@ -389,6 +392,21 @@ class IngestWriter:
                 write_audit(cur)
             failpoints.pause("group_commit")
         return verdict
+
+    @staticmethod
+    def _vouched(cur, rows: pa.Table) -> pa.Table:
+        """The rows with the job claims their scheduler does not vouch for taken off (analytics/store/job_claims.py):
+        a job placed on other nodes is not this node's to bill."""
+        wrong = misplaced(cur, rows)
+        if wrong is None:
+            return rows
+        count = int(pc.sum(wrong).as_py())
+        INGEST_ROWS_UNATTRIBUTED.labels(reason=JOB_NOT_ON_NODE).inc(count)
+        jobs = sorted(set(rows["job_id"].filter(wrong).to_pylist()))
+        log.warning("%d row(s) from %s claim job(s) their scheduler places on other nodes (%s): stored as "
+                    "unattributed", count, ", ".join(sorted(set(rows["node"].filter(wrong).to_pylist())))[:200],
+                    ", ".join(jobs[:5]))
+        return without_claim(rows, wrong)
 
     @staticmethod
     def _request_nodes(group: ScreenedGroup) -> np.ndarray:

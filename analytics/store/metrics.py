@@ -19,6 +19,9 @@ INGEST_ROWS_REJECTED = Counter("gpuledger_ingest_rows_rejected", "Rows refused a
 INGEST_ROWS_HELD = Counter("gpuledger_ingest_rows_held", "Rows of a GPU not registered to the sending node, held "
                            "until an admin moves the GPU (analytics/store/gpu_inventory.py), by reason", ["reason"],
                            registry=REGISTRY)
+INGEST_ROWS_UNATTRIBUTED = Counter("gpuledger_ingest_rows_unattributed", "Rows stored without the job they claimed, "
+                                   "by reason (job_not_on_node: its scheduler places the job on other nodes)",
+                                   ["reason"], registry=REGISTRY)
 INGEST_ROWS_CLIPPED = Counter("gpuledger_ingest_rows_clipped", "Rows whose interval was cut where it overlapped an "
                               "instant of the same GPU already billed (analytics/store/gpu_time.py)", registry=REGISTRY)
 INGEST_SECONDS_CLIPPED = Counter("gpuledger_ingest_seconds_clipped", "Seconds cut from rows' intervals where they "

@@ -25,7 +25,8 @@ from gpuledger.collector.agent.spool import Spool, SpooledBatch
 from gpuledger.collector.metrics import SCRAPE_ERRORS
 from gpuledger.collector.source import TOPOLOGY_EVERY_S, Source, SourceError
 from gpuledger.collector.topology import TOPOLOGY_PATH
-from gpuledger.collector.wire import INGEST_PATH, STORED, WireError, decode, encode, per_batch, request_headers, stack
+from gpuledger.collector.wire import (INGEST_PATH, STORED, WireError, decode, encode, read_answer, request_headers,
+                                     stack)
 
 log = logging.getLogger(__name__)
 # a backlog travels in requests of up to an hour of 10 s batches (~3k rows, ~0.5 MB for 8 GPUs): per-request
@@ -112,6 +113,35 @@ class Agent:
         if answer.get("rejected"):
             log.warning("server refused rows of batch %d: %s", batch.seq, answer["rejected"])
 
+    def _delivered(self, batches: list[SpooledBatch], response: requests.Response) -> bool:
+        """A 200's answer taken batch by batch; a 200 whose body is not the server's answer (a login proxy's page,
+        a cut-off body) is a retry: nothing is acknowledged on it."""
+        answers = read_answer(response.content, batches[0].seq, len(batches))
+        if answers is None:
+            AGENT_RETRIES.labels(reason="bad_answer").inc()
+            log.warning("a 200 for batches %d..%d that is not the server's answer (%s: %r); kept, sent again",
+                        batches[0].seq, batches[-1].seq, response.headers.get("content-type", "no type"),
+                        response.content[:120])
+            return False
+        for batch, answer in zip(batches, answers):
+            self._acknowledged(batch, answer)
+        return True
+
+    def _set_aside(self, batch: SpooledBatch, response: requests.Response) -> bool:
+        """A batch the server refused as invalid, moved aside once that is written; kept (and sent again later)
+        when it cannot be (a full disk): never dropped before it is kept somewhere."""
+        try:
+            self.spool.reject(batch, f"{response.status_code}: {response.text[:2000]}")
+        except OSError as exc:
+            AGENT_RETRIES.labels(reason="reject_unwritable").inc()
+            log.error("server rejected batch %d (%d) and it cannot be set aside (%s); kept in the spool",
+                      batch.seq, response.status_code, exc)
+            return False
+        AGENT_REJECTED.inc()
+        log.error("server rejected batch %d as invalid (%d): %s; kept in %s/rejected", batch.seq,
+                  response.status_code, response.text[:300], self.spool.dir)
+        return True
+
     def _retry_later(self, response: requests.Response, what: str) -> bool:
         AGENT_RETRIES.labels(reason=f"http_{response.status_code}").inc()
         level = logging.ERROR if response.status_code in (401, 403) else logging.WARNING
@@ -123,19 +153,17 @@ class Agent:
         data = self.spool.read(batch)
         if data is None:
             return True
-        response = self._post(batch.seq, 1, data)
-        if response is None:
-            return False
-        if response.status_code == 200:
-            self._acknowledged(batch, response.json())
-            return True
-        if response.status_code in (400, 413, 415, 422):
-            AGENT_REJECTED.inc()
-            self.spool.reject(batch, f"{response.status_code}: {response.text[:2000]}")
-            log.error("server rejected batch %d as invalid (%d): %s; kept in %s/rejected", batch.seq,
-                      response.status_code, response.text[:300], self.spool.dir)
-            return True
-        return self._retry_later(response, f"batch {batch.seq}")
+        with self.spool.sending([batch]) as sent:
+            response = self._post(batch.seq, 1, data)
+            if response is None:
+                return False
+            if response.status_code == 200:
+                sent.delivered = self._delivered([batch], response)
+                return sent.delivered
+            if response.status_code in (400, 413, 415, 422):
+                sent.delivered = self._set_aside(batch, response)
+                return sent.delivered
+            return self._retry_later(response, f"batch {batch.seq}")
 
     def send_many(self, batches: list[SpooledBatch]) -> bool:
         """Push a run of consecutive spooled batches in one request (draining a backlog)."""
@@ -152,16 +180,16 @@ class Agent:
             kept.append(batch)
         if len(kept) != len(batches) or len(kept) < 2:
             return all(self.send(b) for b in kept)
-        response = self._post(kept[0].seq, len(kept), encode(stack(tables)))
-        if response is None:
-            return False
-        if response.status_code == 200:
-            for batch, answer in zip(kept, per_batch(response.json())):
-                self._acknowledged(batch, answer)
-            return True
-        if response.status_code in (400, 413, 415, 422):  # isolate the bad batch
-            return all(self.send(b) for b in kept)
-        return self._retry_later(response, f"batches {kept[0].seq}..{kept[-1].seq}")
+        with self.spool.sending(kept) as sent:
+            response = self._post(kept[0].seq, len(kept), encode(stack(tables)))
+            if response is None:
+                return False
+            if response.status_code == 200:
+                sent.delivered = self._delivered(kept, response)
+                return sent.delivered
+            if response.status_code not in (400, 413, 415, 422):
+                return self._retry_later(response, f"batches {kept[0].seq}..{kept[-1].seq}")
+        return all(self.send(b) for b in kept)  # isolate the bad batch
 
     def drain(self) -> bool:
         """Send every spooled batch in order, consecutive ones together; False at the first that must wait."""
@@ -210,10 +238,18 @@ class Agent:
         return posted
 
     def _send_loop(self) -> None:
+        """Send until stopped, whatever happens: an unexpected error (a full disk, a broken answer, a bug) is
+        logged, counted and backed off from, never the end of sending while the sampler goes on filling the spool."""
         backoff = 0.0
         while not self.stop_event.is_set():
-            self.send_topology()
-            if self.drain():
+            try:
+                self.send_topology()
+                drained = self.drain()
+            except Exception:  # noqa: BLE001 - the loop must outlive any one failure
+                AGENT_RETRIES.labels(reason="error").inc()
+                log.exception("sending failed; the spool is kept and sent again")
+                drained = False
+            if drained:
                 backoff = 0.0
                 self._wake.wait(self.interval_s)
                 self._wake.clear()

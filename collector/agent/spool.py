@@ -19,14 +19,23 @@ import logging
 import os
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from gpuledger.collector.agent.metrics import AGENT_DROPPED, AGENT_HELD_IN_MEMORY, AGENT_SPOOL_BYTES
 
 log = logging.getLogger(__name__)
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 STATE_BYTES = 256  # state.json's fixed size, spaces after the JSON
+
+
+@dataclass
+class Sending:
+    """Batches read for one request: `delivered` once the server's answer is taken (Spool.sending)."""
+    batches: list["SpooledBatch"]
+    delivered: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,10 @@ class Spool:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._held: dict[int, tuple[SpooledBatch, bytes]] = {}  # written on a full disk: in memory until sent
+        # batches the sender has read for a request under way, and those of them removed meanwhile for space: a
+        # batch removed while in flight is lost only if that request fails (the sender holds its bytes)
+        self._in_flight: set[int] = set()
+        self._removed_in_flight: set[int] = set()
         for stale in self.dir.glob("*.tmp"):  # a write interrupted by a crash: never acknowledged, never sent
             stale.unlink()
         state = self._load_state()
@@ -126,10 +139,33 @@ class Spool:
         while self._bytes > self.max_bytes and len(batches) > 1:
             oldest = batches.pop(0)
             size = self._remove(oldest.path)
+            if oldest.seq in self._in_flight:  # its request may still deliver it: counted when it does not
+                self._removed_in_flight.add(oldest.seq)
+                continue
             AGENT_DROPPED.inc()
             log.warning(
                 "spool full (%d > %d bytes): dropped batch seq %d with %d rows", self._bytes + size,
                 self.max_bytes, oldest.seq, oldest.rows)
+
+    @contextmanager
+    def sending(self, batches: list[SpooledBatch]) -> Iterator[Sending]:
+        """Mark `batches` as in a request while it lasts; a batch removed for space meanwhile is counted as
+        dropped only if the request did not deliver it (set `delivered` on what this yields)."""
+        sent = Sending(batches)
+        with self._lock:
+            self._in_flight.update(b.seq for b in batches)
+        try:
+            yield sent
+        finally:
+            with self._lock:
+                for batch in batches:
+                    self._in_flight.discard(batch.seq)
+                    if batch.seq in self._removed_in_flight:
+                        self._removed_in_flight.discard(batch.seq)
+                        if not sent.delivered:
+                            AGENT_DROPPED.inc()
+                            log.warning("spool full: batch seq %d with %d rows was dropped while being sent, "
+                                        "and the server did not take it", batch.seq, batch.rows)
 
     def _remove(self, path: Path, to: Path | None = None) -> int:
         """Unlink (or move aside) one spooled file, or forget a batch held in memory, and take its size off the
@@ -171,13 +207,24 @@ class Spool:
             AGENT_SPOOL_BYTES.set(self._bytes)
 
     def reject(self, batch: SpooledBatch, reason: str) -> None:
-        """The server refused this batch as invalid: keep it aside for inspection, never resend, never lose it."""
+        """The server refused this batch as invalid: keep it aside for inspection, never resend, never lose it.
+
+        The reason and a batch held in memory are written first: on a full disk that fails (OSError), and the batch
+        stays in the spool to be sent again, rather than being dropped before it was kept anywhere."""
+        aside = self.dir / "rejected" / batch.path.name
         with self._lock:
             held = self._held.get(batch.seq)
-            self._remove(batch.path, to=self.dir / "rejected" / batch.path.name)
+            try:
+                (self.dir / "rejected" / f"{batch.path.name}.reason").write_text(reason)
+                if held is not None:
+                    _atomic_write(aside, held[1])
+            except OSError:
+                (self.dir / "rejected" / f"{batch.path.name}.reason").unlink(missing_ok=True)
+                raise
             if held is not None:
-                (self.dir / "rejected" / batch.path.name).write_bytes(held[1])
-            (self.dir / "rejected" / f"{batch.path.name}.reason").write_text(reason)
+                self._remove(batch.path)
+            else:
+                self._remove(batch.path, to=aside)  # a rename: needs no new blocks
             AGENT_SPOOL_BYTES.set(self._bytes)
 
     def size(self) -> int:

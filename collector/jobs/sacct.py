@@ -18,6 +18,7 @@ Facts from Slurm's documentation and source this relies on:
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from datetime import datetime, timezone, tzinfo
@@ -39,6 +40,7 @@ STATE_WORDS = {
 }
 NO_TIME = {"", "Unknown", "None", "N/A"}
 _STEP = re.compile(r"^[^.]+\.(batch|extern|interactive|\d+)$", re.IGNORECASE)
+MAX_GPUS_PER_JOB = 1_000_000  # past any cluster: a larger count in a TRES list is no count
 _GPU_TRES = re.compile(r"^gres/gpu(?::(?P<type>[^=]+))?$", re.IGNORECASE)
 _MIG_TYPE = re.compile(r"^(?P<card>[a-z0-9]+?)[_-](?P<profile>\d+g\.\d+gb)$", re.IGNORECASE)
 
@@ -65,9 +67,12 @@ def gpus_of(tres: str | None) -> tuple[int | None, str | None]:
         if not match:
             continue
         try:
-            count = int(float(value))
+            number = float(value)
         except ValueError:
             continue
+        if not (math.isfinite(number) and 0 <= number <= MAX_GPUS_PER_JOB):  # `inf` was a traceback
+            continue
+        count = int(number)
         if match.group("type"):
             typed[match.group("type")] = typed.get(match.group("type"), 0) + count
         else:

@@ -31,6 +31,7 @@ from gpuledger.deploy.api import (admin, allocation, budgets, cost, efficiency, 
                                   ingest, ledger, ops, placement, recommendations, topology, usage, whatif,
                                   workloads)
 from gpuledger.deploy.api import capacity, inventory
+from gpuledger.deploy.api.read_limits import ReadLimits
 from gpuledger.deploy.api.access import Gate, audit_writes, trusted_networks
 from gpuledger.deploy.api.limits import RequestLimits
 from gpuledger.deploy.api.live_metrics import StoreGauges
@@ -70,6 +71,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     if ingest_writer is not None:  # a push's entry commits with its batches (analytics/store/ingest_writer.py)
         ingest_writer.audit = app.state.audit
     audit_writes(app, app.state.audit)
+    app.add_middleware(ReadLimits)  # reads in flight bounded below the worker pool (deploy/api/read_limits.py)
     app.add_middleware(RequestLimits, open_reads=open_reads)  # outermost: bodies bounded before anything
     app.add_exception_handler(GpuledgerError, _answer_error)
     app.add_exception_handler(RequestValidationError, _answer_invalid)

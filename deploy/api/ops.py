@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import anyio
+
 import pandas as pd
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -22,19 +24,24 @@ STALE_AFTER_INTERVALS = 3
 MAX_GPU_POINTS = 200_000  # rows of /v1/gpus' series (~35 MB of JSON): 1,024 GPUs over 7 days at 60 minutes
 
 
+# the probes' own threads: a pool full of slow reads (deploy/api/read_limits.py) never makes a probe wait
+PROBE_THREADS = anyio.CapacityLimiter(4)
+
+
 @router.get("/livez", response_model=Liveness)
-def livez() -> dict:
-    """Liveness: the process serves requests. Constant cost, no store access, so a probe never kills a server
-    that is busy folding a backlog (use /readyz for whether it answers analytic reads)."""
+async def livez() -> dict:
+    """Liveness: the process serves requests. Constant cost, no store access and no worker thread (answered on the
+    event loop), so a probe never kills a server that is busy folding a backlog or answering slow reads (use
+    /readyz for whether it answers analytic reads)."""
     return {"status": "ok"}
 
 
 @router.get("/readyz", response_model=Readiness,
             responses={503: {"model": Readiness, "description": "folding a backlog: not ready for analytic reads"}})
-def readyz(store: StoreDep) -> JSONResponse:
+async def readyz(request: Request) -> JSONResponse:
     """Readiness: 200 when the store is caught up and analytic reads are answered; 503 (with Retry-After) while the
-    server folds a backlog. Constant cost."""
-    state = fold_state(store)
+    server folds a backlog. Constant cost, on the probes' own threads."""
+    state = await anyio.to_thread.run_sync(fold_state, request.app.state.store, limiter=PROBE_THREADS)
     body = json_safe({"ready": not state["catching_up"], **state})
     if state["catching_up"]:
         return JSONResponse(body, status_code=503, headers={"Retry-After": str(CatchingUpError.retry_after_s)})
@@ -42,10 +49,16 @@ def readyz(store: StoreDep) -> JSONResponse:
 
 
 @router.get("/healthz", response_model=Health)
-def healthz(request: Request, store: StoreDep) -> dict:
+async def healthz(request: Request) -> dict:
     """Whether the server answers, how many samples it holds, the newest one's instant and how far the fold is
     behind it; `degraded`, with the reason, while the server's own collection has failed for 3 intervals or more.
-    Cheap while a backlog is folded (the unfolded rows are counted, not aggregated)."""
+    Cheap while a backlog is folded (the unfolded rows are counted, not aggregated), on the probes' own threads."""
+    return await anyio.to_thread.run_sync(_health, request, limiter=PROBE_THREADS)
+
+
+def _health(request: Request) -> dict:
+    """/healthz's answer (no dependency: FastAPI would resolve a synchronous one on the worker pool)."""
+    store = request.app.state.store
     loop = getattr(request.app.state, "collection", None)
     healthy, reason = loop.health() if loop is not None else (True, None)
     jobs = getattr(request.app.state, "job_source", None)

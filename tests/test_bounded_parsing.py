@@ -1,0 +1,44 @@
+"""Bounded parsing (issue 40, item 6): a page with a label of tens of MiB costs the parser about the page, not
+~180x the label, and is counted; a TRES count that is not a finite number is no count, never a traceback."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from gpuledger.collector.jobs.sacct import gpus_of
+from gpuledger.collector.prom_text import MAX_LINE_CHARS, parse
+
+PROBE = r"""
+import json, resource, sys
+from gpuledger.collector.prom_text import parse
+label = "x" * (40 * 1024 * 1024)
+page = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",Hostname="n1"} 50\n'
+        + 'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-2",pod="' + label + '"} 7\n'
+        + 'DCGM_FI_DEV_GPU_UTIL{gpu="2",UUID="GPU-3",Hostname="n1"} 60\n')
+del label
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = parse(page)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"grew_kib": after - before, "samples": len(result.samples), "errors": dict(result.errors)}))
+"""
+
+
+def test_a_forty_mib_label_is_skipped_and_counted_within_a_bounded_memory():
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True)
+    found = json.loads(out.stdout)
+    assert found["samples"] == 2 and found["errors"] == {"line_too_long": 1}
+    assert found["grew_kib"] < 200 * 1024, found  # the page is 40 MiB; its parse adds well under 200 MiB
+
+
+def test_a_long_but_real_line_is_still_read():
+    labels = ",".join(f'label_k{i}="{"v" * 40}"' for i in range(200))  # kube_pod_labels with 200 labels: ~11 KiB
+    assert len(labels) < MAX_LINE_CHARS
+    result = parse(f"kube_pod_labels{{namespace=\"a\",pod=\"b\",{labels}}} 1\n")
+    assert len(result.samples) == 1 and not result.errors
+
+
+def test_a_tres_count_that_is_not_finite_is_no_count():
+    assert gpus_of("cpu=4,gres/gpu=inf") == (None, None)
+    assert gpus_of("gres/gpu=nan,gres/gpu:a100=2") == (2, "a100")
+    assert gpus_of("gres/gpu=1e300") == (None, None)
