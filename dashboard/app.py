@@ -361,6 +361,21 @@ def show_topology(topology: dict) -> None:
                 "and the placement API ranks them after nodes that keep a job inside one island.")
 
 
+def show_held(inventory: dict) -> None:
+    """Rows an agent sent for a GPU that is not its node's (registered to another node, or new on a node whose
+    inventory is closed): held, not billed, until an admin moves the GPU (POST /v1/nodes/{node}/gpus)."""
+    held = frame(inventory["held"], ("first_ts", "last_ts"))
+    if held.empty:
+        return
+    st.subheader("Held: GPUs a node sent that are not its own")
+    st.warning(f"{len(held)} GPU(s) sent by a node they are not registered to: their rows are held, not billed. "
+               "If a GPU really moved, an admin registers it to its new node (POST /v1/nodes/{node}/gpus) and the "
+               "held rows are billed; otherwise a node is claiming another's GPUs.")
+    show_named(held, {"node": "Sent by", "gpu_uuid": "GPU", "reason": "Why held", "registered_to": "Registered to",
+                      "rows": "Rows", "gpu_hours": "GPU-hours held", "first_ts": "From (UTC)",
+                      "last_ts": "To (UTC)"})
+
+
 def show_table(df: pd.DataFrame, order: list[str] | tuple[str, ...] | None = None, digits: int = 2, **extra) -> None:
     """A table as every page shows one: readable labels, floats rounded, empty text cells as the blank mark."""
     st.dataframe(
@@ -1306,7 +1321,7 @@ with tab_health:
 
 with tab_nodes:
     if tab_nodes.open:
-        got = get("fragments", "gpus", "coverage", "topology")
+        got = get("fragments", "gpus", "coverage", "topology", "inventory")
         fragments, gpu_view = got["fragments"], got["gpus"]
         coverage = frame(got["coverage"])
         st.subheader("Fragmentation: idle GPU the typical job cannot use")
@@ -1353,6 +1368,7 @@ with tab_nodes:
                     y_label="GPUs",
                 )
         show_topology(got["topology"])
+        show_held(got["inventory"])
         st.subheader("GPUs")
         inventory = frame(gpu_view["holders"])
         if inventory.empty:

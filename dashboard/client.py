@@ -237,6 +237,7 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "coverage": ("/v1/nodes/telemetry", {}),
         "fragments": ("/v1/fragmentation", {"days": days, "end": end}),
         "topology": ("/v1/topology", {"at": end}),
+        "inventory": ("/v1/nodes/inventory", {}),
         "costs_before": ("/v1/costs", {"days": days, "end": before}),
         "util_before": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": before}),
         "daily": ("/v1/costs/daily", {"days": days, "end": end}),

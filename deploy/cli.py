@@ -25,6 +25,7 @@ from gpuledger.collector.apps.targets import APP_SOURCES
 from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
+from gpuledger.deploy import node_admin
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import DEFAULT_STATUS, FORMATS
@@ -412,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--since", type=_instant, metavar="ISO-8601", help="entries from this instant")
     audit.add_argument("--limit", type=int, default=200, help="most entries (default 200)")
     audit.add_argument("--json", action="store_true", help="as JSON")
+
+    node_admin.add_parser(sub, _add_admin_access)
 
     back = sub.add_parser("backup", help="a consistent snapshot of the whole store into DIR, while serving",
                           description="From a running server (--server URL with an admin --token) or from --db when "
@@ -1330,7 +1333,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "report": cmd_report, "recommend": cmd_recommend, "decide": cmd_decide, "emit": cmd_emit,
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
     "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape, "statement": cmd_statement,
-    "export": cmd_export, "whatif": cmd_whatif, "capacity": cmd_capacity,
+    "export": cmd_export, "whatif": cmd_whatif, "capacity": cmd_capacity, "node": node_admin.cmd_node,
 }
 
 

@@ -319,3 +319,25 @@ def test_a_claim_of_a_job_its_scheduler_places_elsewhere_is_taken_off(writer):
         {"node": "node-0000", "job_id": "vision/train-0", "team": "vision", "n": 8},
         {"node": "node-0001", "job_id": None, "team": None, "n": 16}]
     assert expand_nodes("gpu-[01-02,07],login1") == {"gpu-01", "gpu-02", "gpu-07", "login1"}
+
+
+def test_the_nodes_page_shows_held_rows(tmp_path, monkeypatch):
+    """A squat is visible where an admin looks: the Nodes page names the GPU, the node that sent it, where it is
+    registered and the GPU-hours held (Streamlit's AppTest over a real server: no exception, no error box)."""
+    from gpuledger.deploy.server import ApiServer
+    from tests.test_dashboard_live import app_on
+    with Store(tmp_path / "d.duckdb") as store:
+        store.set_rates(Config().rates)
+        server = ApiServer(store, Config(), port=0, open_reads=True)
+        url = server.start()
+        try:
+            t0 = (now() - timedelta(minutes=20)).timestamp()
+            server.ingest.submit("node-0000", "s", 0, 1, 10.0, node_rows(0, [t0, t0 + 10]))
+            server.ingest.submit("node-0001", "s", 0, 1, 10.0, node_rows(0, [t0 + 20]))
+            at = app_on(monkeypatch, url, "Nodes")
+            warnings = [w.value for w in at.warning]
+            assert any("8 GPU(s) sent by a node they are not registered to" in w for w in warnings), warnings
+            held = next(df.value for df in at.dataframe if "Sent by" in df.value.columns)
+            assert set(held["Sent by"]) == {"node-0001"} and set(held["Registered to"]) == {"node-0000"}
+        finally:
+            server.stop()
