@@ -10,10 +10,8 @@ import argparse
 import json
 from typing import Any
 
-import requests
-
-from gpuledger.collector.errors import GpuledgerError, InputError
-from gpuledger.deploy.token_admin import refusal
+from gpuledger.collector.errors import InputError
+from gpuledger.deploy.token_admin import RemoteAdmin
 
 
 def add_parser(sub: Any, add_access: Any) -> None:
@@ -34,10 +32,11 @@ def add_parser(sub: Any, add_access: Any) -> None:
 def cmd_node(args: argparse.Namespace, config: Any) -> int:
     if not args.server or not args.token:
         raise InputError("gpuledger node needs a running --server URL and an admin --token (or $GPULEDGER_TOKEN)")
+    server = RemoteAdmin(args.server, args.token, str(args.ca) if args.ca else None)
     if args.action == "assign" and not (args.gpu and args.to):
         raise InputError("node assign needs the GPU's UUID and --to NODE")
     if args.action == "list":
-        answer = _call(args, "GET", "/v1/nodes/inventory")
+        answer = server.call("GET", "/v1/nodes/inventory")
         if args.json:
             print(json.dumps(answer, indent=2))
             return 0
@@ -48,7 +47,7 @@ def cmd_node(args: argparse.Namespace, config: Any) -> int:
                   f" (registered to {held['registered_to'] or 'no node'})")
         return 0
     body = {"gpu_uuid": args.gpu, **({"gpu_model": args.model} if args.model else {})}
-    answer = _call(args, "POST", f"/v1/nodes/{args.to}/gpus", json=body)
+    answer = server.call("POST", f"/v1/nodes/{args.to}/gpus", json=body)
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
@@ -56,15 +55,3 @@ def cmd_node(args: argparse.Namespace, config: Any) -> int:
               f"{answer['released_rows']} held row(s) billed, refused {answer['refused_rows'] or 'none'}, "
               f"{answer['still_held_rows']} still held")
     return 0
-
-
-def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    try:
-        response = requests.request(method, args.server.rstrip("/") + path, timeout=60,
-                                    verify=str(args.ca) if args.ca else True,
-                                    headers={"Authorization": f"Bearer {args.token}"}, **kwargs)
-    except requests.RequestException as exc:
-        raise GpuledgerError(f"cannot reach {args.server}: {exc}") from exc
-    if not response.ok:
-        raise GpuledgerError(f"{args.server} refused ({response.status_code}): {refusal(response)}")
-    return response.json()

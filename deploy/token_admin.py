@@ -134,7 +134,7 @@ class RemoteAdmin:
     token: str
     ca: str | None = None
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = requests.request(method, self.server.rstrip("/") + path, timeout=30, verify=self.ca or True,
                                         headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
@@ -145,19 +145,19 @@ class RemoteAdmin:
         return response.json()
 
     def create(self, name: str, role: str) -> dict[str, Any]:
-        return self._call("POST", "/v1/tokens", json={"name": name, "role": role})
+        return self.call("POST", "/v1/tokens", json={"name": name, "role": role})
 
     def list(self, revoked: bool) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/tokens", params={"revoked": revoked})
+        return self.call("GET", "/v1/tokens", params={"revoked": revoked})
 
     def revoke(self, token_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/tokens/{token_id}")
+        return self.call("DELETE", f"/v1/tokens/{token_id}")
 
     def audit(self, since: datetime | None, limit: int) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit}
         if since:
             params["since"] = since.isoformat()
-        return self._call("GET", "/v1/audit", params=params)
+        return self.call("GET", "/v1/audit", params=params)
 
 
 def run_token(admin: TokenAdmin, action: str, name: str | None, role: str | None, token_id: str | None,

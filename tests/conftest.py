@@ -138,3 +138,16 @@ def stack():
     from contextlib import ExitStack
     with ExitStack() as opened:
         yield opened
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    """An ingest writer over a fresh DuckDB file priced at the default rates: (writer, store)."""
+    from gpuledger.analytics.store.ingest_writer import IngestWriter
+    with Store(tmp_path / "c.duckdb") as store:
+        store.set_rates(Config().rates)
+        w = IngestWriter(store, idle_checkpoint_s=600)
+        try:
+            yield w, store
+        finally:
+            w.stop()

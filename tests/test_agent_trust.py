@@ -7,7 +7,6 @@ interval); a GPU registered to one node is never billed from another without an 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -47,16 +46,6 @@ def gpu_seconds(store: Store, gpu: str | None = None, node: str | None = None) -
                                  WHERE ($g IS NULL OR gpu_uuid = $g) AND ($n IS NULL OR node = $n)""",
                               {"g": gpu, "n": node}))
 
-
-@pytest.fixture
-def writer(tmp_path: Path):
-    with Store(tmp_path / "t.duckdb") as store:
-        store.set_rates(Config().rates)
-        w = IngestWriter(store, idle_checkpoint_s=600)
-        try:
-            yield w, store
-        finally:
-            w.stop()
 
 
 def test_rows_of_one_gpu_microseconds_apart_bill_one_interval(writer):

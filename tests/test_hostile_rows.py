@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -42,16 +41,6 @@ def edited(table: pa.Table, changes: dict[int, dict]) -> pa.Table:
 def rejected_total(reason: str) -> float:
     return STORE_METRICS.get_sample_value("gpuledger_ingest_rows_rejected_total", {"reason": reason}) or 0.0
 
-
-@pytest.fixture
-def writer(tmp_path: Path):
-    with Store(tmp_path / "c.duckdb") as store:
-        store.set_rates(Config().rates)
-        w = IngestWriter(store, idle_checkpoint_s=600)
-        try:
-            yield w, store
-        finally:
-            w.stop()
 
 
 def test_values_no_gpu_can_have_are_refused_with_a_reason_per_batch(writer):
