@@ -197,7 +197,7 @@ def drain_once(url: str, db: Path, batches: list[tuple[str, int, pa.Table]], int
 
 def agent_cpu(url: str, workdir: Path, cycles: int, interval_s: float) -> tuple[float, float]:
     source = SimulatorSource(cluster_of(1), interval_s, node="node-0000", replay_start=time.time() - 200_000)
-    agent = Agent(source, Spool(workdir / "agent-spool"), url, TOKEN, "cpu-probe", interval_s)
+    agent = Agent(source, Spool(workdir / "agent-spool"), url, TOKEN, "node-0000", interval_s)  # its own GPUs
     agent.sample_once()
     agent.drain()  # warm: imports, connection
     cpu = time.process_time()

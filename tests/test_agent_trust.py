@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuledger.analytics.config import Config, IngestConfig
 from gpuledger.analytics.store import Store
@@ -330,3 +332,35 @@ def test_the_nodes_page_shows_held_rows(tmp_path, monkeypatch):
             assert set(held["Sent by"]) == {"node-0001"} and set(held["Registered to"]) == {"node-0000"}
         finally:
             server.stop()
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 1), st.integers(0, 600), st.integers(1, 40),
+                          st.integers(1, 3)), min_size=1, max_size=60))
+def test_no_two_kept_spans_of_one_gpu_overlap(instants):
+    """Any rows (GPU, MIG instance, start in s, interval in s, sharers): what conserve keeps of one GPU and MIG
+    instance never overlaps, every kept row keeps at least half its interval, and a lone row is kept whole."""
+    from gpuledger.analytics.store.gpu_time import conserve
+    t0 = now() - timedelta(hours=1)
+    rows = [{"ts": t0 + timedelta(seconds=start), "interval_s": float(length), "node": "n1", "gpu_uuid": f"GPU-{g}",
+             "mig_instance": None if m < 0 else m, "gpu_fraction": 1.0 / sharers, "pod": f"p{k}"}
+            for g, m, start, length, sharers in instants for k in range(sharers)]
+    kept = conserve(rows_to_table(rows)).rows.to_pylist()
+    spans: dict[tuple, dict] = {}
+    for row in kept:  # an instant's sharers share one span: its end, less what was cut from its start
+        whole = max(r["interval_s"] for r in rows if r["gpu_uuid"] == row["gpu_uuid"]
+                    and r["mig_instance"] == row["mig_instance"] and r["ts"] == row["ts"])
+        assert row["interval_s"] >= 0.5 * whole - 1e-6
+        end = row["ts"] + timedelta(seconds=whole)
+        spans.setdefault((row["gpu_uuid"], row["mig_instance"], row["ts"]), {"end": end, "kept": row["interval_s"]})
+    by_gpu: dict[tuple, list] = {}
+    for (gpu, mig, _), span in spans.items():
+        by_gpu.setdefault((gpu, mig), []).append((span["end"] - timedelta(seconds=span["kept"]), span["end"]))
+    for found in by_gpu.values():
+        found.sort()
+        assert all(a[1] <= b[0] + timedelta(microseconds=1) for a, b in zip(found, found[1:])), found
+    alone = {(g, m) for g, m, *_ in instants}
+    for g, m in alone:
+        mine = [i for i in instants if (i[0], i[1]) == (g, m)]
+        if len(mine) == 1:
+            assert (f"GPU-{g}", None if m < 0 else m) in by_gpu

@@ -43,17 +43,6 @@ class Conserved:
     clipped_seconds: float = 0.0
 
 
-def _instants(rows: pa.Table) -> pd.DataFrame:
-    """One line per row: its instance key, instant start (µs) and interval (µs), in the rows' order."""
-    return pd.DataFrame({
-        "node": rows["node"].to_numpy(zero_copy_only=False),
-        "gpu": rows["gpu_uuid"].to_numpy(zero_copy_only=False),
-        "mig": pc.fill_null(rows["mig_instance"], -1).to_numpy(zero_copy_only=False).astype(np.int64),
-        "ts": pc.cast(rows["ts"], pa.int64()).to_numpy(zero_copy_only=False),
-        "interval": (rows["interval_s"].to_numpy(zero_copy_only=False) * _US).astype(np.int64),
-    })
-
-
 def stored_neighbours(cur, instants: pd.DataFrame, max_interval_s: float) -> pd.DataFrame:
     """For each instant given (node, gpu, mig, ts µs; index kept), the end (µs) of the stored instants of that GPU
     and MIG instance at or before it and the start of the first one after it (NaN: none within reach). From any
@@ -85,49 +74,63 @@ def conserve(rows: pa.Table, cur=None, near: np.ndarray | None = None, max_inter
 
     `cur`: the writer's transaction, to ask the store about the rows flagged in `near` (rows whose instant may
     meet a stored one: at or before, or within `max_interval_s` after, their node's newest stored sample); without
-    it only the group's own rows are held to each other."""
-    if not rows.num_rows:
+    it only the group's own rows are held to each other. In numpy over the rows sorted by instance and time: a
+    backlog group of 245,760 rows costs ~40 ms (pandas' group-by cost 170-250)."""
+    n = rows.num_rows
+    if not n:
         return Conserved(rows, None)
-    frame = _instants(rows)
-    frame["end"] = frame["ts"] + frame["interval"]
-    # the instant's own rows share one span: the longest interval any of them declares
-    inst = frame.groupby(["node", "gpu", "mig", "ts"], sort=True, as_index=False).agg(end=("end", "max"))
-    inst["interval"] = inst["end"] - inst["ts"]
-    # within the group: every instant starts after the ends of the instants before it (same instance)
-    by_key = inst.groupby(["node", "gpu", "mig"], sort=False)["end"]
-    before = by_key.cummax().groupby([inst["node"], inst["gpu"], inst["mig"]], sort=False).shift(1)
-    start = np.maximum(inst["ts"].to_numpy(), before.fillna(np.iinfo(np.int64).min).to_numpy(np.int64))
-    stop = inst["end"].to_numpy().copy()
+    gpu = pc.dictionary_encode(rows["gpu_uuid"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    node = pc.dictionary_encode(rows["node"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    mig = pc.fill_null(rows["mig_instance"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    ts = pc.cast(rows["ts"], pa.int64()).to_numpy(zero_copy_only=False)
+    end = ts + (rows["interval_s"].to_numpy(zero_copy_only=False) * _US).astype(np.int64)
+    order = np.lexsort((ts, mig, gpu, node))  # by instance (node, GPU, MIG instance), then time
+    key = np.stack([node[order], gpu[order], mig[order]])
+    new_key = np.r_[True, (key[:, 1:] != key[:, :-1]).any(axis=0)]
+    sts, send = ts[order], end[order]
+    new_instant = new_key | np.r_[True, sts[1:] != sts[:-1]]
+    starts = np.flatnonzero(new_instant)
+    inst_ts = sts[starts]
+    inst_end = np.maximum.reduceat(send, starts)  # an instant's rows (its sharers) share its longest span
+    inst_new_key = new_key[starts]
+    # within the group: the latest end of the instants before each one of its instance (a cumulative maximum that
+    # starts again at each instance: each instance's ends are lifted above every earlier instance's)
+    base = int(inst_ts.min())
+    lift = int(inst_end.max()) - base + 1
+    rank = np.cumsum(inst_new_key) - 1
+    lifted = np.maximum.accumulate((inst_end - base) + rank * lift)
+    before = np.where(inst_new_key, np.iinfo(np.int64).min, np.r_[0, lifted[:-1] - rank[1:] * lift + base])
+    start = np.maximum(inst_ts, before)
+    stop = inst_end.copy()
     if cur is not None and near is not None and near.any():
-        # the instants some of whose rows are near stored ones (all of an instant's rows share its node and ts)
-        marked = frame.loc[near, ["node", "gpu", "mig", "ts"]].drop_duplicates()
-        asked = inst.reset_index().merge(marked, on=["node", "gpu", "mig", "ts"]).set_index("index")
-        if len(asked):
-            stored = stored_neighbours(cur, asked, max_interval_s)
-            where = asked.index.to_numpy()
-            prev_end = stored["prev_end"].to_numpy(dtype=float)
-            next_ts = stored["next_ts"].to_numpy(dtype=float)
-            has_prev, has_next = ~np.isnan(prev_end), ~np.isnan(next_ts)
-            start[where[has_prev]] = np.maximum(start[where[has_prev]], prev_end[has_prev].astype(np.int64))
-            stop[where[has_next]] = np.minimum(stop[where[has_next]], next_ts[has_next].astype(np.int64))
+        asked = np.unique(np.searchsorted(starts, np.flatnonzero(near[order]), side="right") - 1)
+        first = order[starts[asked]]  # a row of each instant asked about
+        stored = stored_neighbours(cur, pd.DataFrame({
+            "node": rows["node"].take(pa.array(first)).to_numpy(zero_copy_only=False),
+            "gpu": rows["gpu_uuid"].take(pa.array(first)).to_numpy(zero_copy_only=False),
+            "mig": mig[first], "ts": inst_ts[asked]}, index=asked), max_interval_s)
+        prev_end = stored["prev_end"].to_numpy(dtype=float)
+        next_ts = stored["next_ts"].to_numpy(dtype=float)
+        has_prev, has_next = ~np.isnan(prev_end), ~np.isnan(next_ts)
+        start[asked[has_prev]] = np.maximum(start[asked[has_prev]], prev_end[has_prev].astype(np.int64))
+        stop[asked[has_next]] = np.minimum(stop[asked[has_next]], next_ts[has_next].astype(np.int64))
     kept = stop - start
-    interval = inst["interval"].to_numpy()
+    interval = inst_end - inst_ts
     refuse = kept < np.maximum(MIN_KEPT_SHARE * interval, 1)
     clip = ~refuse & (kept < interval)
     if not refuse.any() and not clip.any():
         return Conserved(rows, None)
-    inst["_refuse"], inst["_kept"] = refuse, np.where(clip, kept, -1)
-    per_row = frame[["node", "gpu", "mig", "ts"]].merge(inst[["node", "gpu", "mig", "ts", "_refuse", "_kept"]],
-                                                        on=["node", "gpu", "mig", "ts"], how="left")
-    refused_rows = per_row["_refuse"].to_numpy(bool)
-    new_kept = per_row["_kept"].to_numpy(np.int64)
-    clipped_rows = (new_kept >= 0) & ~refused_rows
+    instant_of_sorted = np.cumsum(new_instant) - 1
+    instant_of_row = np.empty(n, np.int64)
+    instant_of_row[order] = instant_of_sorted
+    refused_rows = refuse[instant_of_row]
+    clipped_rows = clip[instant_of_row]
     intervals = rows["interval_s"].to_numpy(zero_copy_only=False)
-    clipped_seconds = float((intervals[clipped_rows] - new_kept[clipped_rows] / _US).sum())
+    new_intervals = np.where(clipped_rows, kept[instant_of_row] / _US, intervals)
+    clipped_seconds = float((intervals - new_intervals)[clipped_rows].sum())
     if clipped_rows.any():
-        intervals = np.where(clipped_rows, new_kept / _US, intervals)
         rows = rows.set_column(rows.schema.get_field_index("interval_s"), "interval_s",
-                               pa.array(intervals, pa.float64()))
+                               pa.array(new_intervals, pa.float64()))
     if refused_rows.any():
         rows = rows.filter(pa.array(~refused_rows))
     return Conserved(rows, refused_rows if refused_rows.any() else None, int(clipped_rows.sum()), clipped_seconds)
