@@ -123,10 +123,14 @@ def conserve(rows: pa.Table, cur=None, near: np.ndarray | None = None, max_inter
     instant_of_sorted = np.cumsum(new_instant) - 1
     instant_of_row = np.empty(n, np.int64)
     instant_of_row[order] = instant_of_sorted
-    refused_rows = refuse[instant_of_row]
-    clipped_rows = clip[instant_of_row]
+    # each row keeps what of its own span lies in its instant's kept span (a sharer may declare less than the
+    # instant's longest interval: it never gains time by being clipped)
+    row_kept = np.minimum(end, stop[instant_of_row]) - np.maximum(ts, start[instant_of_row])
+    own = end - ts
+    refused_rows = refuse[instant_of_row] | (row_kept <= 0)
+    clipped_rows = ~refused_rows & (row_kept < own)
     intervals = rows["interval_s"].to_numpy(zero_copy_only=False)
-    new_intervals = np.where(clipped_rows, kept[instant_of_row] / _US, intervals)
+    new_intervals = np.where(clipped_rows, row_kept / _US, intervals)
     clipped_seconds = float((intervals - new_intervals)[clipped_rows].sum())
     if clipped_rows.any():
         rows = rows.set_column(rows.schema.get_field_index("interval_s"), "interval_s",
