@@ -121,7 +121,10 @@ class GpuInventory:
         opened: list[str] = []
         counts = dict(self.counts)
         claimed: dict[str, str] = {}
-        models = self._models(rows)
+        distinct = rows.select(["gpu_uuid", "node", "gpu_model"]).group_by(
+            ["gpu_uuid", "node", "gpu_model"], use_threads=False).aggregate([])  # (GPU, node, model) once
+        triples = list(zip(*(distinct[c].to_pylist() for c in ("gpu_uuid", "node", "gpu_model"))))
+        models = self._models(triples)
         for gpu, node in zip(pairs["gpu_uuid"].to_pylist(), pairs["node"].to_pylist()):
             reg = self.gpus.get(gpu)
             owner = reg.node if reg is not None else claimed.get(gpu)
@@ -140,22 +143,20 @@ class GpuInventory:
             claimed[gpu] = node
             counts[node] = counts.get(node, 0) + 1
             registrations.append((gpu, node, models.get((gpu, node))))
-        mismatched, updates = self._mismatched(rows, models, claimed)
+        mismatched, updates = self._mismatched(rows, models, triples)
         return Verdict(self._mask(rows, held), mismatched, registrations, opened, updates)
 
     @staticmethod
-    def _models(rows: pa.Table) -> dict[tuple[str, str], str | None]:
+    def _models(triples: list[tuple[str, str, str | None]]) -> dict[tuple[str, str], str | None]:
         """The first known model each (GPU, node) reports in the rows (else "unknown")."""
-        distinct = rows.select(["gpu_uuid", "node", "gpu_model"]).group_by(
-            ["gpu_uuid", "node", "gpu_model"], use_threads=False).aggregate([])
         found: dict[tuple[str, str], str | None] = {}
-        for gpu, node, model in zip(*(distinct[c].to_pylist() for c in ("gpu_uuid", "node", "gpu_model"))):
+        for gpu, node, model in triples:
             if found.get((gpu, node)) in (None, UNKNOWN_MODEL):
                 found[(gpu, node)] = model
         return found
 
-    def _mismatched(self, rows: pa.Table, models: dict[tuple[str, str], str | None], claimed: dict[str, str]
-                    ) -> tuple[pa.Array | None, list[tuple[str, str]]]:
+    def _mismatched(self, rows: pa.Table, models: dict[tuple[str, str], str | None],
+                    triples: list[tuple[str, str, str | None]]) -> tuple[pa.Array | None, list[tuple[str, str]]]:
         """Rows whose known model contradicts their GPU's known registered model; unknown models made known."""
         bad: list[tuple[str, str]] = []
         updates: list[tuple[str, str]] = []
@@ -165,10 +166,8 @@ class GpuInventory:
                 continue
             if reg.model in (None, UNKNOWN_MODEL):
                 updates.append((gpu, model))
-        distinct = rows.select(["gpu_uuid", "node", "gpu_model"]).group_by(
-            ["gpu_uuid", "node", "gpu_model"], use_threads=False).aggregate([])
         known = dict(updates)
-        for gpu, node, model in zip(*(distinct[c].to_pylist() for c in ("gpu_uuid", "node", "gpu_model"))):
+        for gpu, node, model in triples:
             reg = self.gpus.get(gpu)
             said = known.get(gpu, reg.model if reg is not None else None)
             if reg is None or reg.node != node or model in (None, UNKNOWN_MODEL) or said in (None, UNKNOWN_MODEL):
