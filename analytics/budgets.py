@@ -24,12 +24,17 @@ from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.ledger import period_of
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.alerts import stored_budgets
+from gpuledger.analytics.store.gpu_inventory import held_conditions
 from gpuledger.analytics.waste import job_stretches, idle_runs
 from gpuledger.analytics.windows import as_utc
 from gpuledger.collector.samples import UNATTRIBUTED
 
-ALERT_KINDS = ("budget spend", "budget forecast", "idle job")
-SPEND, FORECAST, IDLE_JOB = ALERT_KINDS
+ALERT_KINDS = ("budget spend", "budget forecast", "idle job", "gpu held", "more alerts")
+SPEND, FORECAST, IDLE_JOB, GPU_HELD, MORE = ALERT_KINDS
+# the most alerts of one kind one team gets at once: past it, the rest are one alert that lists them (one push that
+# attached idle GPUs to a team's job raised 32 "idle job" alerts, and mail to the team queued behind them)
+MAX_PER_TEAM_AND_KIND = 10
+CLUSTER = ""  # the team of an alert about the cluster itself (a GPU held from a node): for the admins
 HISTORY = timedelta(days=7)
 MIN_HISTORY_HOURS = 24
 ONGOING = timedelta(minutes=15)  # an idle stretch ending this close to now is still going on
@@ -114,7 +119,28 @@ def conditions(store: Store, config: Config, now: datetime) -> list[dict[str, An
                     "detail": {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
                     | {"threshold": threshold}})
     found += idle_conditions(store, config.waste, config.alerts.idle_hours, now)
-    return found
+    found += [{**c, "kind": GPU_HELD, "team": CLUSTER} for c in held_conditions(store, now)]
+    return capped(found)
+
+
+def capped(found: list[dict[str, Any]], most: int = MAX_PER_TEAM_AND_KIND) -> list[dict[str, Any]]:
+    """At most `most` alerts per team and kind: the first `most - 1` as they are, the rest as one alert naming
+    how many and which (its key is stable while they hold, so it fires once, not at every check)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for condition in found:
+        groups.setdefault((condition["team"], condition["kind"]), []).append(condition)
+    out: list[dict[str, Any]] = []
+    for (team, kind), items in groups.items():
+        if len(items) <= most:
+            out += items
+            continue
+        out += items[:most - 1]
+        rest = items[most - 1:]
+        out.append({"key": f"{MORE}:{kind}:{team}", "kind": MORE, "team": team,
+                    "subject": f"{len(rest)} more '{kind}' alerts for {team or 'the cluster'} (the first "
+                               f"{most - 1} are alerts of their own)",
+                    "detail": {"kind": kind, "count": len(rest), "subjects": [c["subject"] for c in rest[:50]]}})
+    return out
 
 
 def idle_conditions(store: Store, waste: WasteConfig, idle_hours: float, now: datetime) -> list[dict[str, Any]]:

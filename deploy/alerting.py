@@ -14,9 +14,10 @@ import urllib.error
 import urllib.request
 from datetime import datetime
 from email.message import EmailMessage
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from gpuledger.analytics.budgets import conditions
+from gpuledger.analytics.budgets import FORECAST, GPU_HELD, SPEND, conditions
 from gpuledger.analytics.config import AlertsConfig, Config, EmailConfig
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.alerts import raise_and_resolve, record_delivery
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 PHASES = ("fired", "resolved")
 CHANNELS = ("email", "webhook")
 PAUSE_S = 0.5  # before the first retry; doubled each time
+DELIVERY_WORKERS = 4  # alerts delivered at once
+URGENT = {SPEND: 0, FORECAST: 1, GPU_HELD: 2}  # delivered first, in this order; the rest after
 
 
 def _text(alert: dict[str, Any], phase: str) -> str:
@@ -92,10 +95,16 @@ def check_alerts(store: Store, config: Config, now: datetime | None = None) -> t
         if store.folding_backlog():
             return [], []
         raised, resolved = raise_and_resolve(store, conditions(store, config, now), now)
-        for phase, found in (("fired", raised), ("resolved", resolved)):
-            for alert in found:
-                log.info("%s", _text(alert, phase))
-                deliver(store, config.alerts, config.email, alert, phase)
+        work = [(alert, phase) for phase, found in (("fired", raised), ("resolved", resolved)) for alert in found]
+        work.sort(key=lambda item: URGENT.get(item[0]["kind"], len(URGENT)))  # budgets first
+        for alert, phase in work:
+            log.info("%s", _text(alert, phase))
+        # several at once, bounded: one slow mail server or webhook (retried with pauses) no longer holds every
+        # other alert behind it
+        with ThreadPoolExecutor(max_workers=DELIVERY_WORKERS, thread_name_prefix="alert") as pool:
+            for done in [pool.submit(deliver, store, config.alerts, config.email, alert, phase)
+                         for alert, phase in work]:
+                done.result()
         return raised, resolved
     except Exception:  # noqa: BLE001 - the traceback is in the log
         log.exception("alerts not checked")

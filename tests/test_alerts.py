@@ -274,3 +274,41 @@ def test_alert_mail_logs_in_where_the_server_requires_it(file_store, receiver, m
         assert deliveries["fired email"] == {"outcome": "sent", "tries": 1}
     finally:
         controller.stop()
+
+
+def test_a_node_sending_another_nodes_gpus_alerts_the_admins_once(file_store, inbox, receiver):
+    """Rows held because node-0001 sent node-0000's GPUs raise one "gpu held" alert for the admins (mail and
+    webhook), named by node and reason, that stays one alert however often the loop checks."""
+    from gpuledger.analytics.store.ingest_writer import IngestWriter
+    from gpuledger.collector.simulator import cluster_of
+    store = file_store
+    store.set_rates(Config().rates)
+    writer = IngestWriter(store, idle_checkpoint_s=600)
+    at = datetime.now(timezone.utc).replace(microsecond=0)
+    frame = cluster_of(1).frame([(at - timedelta(minutes=2)).timestamp()], 10.0)
+    try:
+        writer.submit("node-0000", "s", 0, 1, 10.0, frame)
+        later = cluster_of(1).frame([(at - timedelta(minutes=1)).timestamp()], 10.0)
+        writer.submit("node-0001", "s", 0, 1, 10.0, later)
+    finally:
+        writer.stop()
+    port, mails = inbox
+    config = _site(port, receiver.url)
+    raised, _ = check_alerts(store, config, at)
+    held = [a for a in raised if a["kind"] == "gpu held"]
+    assert len(held) == 1 and held[0]["team"] == ""
+    assert "node node-0001 sent 8 GPU(s) registered to node-0000: 8 row(s) held" in held[0]["subject"]
+    assert check_alerts(store, config, at + timedelta(minutes=5)) == ([], [])
+    assert any("ALERT gpu held" in body for _, body in mails)
+    assert any("gpu held" in json.dumps(b) for b in receiver.bodies)
+
+
+def test_alerts_of_one_kind_for_one_team_are_capped():
+    from gpuledger.analytics.budgets import MAX_PER_TEAM_AND_KIND, capped
+    found = [{"key": f"idle job:j{i}", "kind": "idle job", "team": "vision", "subject": f"job j{i} idle"}
+             for i in range(32)] + [{"key": "idle job:k", "kind": "idle job", "team": "nlp", "subject": "job k idle"}]
+    kept = capped(found)
+    vision = [c for c in kept if c["team"] == "vision"]
+    assert len(vision) == MAX_PER_TEAM_AND_KIND and vision[-1]["kind"] == "more alerts"
+    assert vision[-1]["detail"]["count"] == 32 - (MAX_PER_TEAM_AND_KIND - 1)
+    assert [c["key"] for c in kept if c["team"] == "nlp"] == ["idle job:k"]  # another team's alerts untouched

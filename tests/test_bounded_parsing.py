@@ -42,3 +42,35 @@ def test_a_tres_count_that_is_not_finite_is_no_count():
     assert gpus_of("cpu=4,gres/gpu=inf") == (None, None)
     assert gpus_of("gres/gpu=nan,gres/gpu:a100=2") == (2, "a100")
     assert gpus_of("gres/gpu=1e300") == (None, None)
+
+
+def test_five_thousand_team_names_are_two_hundred_series_and_other(tmp_path):
+    """Teams beyond the configured ones, the bill's buckets and MAX_TEAM_LABELS in all are one team "other" on
+    /metrics: GPUs and cost summed into it (nothing lost from the totals), no ratio invented for it."""
+    from datetime import datetime, timedelta, timezone
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuledger.analytics.config import Config, TeamConfig
+    from gpuledger.analytics.store import Store
+    from gpuledger.deploy.api.live_metrics import MAX_TEAM_LABELS, StoreGauges
+    from tests.helpers import gpu_rows, table
+    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    rows = [r for i in range(5000) for r in gpu_rows(f"n{i // 8}", i % 8, "H100", 10, step_s=60.0,
+                                                      start=now - timedelta(minutes=30), util=50.0,
+                                                      job=f"t{i:04d}/j", team=f"t{i:04d}")]
+    with Store(tmp_path / "m.duckdb") as store:
+        config = Config(teams={"t4999": TeamConfig(share=1.0)})
+        store.set_rates(config.rates)
+        store.append_samples(table(rows))
+        store.fold()
+        registry = CollectorRegistry()
+        registry.register(StoreGauges(store, config, clock=lambda: now))
+        text = generate_latest(registry).decode()
+    allocated = [line for line in text.splitlines() if line.startswith("gpuledger_team_allocated_gpus{")]
+    teams = {line.split('team="')[1].split('"')[0] for line in allocated}
+    assert len(teams) <= MAX_TEAM_LABELS + 1 and "other" in teams and "t4999" in teams
+    total = sum(float(line.rsplit(" ", 1)[1]) for line in allocated)
+    assert abs(total - 5000 * 10 / 60) < 1e-6  # 5,000 GPUs each held 10 of the last 60 minutes
+    assert not any('team="other"' in line for line in text.splitlines()
+                   if line.startswith(("gpuledger_team_sm_active_ratio", "gpuledger_team_fairshare")))

@@ -262,3 +262,27 @@ def reported(store: Any, gpu: str) -> bool:
     """Whether any node has reported `gpu` (registered, or held): an admin registers only GPUs that exist."""
     return bool(store.scalar("SELECT (SELECT count(*) FROM gpu_inventory WHERE gpu_uuid = $g) "
                              "+ (SELECT count(*) FROM held_samples WHERE gpu_uuid = $g)", {"g": gpu}))
+
+
+HELD_ALERT_HOURS = 24.0  # a node's held rows alert while it sent some within this long
+
+
+def held_conditions(store: Any, now: datetime) -> list[dict[str, Any]]:
+    """One alert condition per node and reason that had rows held in the last HELD_ALERT_HOURS: a node claiming
+    another's GPUs, or reporting GPUs its inventory does not have (key, subject, detail; kind and team are the
+    alert loop's)."""
+    found = store.query("""SELECT h.node, h.held_reason AS reason, count(DISTINCT h.gpu_uuid) AS gpus,
+                                  count(*) AS rows, min(h.held_at) AS since,
+                                  string_agg(DISTINCT i.node, ', ') AS owners
+                           FROM held_samples h LEFT JOIN gpu_inventory i USING (gpu_uuid)
+                           WHERE h.held_at >= $since GROUP BY ALL ORDER BY h.node, reason""",
+                        {"since": now - timedelta(hours=HELD_ALERT_HOURS)})
+    out = []
+    for row in found.to_dict("records"):
+        whose = f"registered to {row['owners']}" if row["reason"] == ON_OTHER_NODE else "not in its inventory"
+        out.append({"key": f"gpu held:{row['node']}:{row['reason']}",
+                    "subject": f"node {row['node']} sent {row['gpus']} GPU(s) {whose}: {row['rows']} row(s) held, "
+                               "not billed (GET /v1/nodes/inventory; an admin moves a GPU that really moved)",
+                    "detail": {"node": row["node"], "reason": row["reason"], "gpus": int(row["gpus"]),
+                               "rows": int(row["rows"]), "since": str(row["since"]), "registered_to": row["owners"]}})
+    return out

@@ -25,6 +25,7 @@ from gpuledger.analytics.inference import service_table, team_inference
 from gpuledger.analytics.usage import node_gauges, team_gauges
 from gpuledger.analytics.windows import utc_now
 from gpuledger.analytics.workloads import workload_summary
+from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
 from gpuledger.policies.fairshare import fairshare_at
 
 WINDOW = timedelta(hours=1)
@@ -91,6 +92,15 @@ BUDGET_GAUGES = (
                                                            "series without a day of history)"),
 )
 FAIRSHARE = "gpuledger_team_fairshare"
+# how many team label values the gauges carry: the configured teams and the bill's buckets always, then other teams
+# up to this many in all; the rest are one team "other" (sums where the figure adds up across teams, the largest
+# where it is a longest wait, no series where it is a ratio or a percentile). One agent push of 5,000 team names
+# took /metrics from 274 to 20,270 series.
+MAX_TEAM_LABELS = 200
+OTHER = "other"
+ADDITIVE = {"allocated_gpus", "busy_gpus", "idle_gpus", "cost_usd_per_hour", "pending_jobs", "pending_gpus",
+            "lost_gpu_hours", "gang_jobs_waiting", "gang_gpus_waiting"}
+LARGEST = {"longest_pending_minutes"}
 HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total
 NODE_FRAGMENTED, CLUSTER_FRAGMENTED = "gpuledger_node_fragmented_gpus", "gpuledger_cluster_fragmented_gpus"
 
@@ -115,14 +125,17 @@ class StoreGauges(Collector):
     def _families(self) -> list[GaugeMetricFamily | CounterMetricFamily]:
         end = self.clock()
         idle = self.config.waste.idle_util_pct
-        families = _gauges(team_gauges(self.store, end - WINDOW, end, idle), "team", TEAM_GAUGES)
+        teams = team_gauges(self.store, end - WINDOW, end, idle)
+        queues = workload_summary(self.store, end - WINDOW, end, end)
+        allowed = self._allowed(pd.concat([teams["team"], queues["team"]]))
+        families = _gauges(bounded(teams, ["team"], allowed), "team", TEAM_GAUGES)
         families += _gauges(node_gauges(self.store, end - WINDOW, end, idle), "node", NODE_GAUGES)
-        families += _gauges(workload_summary(self.store, end - WINDOW, end, end), ("team", "gpu_model"),
-                            QUEUE_GAUGES)
+        families += _gauges(bounded(queues, ["team", "gpu_model"], allowed), ("team", "gpu_model"), QUEUE_GAUGES)
         fair = GaugeMetricFamily(FAIRSHARE, f"Fairshare factor ({self.config.fairshare.algorithm}), 0..1, higher = "
                                             "more deserving", labels=["team"])
         for team, row in fairshare_at(self.store, self.config, end).iterrows():
-            fair.add_metric([str(team)], float(row["fairshare"]))
+            if str(team) in allowed:  # a factor of "other" would mean nothing
+                fair.add_metric([str(team)], float(row["fairshare"]))
         families.append(fair)
         health = CounterMetricFamily(HEALTH_EVENTS, "GPU health events stored (XID, throttling starts, ECC and "
                                                     "row-remap increases), per node and kind", labels=["node", "kind"])
@@ -143,6 +156,26 @@ class StoreGauges(Collector):
                                columns=["team", *[column for column, _, _ in BUDGET_GAUGES]])
         families += _gauges(budgets, "team", BUDGET_GAUGES)
         return families
+
+
+    def _allowed(self, seen: pd.Series) -> set[str]:
+        """The team label values the gauges carry (MAX_TEAM_LABELS)."""
+        always = set(self.config.teams) | {UNATTRIBUTED, IDLE_CAPACITY} | set(self.config.budgets)
+        others = sorted(set(seen.dropna().astype(str)) - always)
+        return always | set(others[:max(0, MAX_TEAM_LABELS - len(always))])
+
+
+def bounded(frame: pd.DataFrame, labels: list[str], allowed: set[str]) -> pd.DataFrame:
+    """`frame` (a row per label set, `labels[0]` the team) with the teams not `allowed` folded into one team
+    `other`: ADDITIVE columns summed, LARGEST columns their largest, every other column left out of it."""
+    if frame.empty or frame[labels[0]].isin(allowed).all():
+        return frame
+    outside = ~frame[labels[0]].isin(allowed)
+    rest = frame[outside].assign(**{labels[0]: OTHER})
+    numbers = [c for c in frame.columns if c not in labels]
+    agg = {c: ("sum" if c in ADDITIVE else "max") for c in numbers if c in ADDITIVE or c in LARGEST}
+    folded = rest.groupby(labels, as_index=False).agg(agg) if agg else rest[labels].drop_duplicates()
+    return pd.concat([frame[~outside], folded.reindex(columns=frame.columns)], ignore_index=True)
 
 
 def _fragmentation(store: Store, end: datetime) -> list[GaugeMetricFamily]:
