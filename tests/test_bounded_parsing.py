@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
+
 from gpuledger.collector.jobs.sacct import gpus_of
 from gpuledger.collector.prom_text import MAX_LINE_CHARS, parse
 
@@ -41,7 +43,7 @@ def test_a_long_but_real_line_is_still_read():
 def test_a_tres_count_that_is_not_finite_is_no_count():
     assert gpus_of("cpu=4,gres/gpu=inf") == (None, None)
     assert gpus_of("gres/gpu=nan,gres/gpu:a100=2") == (2, "a100")
-    assert gpus_of("gres/gpu=1e300") == (None, None)
+    assert gpus_of("gres/gpu=1e300")[0] == int(1e300)  # finite: the record check drops it as bad_gpus
 
 
 def test_five_thousand_team_names_are_two_hundred_series_and_other(tmp_path):
@@ -74,3 +76,20 @@ def test_five_thousand_team_names_are_two_hundred_series_and_other(tmp_path):
     assert abs(total - 5000 * 10 / 60) < 1e-6  # 5,000 GPUs each held 10 of the last 60 minutes
     assert not any('team="other"' in line for line in text.splitlines()
                    if line.startswith(("gpuledger_team_sm_active_ratio", "gpuledger_team_fairshare")))
+
+
+def test_names_from_sacct_follow_the_identifier_rule():
+    """A job id, user or account that a shell, a spreadsheet or Markdown would read as syntax: the record with such
+    a job id is dropped, such a user is blanked, each counted as bad_name (the agent path refuses the same)."""
+    from gpuledger.collector.jobs.sacct import parse_sacct
+    header = "JobID|User|State|Submit|Start|End|Account|AllocTRES|ReqTRES|Restarts|NodeList\n"
+    text = header + "\n".join([
+        "1|=HYPERLINK(\"x\")|COMPLETED|2026-12-01T10:00:00|2026-12-01T10:05:00|2026-12-01T11:00:00|a|gres/gpu=2||0|"
+        "gpu-[01-02]",
+        "2|alice|COMPLETED|2026-12-01T10:00:00|2026-12-01T10:05:00|2026-12-01T11:00:00|a|gres/gpu=1||0|gpu$(x)",
+        "3|bob|COMPLETED|2026-12-01T10:00:00|2026-12-01T10:05:00|2026-12-01T11:00:00|a|gres/gpu=1||0|gpu-03"])
+    batch = parse_sacct(text)
+    jobs = batch.jobs.set_index("job_id")
+    assert pd.isna(jobs.loc["slurm:1", "user"]) and jobs.loc["slurm:1", "node"] == "gpu-[01-02]"
+    assert pd.isna(jobs.loc["slurm:2", "node"]) and jobs.loc["slurm:3", "user"] == "bob"
+    assert batch.skipped["bad_name"] == 2

@@ -7,12 +7,14 @@ kept as it is, lower-cased, and counted, so a new scheduler version shows up ins
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
+from gpuledger.collector.identifiers import is_identifier
 from gpuledger.collector.jobs.classes import infer_class
 
 # the states a job can be in, as gpuledger names them; the first two are open (the job is not finished)
@@ -56,14 +58,33 @@ MAX_JOB_GPUS = 1_000_000  # more GPUs than any cluster has: a corrupt or hostile
 FUTURE_SLACK = timedelta(days=1)  # clock skew a scheduler's times may have; later than that is not a real instant
 
 
+NAME_COLUMNS = ("team", "user", "namespace", "pod")  # a name that breaks its kind's rule is blanked
+_NODE_LIST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:@/+\-\[\],]{0,4095}")  # a node, or Slurm's list (`gpu-[01-04]`)
+
+
 def _checked(records: list[dict], skipped: Counter) -> list[dict]:
     """The records a store can hold, with what does not hold up dropped or blanked and counted: a GPU count that is
     not a whole number from 0 to MAX_JOB_GPUS drops the record (`bad_gpus`: Kubernetes and Slurm count whole
     GPUs); a negative restart count is unknown (`bad_restarts`); an instant over a day in the future is unknown
-    (`future_time`); a start before the submission leaves the wait unknown (`start_before_submit`), never negative."""
+    (`future_time`); a start before the submission leaves the wait unknown (`start_before_submit`), never negative;
+    a job id that breaks the identifier rule drops the record, a team, user, namespace, pod or node that does is
+    blanked (`bad_name`): sacct's and the schedulers' names go into the same reports and plans as the agents'."""
     now = datetime.now(timezone.utc)
     kept = []
     for record in records:
+        if not is_identifier("job_id", record.get("job_id")):
+            skipped["bad_name"] += 1  # a job id is the record's key and lands in reports and plans
+            continue
+        for column in NAME_COLUMNS:  # the identifier rule the agent path applies (collector/identifiers.py)
+            value = record.get(column)
+            if value is not None and not (isinstance(value, float) and math.isnan(value)) \
+                    and not is_identifier(column, value):
+                skipped["bad_name"] += 1
+                record[column] = None
+        node = record.get("node")
+        if node is not None and not (isinstance(node, str) and _NODE_LIST.fullmatch(node)):
+            skipped["bad_name"] += 1
+            record["node"] = None
         gpus = record.get("gpus")
         if gpus is not None and not (isinstance(gpus, (int, float)) and math.isfinite(gpus)
                                      and 0 <= gpus <= MAX_JOB_GPUS and float(gpus).is_integer()):

@@ -40,7 +40,6 @@ STATE_WORDS = {
 }
 NO_TIME = {"", "Unknown", "None", "N/A"}
 _STEP = re.compile(r"^[^.]+\.(batch|extern|interactive|\d+)$", re.IGNORECASE)
-MAX_GPUS_PER_JOB = 1_000_000  # past any cluster: a larger count in a TRES list is no count
 _GPU_TRES = re.compile(r"^gres/gpu(?::(?P<type>[^=]+))?$", re.IGNORECASE)
 _MIG_TYPE = re.compile(r"^(?P<card>[a-z0-9]+?)[_-](?P<profile>\d+g\.\d+gb)$", re.IGNORECASE)
 
@@ -70,7 +69,7 @@ def gpus_of(tres: str | None) -> tuple[int | None, str | None]:
             number = float(value)
         except ValueError:
             continue
-        if not (math.isfinite(number) and 0 <= number <= MAX_GPUS_PER_JOB):  # `inf` was a traceback
+        if not math.isfinite(number):  # `inf` was a traceback; a count out of range is the record check's (bad_gpus)
             continue
         count = int(number)
         if match.group("type"):
