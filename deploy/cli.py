@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -9,6 +10,7 @@ import re
 import socket
 import sys
 import tomllib
+from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -966,12 +968,19 @@ def _read_input(args: argparse.Namespace) -> str:
         raise InputError(f"give the file of {args.trace}'s output, or - to read it from standard input")
     if args.path == "-":
         return sys.stdin.read()
+    _check_input(args)
+    return Path(args.path).read_text(errors="replace")
+
+
+def _check_input(args: argparse.Namespace) -> None:
+    """An import's FILE, refused with the reason when it is missing, a folder or not a file."""
+    if not args.path:
+        raise InputError(f"give the file of {args.trace}'s output, or - to read it from standard input")
     path = Path(args.path)
     if path.is_dir():
         raise InputError(f"{path} is a folder: give the file of {args.trace}'s output, or - for standard input")
     if not path.is_file():
         raise InputError(f"{path} not found: give the file of {args.trace}'s output, or - for standard input")
-    return path.read_text(errors="replace")
 
 
 def _import_queues(args: argparse.Namespace, config: Config) -> int:
@@ -999,39 +1008,62 @@ def _import_jobs(args: argparse.Namespace, config: Config) -> int:
 
     from gpuledger.collector.jobs.kube_state import parse_kube_state
     from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
-    from gpuledger.collector.jobs.sacct import SOURCE, parse_sacct
+    from gpuledger.collector.jobs.sacct import SOURCE, sacct_chunks
     from gpuledger.collector.jobs.squeue import parse_squeue
     try:
         zone = ZoneInfo(args.timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise InputError(f"--timezone {args.timezone!r} is not a time zone (e.g. UTC, Europe/Oslo)") from exc
-    text = _read_input(args)
-    if args.trace == "sacct":
-        batch = parse_sacct(text, args.fields.split(",") if args.fields else None, zone, args.team_field)
+    if args.trace == "sacct":  # streamed: a chunk of rows parsed and stored at a time (sacct_chunks)
+        batches = sacct_chunks(_input_lines(args), args.fields.split(",") if args.fields else None, zone,
+                               args.team_field)
     elif args.trace == "squeue":
-        batch = parse_squeue(text, zone, args.team_field)
+        batches = iter([parse_squeue(_read_input(args), zone, args.team_field)])
     else:
-        batch = parse_kube_state(text, args.team_label, class_label=args.class_label)
+        batch = parse_kube_state(_read_input(args), args.team_label, class_label=args.class_label)
         if batch.jobs.empty and not (batch.skipped["no_gpus"] or batch.skipped["bad_gpus"] or batch.node_labels):
             raise InputError(f"no kube-state-metrics pod series (kube_pod_*) in {args.path}: is it kube-state-metrics' "
                              "/metrics page?")
+        batches = iter([batch])
+    first = next(batches, None)  # a file that cannot be read refuses the import before any store is made
+    stored = events = left = chunks = 0
+    skipped: Counter = Counter()
+    unknown: Counter = Counter()
+    labels: dict = {}
     with _open_store(args, config) as store:
-        store.record_restarts(batch.jobs, utc_now(), batch.jobs["source"].iloc[0] if len(batch.jobs) else "")
-        store.set_node_labels(batch.node_labels, utc_now())
-        stored = store.record_jobs(batch.jobs, batch.events)
-        left = (store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)
-                if args.trace == "squeue" else 0)
-    skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "none"
-    labelled = f", labels of {len(batch.node_labels):,} node(s)" if batch.node_labels else ""
-    print(f"imported {args.trace}: {stored:,} GPU jobs, {len(batch.events):,} events{labelled} into {args.db} "
-          f"(skipped: {skipped})")
+        for batch in itertools.chain([first] if first is not None else [], batches):
+            store.record_restarts(batch.jobs, utc_now(), batch.jobs["source"].iloc[0] if len(batch.jobs) else "")
+            store.set_node_labels(batch.node_labels, utc_now())
+            stored += store.record_jobs(batch.jobs, batch.events)
+            if args.trace == "squeue":
+                left = store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)
+            events, chunks = events + len(batch.events), chunks + 1
+            skipped.update(batch.skipped)
+            unknown.update(batch.unknown_states)
+            labels.update(batch.node_labels)
+            if chunks > 1:
+                print(f"... {stored:,} GPU jobs stored so far", file=sys.stderr, flush=True)
+    shown = ", ".join(f"{n:,} {why}" for why, n in sorted(skipped.items())) or "none"
+    labelled = f", labels of {len(labels):,} node(s)" if labels else ""
+    print(f"imported {args.trace}: {stored:,} GPU jobs, {events:,} events{labelled} into {args.db} "
+          f"(skipped: {shown})")
     if left:
         print(f"{left:,} job(s) stored as waiting or running are no longer in the queue: marked {LEFT_QUEUE} (import "
               "sacct for how they ended)")
-    if batch.unknown_states:
+    if unknown:
         print("states gpuledger does not know, kept as written: "
-              + ", ".join(f"{state} ({n})" for state, n in sorted(batch.unknown_states.items())))
+              + ", ".join(f"{state} ({n})" for state, n in sorted(unknown.items())))
     return 0
+
+
+def _input_lines(args: argparse.Namespace) -> Iterator[str]:
+    """The lines of the file an import names, or of standard input for `-`, read as they are used."""
+    if args.path == "-":
+        yield from sys.stdin
+        return
+    _check_input(args)
+    with open(args.path, errors="replace") as handle:
+        yield from handle
 
 
 def cmd_replay(args: argparse.Namespace, config: Config) -> int:
