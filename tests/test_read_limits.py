@@ -56,3 +56,19 @@ def test_slow_reads_leave_the_probes_and_writes_answering(tmp_path):
     assert team_a.count(200) <= PER_CALLER and 429 in team_a  # one caller: at most its share, the rest refused
     assert all(a.headers.get("Retry-After") == "1" for a in answers if a.status_code in (429, 503))
     assert set(codes) <= {200, 429, 503} and codes.count(200) == TOTAL
+
+
+def test_a_read_past_its_time_limit_is_stopped_and_says_so(tmp_path, monkeypatch):
+    """A read whose query runs past the limit is interrupted in DuckDB (its thread is free again) and answered 503
+    with the reason; the next read is answered as usual, and a write outside any request has no deadline."""
+    from gpuledger.deploy.api import read_limits
+    from tests.helpers import api_client
+    monkeypatch.setattr(read_limits, "READ_TIME_LIMIT_S", 1.0)
+    with Store(tmp_path / "t.duckdb") as store:
+        with api_client(store, Config(), open_reads=True) as client:
+            client.app.add_api_route("/v1/forever", lambda: {"n": int(store.scalar(
+                "SELECT count(*) FROM range(1000000000000) a WHERE a.range % 7 = 3"))}, methods=["GET"])
+            stopped = client.get("/v1/forever")  # a trillion rows would take hours: only an interrupt ends it
+            assert stopped.status_code == 503 and "past the server's 1 s limit" in stopped.json()["detail"]
+            assert client.get("/livez").status_code == 200 and client.get("/v1/teams").status_code == 200
+        assert store.scalar("SELECT count(*) FROM range(1000)") == 1000

@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuledger.analytics.store import access, health, lake, rollups
+from gpuledger.analytics.store import access, deadline, health, lake, rollups
 from gpuledger.analytics.store import topology as topology_tables
 from gpuledger.analytics.store import alerts as alert_tables
 from gpuledger.analytics.store import gpu_inventory
@@ -246,7 +246,7 @@ class Store:
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of the store's connection (on DuckLake, pointed at the lake: a cursor is a new connection)."""
         cur = self._con.cursor()
-        return lake.use(cur) if self.lake else cur
+        return deadline.watched(lake.use(cur) if self.lake else cur)  # a request's read stops at its deadline
 
     def _replace_rows(self, cur: duckdb.DuckDBPyConnection, table: str, source: str) -> None:
         """Insert the rows of `source`, replacing stored rows with the same key (KEYS). DuckLake has no keys to

@@ -31,7 +31,8 @@ from gpuledger.deploy.api import (admin, allocation, budgets, cost, efficiency, 
                                   ingest, ledger, ops, placement, recommendations, topology, usage, whatif,
                                   workloads)
 from gpuledger.deploy.api import capacity, inventory
-from gpuledger.deploy.api.read_limits import ReadLimits
+from gpuledger.analytics.store.deadline import INTERRUPTED
+from gpuledger.deploy.api.read_limits import ReadLimits, answer_interrupted
 from gpuledger.deploy.api.access import Gate, audit_writes, trusted_networks
 from gpuledger.deploy.api.limits import RequestLimits
 from gpuledger.deploy.api.live_metrics import StoreGauges
@@ -75,6 +76,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.add_middleware(RequestLimits, open_reads=open_reads)  # outermost: bodies bounded before anything
     app.add_exception_handler(GpuledgerError, _answer_error)
     app.add_exception_handler(RequestValidationError, _answer_invalid)
+    app.add_exception_handler(INTERRUPTED, answer_interrupted)  # a read stopped at its deadline: 503
     for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement, workloads,
                  efficiency, inference, ledger, allocation, budgets, whatif, topology, capacity, inventory):
         app.include_router(area.router)

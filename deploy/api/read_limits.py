@@ -7,7 +7,9 @@ was writing) and other readers timed out. Here, before a read reaches a route:
 - one caller (one bearer token; without one, one client address) has at most `per_caller` reads in flight: past
   that, 429 with Retry-After;
 - all callers together have at most `total` in flight, below the pool's size so that writes (an agent's push, a
-  decision) and the probes' own threads always find room: past that, 503 with Retry-After.
+  decision) and the probes' own threads always find room: past that, 503 with Retry-After;
+- a read still running after `time_limit_s` has its queries interrupted (analytics/store/deadline.py) and is
+  answered 503, saying so, instead of holding its thread for as long as it takes.
 
 The probes (/livez, /readyz, /healthz) are not counted and do not use that pool at all (deploy/api/ops.py). A pure
 ASGI middleware: a refused read costs a counter and a short answer, never a thread.
@@ -16,11 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from gpuledger.analytics.store.deadline import READ_DEADLINE
 from gpuledger.analytics.store.metrics import HTTP_REFUSED
 from gpuledger.deploy.api.access import QUESTIONS
 
+READ_TIME_LIMIT_S = 120.0  # a read still running then is interrupted (analytics/store/deadline.py): 503
 POOL_THREADS = 40  # AnyIO's default worker threads, which FastAPI runs synchronous routes on
 PER_CALLER = 16
 TOTAL = POOL_THREADS - 8  # room left for writes, pushes and the audit log's own work
@@ -31,8 +39,10 @@ UNCOUNTED = frozenset({"/livez", "/readyz", "/healthz", "/", "/docs", "/openapi.
 class ReadLimits:
     """The ASGI middleware; `per_caller` and `total` as above."""
 
-    def __init__(self, app: Any, per_caller: int = PER_CALLER, total: int = TOTAL) -> None:
+    def __init__(self, app: Any, per_caller: int = PER_CALLER, total: int = TOTAL,
+                 time_limit_s: float | None = None) -> None:
         self.app = app
+        self.time_limit_s = time_limit_s  # None: READ_TIME_LIMIT_S as it is when a read comes
         self.per_caller = per_caller
         self.total = total
         self.in_flight: dict[str, int] = {}
@@ -69,9 +79,12 @@ class ReadLimits:
             return
         self.in_flight[caller] = mine + 1  # one event loop: no lock needed between these lines
         self.running += 1
+        seconds = self.time_limit_s if self.time_limit_s is not None else READ_TIME_LIMIT_S
+        limit = READ_DEADLINE.set(time.monotonic() + seconds)  # follows the read into its worker thread
         try:
             await self.app(scope, receive, send)
         finally:
+            READ_DEADLINE.reset(limit)
             self.running -= 1
             left = self.in_flight[caller] - 1
             if left:
@@ -87,3 +100,11 @@ async def _refuse(send: Any, status: int, detail: str, reason: str) -> None:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"retry-after", str(RETRY_AFTER_S).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def answer_interrupted(request: Request, exc: Exception) -> JSONResponse:
+    """A read interrupted at its deadline: 503, with what to do about it."""
+    HTTP_REFUSED.labels("read_time_limit").inc()
+    return JSONResponse({"detail": f"this read ran past the server's {READ_TIME_LIMIT_S:g} s limit for one read and "
+                                   "was stopped: ask for a shorter window or a coarser bucket"},
+                        status_code=503, headers={"Retry-After": "60"})
