@@ -330,6 +330,8 @@ class Config:
     rate_basis: dict[tuple, str] = field(default_factory=dict)
     variant_rates: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, variant): since ever
     node_pools: list[PoolRule] = field(default_factory=list)  # [node_pools]: which pool a node is in
+    # [pool_teams]: pool -> the teams whose jobs its nodes' agents may claim (analytics/store/job_claims.py)
+    pool_teams: dict[str, tuple[str, ...]] = field(default_factory=dict)
     teams: dict[str, TeamConfig] = field(default_factory=dict)
     namespace_to_team: dict[str, str] = field(default_factory=dict)
     user_to_team: dict[str, str] = field(default_factory=dict)
@@ -475,7 +477,8 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "rate_cards", "cost_models", "node_pools", "pool_rates", "profile_rates", "budgets", "alerts",
+SECTIONS = ("rates", "rate_cards", "cost_models", "node_pools", "pool_teams", "pool_rates", "profile_rates", "budgets",
+            "alerts",
             "teams", "attribution", "report", "slo", "apps", "topology",
             *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
@@ -685,6 +688,26 @@ def _derive_rates(config: Config, given: set[str]) -> None:
         config.rate_basis[(model, derived.start, variant) if variant else (model, derived.start)] = row["basis"]
 
 
+def _pool_teams(table: Mapping[str, Any], config: Config) -> dict[str, tuple[str, ...]]:
+    """`[pool_teams]`: pool = the teams whose jobs the agents on that pool's nodes may bill (a node pool bought by
+    one department, a team's own nodes). A row from such a node naming another team is stored as the node's
+    unattributed use. The pool must be one a node can be in ([node_pools])."""
+    named = {pool for pool, _, _ in config.node_pools}
+    by_label = any(label for _, _, label in config.node_pools)
+    out: dict[str, tuple[str, ...]] = {}
+    for pool, teams in table.items():
+        _name("node_pool", pool, "[pool_teams]")
+        if pool not in named and not by_label:
+            raise ConfigError(f"[pool_teams] {pool}: no node is in that pool; name it under [node_pools.nodes] "
+                              "first, or read pools from node labels ([node_pools] labels)")
+        if isinstance(teams, str):
+            teams = [teams]
+        if not isinstance(teams, list) or not teams:
+            raise ConfigError(f"[pool_teams] {pool} must be a list of team names, got {teams!r}")
+        out[pool] = tuple(_name("team", t, f"[pool_teams] {pool}") for t in teams)
+    return out
+
+
 def _check_pools(config: Config) -> None:
     """A node pool's rate needs a pool a node can be in: one [node_pools.nodes] names, or any, where [node_pools]
     reads pools from node labels."""
@@ -885,6 +908,7 @@ def load_config(path: str | Path | None) -> Config:
     config.cost_models = _cost_models(_table("cost_models", data.get("cost_models", {})))
     _derive_rates(config, set(_table("rates", data.get("rates", {}))))
     _check_pools(config)
+    config.pool_teams = _pool_teams(_table("pool_teams", data.get("pool_teams", {})), config)
     for team, spec in _table("teams", data.get("teams", {})).items():
         where = f"teams.{team}"
         _name("team", team, "[teams]")

@@ -50,7 +50,8 @@ class ApiServer:
         to serve HTTPS with; `trusted_proxies`: CIDRs whose X-Forwarded-For the audit log believes; `limits`:
         connections per client, head and body deadlines (deploy/connections.py)."""
         config.apply_to(store)  # retention (the oldest sample ingest accepts) and the idle threshold of the rollups
-        self.ingest = None if store.read_only else IngestWriter(store, **config.ingest.writer_options())
+        self.ingest = None if store.read_only else IngestWriter(store, **config.ingest.writer_options(),
+                                                                 pool_teams=config.pool_teams)
         self.app = create_app(store, config, ingest_writer=self.ingest, token=token, open_reads=open_reads,
                               trusted_proxies=trusted_proxies)
         cert, key = tls or (None, None)

@@ -369,3 +369,33 @@ def test_no_two_kept_spans_of_one_gpu_overlap(instants):
         mine = [i for i in instants if (i[0], i[1]) == (g, m)]
         if len(mine) == 1:
             assert (f"GPU-{g}", None if m < 0 else m) in billed
+
+
+def test_a_pools_agents_bill_only_the_teams_the_config_names(tmp_path):
+    """[pool_teams]: node-0000 is in pool "vision-owned", whose agents may bill vision only; its rows naming nlp
+    keep their GPU-time as the node's unattributed use, node-0001 (no such pool) bills whom it says."""
+    from gpuledger.analytics.config import load_config
+    site = tmp_path / "site.toml"
+    site.write_text('[node_pools.nodes]\nvision-owned = ["node-0000"]\n\n[pool_teams]\nvision-owned = ["vision"]\n')
+    config = load_config(site)
+    assert config.pool_teams == {"vision-owned": ("vision",)}
+    with Store(tmp_path / "p.duckdb") as store:
+        config.price(store)
+        w = IngestWriter(store, idle_checkpoint_s=600, pool_teams=config.pool_teams)
+        try:
+            t0 = (now() - timedelta(minutes=10)).timestamp()
+            for node in (0, 1):
+                rows = node_rows(node, [t0]).to_pylist()
+                claimed = [dict(r, team="nlp" if i % 2 else "vision", allocated=True, job_id=f"j{i}")
+                           for i, r in enumerate(rows)]
+                assert w.submit(f"node-{node:04d}", "s", 0, 1, 10.0, rows_to_table(claimed))[0].rows == 8
+        finally:
+            w.stop()
+        billed = store.query("SELECT node, coalesce(team, '-') AS team, count(*) AS n FROM samples GROUP BY ALL "
+                             "ORDER BY ALL").to_dict("records")
+    assert billed == [{"node": "node-0000", "team": "-", "n": 4}, {"node": "node-0000", "team": "vision", "n": 4},
+                      {"node": "node-0001", "team": "nlp", "n": 4}, {"node": "node-0001", "team": "vision", "n": 4}]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[pool_teams]\nnowhere = ["vision"]\n')
+    with pytest.raises(Exception, match="no node is in that pool"):
+        load_config(bad)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -243,9 +244,13 @@ class GpuInventory:
         self.nodes.setdefault(node, now)
 
 
-def inventory_rows(store: Any) -> tuple[Any, Any]:
+def inventory_rows(store: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every registered GPU, and the held rows per node, GPU and reason (count, first and last instant, and the
     node the GPU is registered to) for GET /v1/nodes/inventory."""
+    if store.read_only and not store.scalar("SELECT count(*) FROM information_schema.tables "
+                                            "WHERE table_name = 'gpu_inventory'"):
+        empty = pd.DataFrame()
+        return empty, empty  # a read-only view of a store no server of this version opened yet: nothing registered
     gpus = store.query("""SELECT node, gpu_uuid, gpu_model, registered_at, registered_by FROM gpu_inventory
                           ORDER BY node, gpu_uuid""")
     held = store.query("""SELECT h.node, h.gpu_uuid, h.held_reason AS reason, count(*) AS rows,

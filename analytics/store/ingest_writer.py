@@ -36,7 +36,8 @@ from gpuledger.analytics.store.access import Audit
 from gpuledger.analytics.store.batch_ids import BatchRuns, runs_of
 from gpuledger.analytics.store.database import Store, conform
 from gpuledger.analytics.store.gpu_inventory import MODEL_MISMATCH, REGISTER_WINDOW_S, GpuInventory, Verdict
-from gpuledger.analytics.store.job_claims import JOB_NOT_ON_NODE, misplaced, without_claim
+from gpuledger.analytics.store.job_claims import (JOB_NOT_ON_NODE, TEAM_NOT_IN_POOL, misplaced, outside_pool,
+                                                   without_claim)
 from gpuledger.analytics.store.gpu_time import MAX_DECLARED_INTERVAL_S, OVERLAPS, conserve
 from gpuledger.analytics.store.ingest_screen import (
     BATCH,
@@ -151,13 +152,15 @@ class IngestWriter:
     def __init__(self, store: Store, max_future_s: float = 300.0, max_age_days: float | None = None,
                  idle_checkpoint_s: float = 1.0, burst_linger_s: float = 1.0, burst_gap_s: float = 0.05,
                  max_gpus_per_node: int = MAX_GPUS_PER_NODE, register_window_s: float = REGISTER_WINDOW_S,
-                 max_interval_s: float = MAX_DECLARED_INTERVAL_S) -> None:
+                 max_interval_s: float = MAX_DECLARED_INTERVAL_S,
+                 pool_teams: dict[str, tuple[str, ...]] | None = None) -> None:
         """The ingest defaults, each a bound on what an agent may write: `max_future_s` (the newest instant a row
         may have past now), `max_age_days` (the oldest), `max_gpus_per_node` (distinct GPUs one batch may report,
         and GPUs a node may register), `register_window_s` (how long after its first report a node registers
         the GPUs it sends: analytics/store/gpu_inventory.py) and `max_interval_s` (the longest interval a request
-        may declare); the per-row value bounds are analytics/store/ingest_screen.py's, the rule that no GPU
-        instant is billed twice analytics/store/gpu_time.py's."""
+        may declare), `pool_teams` (the teams each node pool's agents may bill: analytics/store/job_claims.py);
+        the per-row value bounds are analytics/store/ingest_screen.py's, the rule that no GPU instant is billed
+        twice analytics/store/gpu_time.py's."""
         self.store = store
         # the audit log a push's entry is committed to, in the same transaction as its batches (set by the API):
         # a push whose batches are stored always has its entry, even after a kill -9 right after the answer
@@ -165,6 +168,7 @@ class IngestWriter:
         self.max_gpus_per_node = max_gpus_per_node
         self.inventory = GpuInventory(register_window_s, max_gpus_per_node)
         self.max_interval_s = max_interval_s
+        self.pool_teams = dict(pool_teams or {})  # [pool_teams]: the teams each node pool's agents may bill
         # the writer's commits and an admin's move of a GPU (assign) change the inventory one at a time
         self._commit_lock = threading.Lock()
         self.max_future = timedelta(seconds=max_future_s)
@@ -393,20 +397,22 @@ class IngestWriter:
             failpoints.pause("group_commit")
         return verdict
 
-    @staticmethod
-    def _vouched(cur, rows: pa.Table) -> pa.Table:
-        """The rows with the job claims their scheduler does not vouch for taken off (analytics/store/job_claims.py):
-        a job placed on other nodes is not this node's to bill."""
-        wrong = misplaced(cur, rows)
-        if wrong is None:
-            return rows
-        count = int(pc.sum(wrong).as_py())
-        INGEST_ROWS_UNATTRIBUTED.labels(reason=JOB_NOT_ON_NODE).inc(count)
-        jobs = sorted(set(rows["job_id"].filter(wrong).to_pylist()))
-        log.warning("%d row(s) from %s claim job(s) their scheduler places on other nodes (%s): stored as "
-                    "unattributed", count, ", ".join(sorted(set(rows["node"].filter(wrong).to_pylist())))[:200],
-                    ", ".join(jobs[:5]))
-        return without_claim(rows, wrong)
+    def _vouched(self, cur, rows: pa.Table) -> pa.Table:
+        """The rows with the claims nobody vouches for taken off (analytics/store/job_claims.py): a job its
+        scheduler places on other nodes, a team the node's pool may not bill ([pool_teams])."""
+        for reason, wrong in ((JOB_NOT_ON_NODE, misplaced(cur, rows)),
+                              (TEAM_NOT_IN_POOL, outside_pool(cur, rows, self.pool_teams))):
+            if wrong is None:
+                continue
+            count = int(pc.sum(wrong).as_py())
+            INGEST_ROWS_UNATTRIBUTED.labels(reason=reason).inc(count)
+            named = sorted({str(v) for v in rows["job_id" if reason == JOB_NOT_ON_NODE else "team"].filter(wrong)
+                            .to_pylist()})
+            log.warning("%d row(s) from %s stored as unattributed (%s): %s", count,
+                        ", ".join(sorted(set(rows["node"].filter(wrong).to_pylist())))[:200], reason,
+                        ", ".join(named[:5]))
+            rows = without_claim(rows, wrong)
+        return rows
 
     @staticmethod
     def _request_nodes(group: ScreenedGroup) -> np.ndarray:

@@ -8,6 +8,9 @@ not evidence about that job. Such a row keeps its GPU-time (the GPU is the node'
 nobody would hide it) but loses the claim: it is stored as the node's unattributed use, counted
 (`gpuledger_ingest_rows_unattributed_total{reason="job_not_on_node"}`) and logged, so no advice or alert about the
 job rests on it.
+
+A site can narrow it further: `[pool_teams]` names the teams each node pool's agents may bill (a pool bought by
+one department); a row from such a node naming another team is stored the same way (`team_not_in_pool`).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 JOB_NOT_ON_NODE = "job_not_on_node"
+TEAM_NOT_IN_POOL = "team_not_in_pool"
 CLAIM_COLUMNS = ("job_id", "team", "user", "namespace", "pod", "container")  # what the claim names
 MAX_EXPANDED = 4096  # nodes one Slurm node list may expand to: a longer one is not read as a placement
 _RANGE = re.compile(r"^(\d+)-(\d+)$")
@@ -81,6 +85,28 @@ def misplaced(cur: Any, rows: pa.Table) -> pa.Array | None:
         one = pc.and_(pc.equal(rows["job_id"], job), pc.equal(rows["node"], node))
         mask = one if mask is None else pc.or_(mask, one)
     return pc.fill_null(mask, False)
+
+
+def outside_pool(cur: Any, rows: pa.Table, pool_teams: dict[str, tuple[str, ...]]) -> pa.Array | None:
+    """Per row, whether it names a team the config does not let its node's pool bill (`[pool_teams]`); None when
+    none does, or no pool is restricted. A node's pool is the store's `pool_of` (the [node_pools] rules)."""
+    if not pool_teams or not rows.num_rows:
+        return None
+    nodes = pc.unique(rows["node"]).to_pylist()
+    pools = dict(cur.execute("SELECT n, pool_of(n) FROM (SELECT unnest($nodes) AS n)", {"nodes": nodes}).fetchall())
+    mask = None
+    for node, pool in pools.items():
+        allowed = pool_teams.get(pool) if pool is not None else None
+        if allowed is None:
+            continue
+        one = pc.and_(pc.equal(rows["node"], node),
+                      pc.invert(pc.is_in(rows["team"], value_set=pa.array(list(allowed), pa.string()))))
+        one = pc.and_(one, pc.is_valid(rows["team"]))
+        mask = one if mask is None else pc.or_(mask, one)
+    if mask is None:
+        return None
+    mask = pc.fill_null(mask, False)
+    return mask if pc.any(mask).as_py() else None
 
 
 def without_claim(rows: pa.Table, mask: pa.Array) -> pa.Table:
