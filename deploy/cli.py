@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--limit", type=int, default=200, help="most entries (default 200)")
     audit.add_argument("--json", action="store_true", help="as JSON")
 
-    node_admin.add_parser(sub, _add_admin_access)
+    node_admin.add_parser(sub)
 
     back = sub.add_parser("backup", help="a consistent snapshot of the whole store into DIR, while serving",
                           description="From a running server (--server URL with an admin --token) or from --db when "

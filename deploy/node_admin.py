@@ -8,20 +8,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from gpuledger.collector.errors import InputError
 from gpuledger.deploy.token_admin import RemoteAdmin
 
 
-def add_parser(sub: Any, add_access: Any) -> None:
-    """The `node` command's arguments (`add_access`: the CLI's --server/--token/--ca options)."""
+def add_parser(sub: Any) -> None:
+    """The `node` command's arguments."""
     node = sub.add_parser("node", help="the GPU inventory: which node each GPU is registered to, held rows, moves",
                           description="A node bills only the GPUs registered to it (its first reports register them); "
                                       "rows it sends of another GPU are held. `list` shows both; `assign GPU --to "
                                       "NODE` registers a GPU to a node (a GPU that really moved) and bills that "
-                                      "node's held rows of it. Needs a running --server and an admin --token.")
-    add_access(node)
+                                      "node's held rows of it. Through a running --server: `list` with any token "
+                                      "that reads, `assign` with an admin token.")
+    node.add_argument("--server", metavar="URL", required=True, help="the running gpuledger server")
+    node.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
+                      help="a token (an admin's for assign); default $GPULEDGER_TOKEN")
+    node.add_argument("--ca", type=Path, metavar="PEM", help="with an https:// --server: its CA certificate")
     node.add_argument("action", choices=["list", "assign"])
     node.add_argument("gpu", nargs="?", help="assign: the GPU's UUID (as `node list` shows it)")
     node.add_argument("--to", metavar="NODE", help="assign: the node to register it to")
@@ -30,8 +36,8 @@ def add_parser(sub: Any, add_access: Any) -> None:
 
 
 def cmd_node(args: argparse.Namespace, config: Any) -> int:
-    if not args.server or not args.token:
-        raise InputError("gpuledger node needs a running --server URL and an admin --token (or $GPULEDGER_TOKEN)")
+    if not args.token:
+        raise InputError("gpuledger node needs a --token (or $GPULEDGER_TOKEN): an admin's to assign")
     server = RemoteAdmin(args.server, args.token, str(args.ca) if args.ca else None)
     if args.action == "assign" and not (args.gpu and args.to):
         raise InputError("node assign needs the GPU's UUID and --to NODE")
@@ -40,6 +46,7 @@ def cmd_node(args: argparse.Namespace, config: Any) -> int:
         if args.json:
             print(json.dumps(answer, indent=2))
             return 0
+        print(f"{'NODE':<30} {'GPU':<44} {'MODEL':<12} REGISTERED BY")
         for gpu in answer["gpus"]:
             print(f"{gpu['node']:<30} {gpu['gpu_uuid']:<44} {gpu['gpu_model'] or '?':<12} {gpu['registered_by']}")
         for held in answer["held"]:
@@ -53,5 +60,6 @@ def cmd_node(args: argparse.Namespace, config: Any) -> int:
     else:
         print(f"{answer['gpu_uuid']} registered to {answer['node']} (was {answer['previous_node'] or 'nowhere'}): "
               f"{answer['released_rows']} held row(s) billed, refused {answer['refused_rows'] or 'none'}, "
-              f"{answer['still_held_rows']} still held")
+              f"{answer['still_held_rows']} still held (of another model than {answer['gpu_model'] or 'unknown'}: "
+              f"give --model to bill them)")
     return 0

@@ -82,7 +82,7 @@ def test_rows_a_tenth_of_a_second_apart_bill_the_span_they_cover(writer):
 
 def test_a_declared_interval_over_the_bound_is_refused_whole(writer):
     w, _ = writer
-    with pytest.raises(InvalidBatch, match="over this server's 300 s"):
+    with pytest.raises(InvalidBatch, match="over this server's limit of 300 s"):
         w.submit("node-0000", "s1", 0, 1, 86400.0, node_rows(0, [now().timestamp() - 60]))
 
 
@@ -399,3 +399,56 @@ def test_a_pools_agents_bill_only_the_teams_the_config_names(tmp_path):
     bad.write_text('[pool_teams]\nnowhere = ["vision"]\n')
     with pytest.raises(Exception, match="no node is in that pool"):
         load_config(bad)
+
+
+def test_a_gpu_bills_nothing_from_before_it_was_registered(writer):
+    """Made-up GPUs registered in a node's first minutes, then rows of them dated a day back: held as
+    before_registration, never billed (an honest spool backlog is the oldest rows of the first push, so it
+    registers the GPU from there)."""
+    w, store = writer
+    t0 = (now() - timedelta(minutes=5)).timestamp()
+    backlog = node_rows(0, [t0 - 3600 + 10 * i for i in range(3)])  # an hour old: spooled while the server was away
+    assert w.submit("node-0000", "s", 0, 1, 10.0, backlog)[0].rows == 24
+    assert w.submit("node-0000", "s", 1, 1, 10.0, node_rows(0, [t0]))[0].rows == 8
+    (early,) = w.submit("node-0000", "s", 2, 1, 10.0, node_rows(0, [t0 - 86400]))
+    assert early.rows == 0 and early.rejected == {"before_registration": 8}
+    (late,) = w.submit("node-0000", "s", 3, 1, 10.0, node_rows(0, [t0 - 3600 - 1800]))  # within the 2 h grace
+    assert late.rows == 8
+    assert store.scalar("SELECT count(*) FROM held_samples WHERE held_reason = 'before_registration'") == 8
+
+
+def test_a_row_dated_ahead_bills_no_further_than_the_clock_skew_allowed(writer):
+    """A row 280 s ahead of the server's clock claiming 601 s (within 2 x 300 + 1 s of its request): it bills to
+    the edge of the 300 s skew allowed, not 10 minutes of time that has not passed; and that time is not billed
+    again when it comes."""
+    w, store = writer
+    ahead = now() + timedelta(seconds=280)
+    rows = one_gpu(node_rows(0, [ahead.timestamp()], 601.0))
+    (result,) = w.submit("node-0000", "s", 0, 1, 300.0, rows)
+    assert result.rows + sum(result.rejected.values()) == 1
+    assert gpu_seconds(store) <= 20.0 + 2.0  # at most from +280 s to +300 s (a sliver of 601 s is refused whole)
+    honest = one_gpu(node_rows(0, [(now() + timedelta(seconds=20)).timestamp()]))  # a clock 20 s fast: billed
+    assert w.submit("node-0001", "s", 0, 1, 10.0, honest.set_column(
+        honest.schema.get_field_index("gpu_uuid"), "gpu_uuid", pa.array(["GPU-skewed"])))[0].rows == 1
+
+
+def test_a_gpu_moved_there_and_back_keeps_its_model_and_moves_only_to_a_node_that_reports(writer):
+    from gpuledger.collector.errors import NotFoundError
+    w, store = writer
+    t0 = (now() - timedelta(minutes=10)).timestamp()
+    first = node_rows(0, [t0])
+    w.submit("node-0000", "s", 0, 1, 10.0, first)
+    w.submit("node-0001", "s", 0, 1, 10.0, node_rows(1, [t0]))
+    gpu, model = first["gpu_uuid"][0].as_py(), first["gpu_model"][0].as_py()
+    with pytest.raises(NotFoundError, match="no agent has pushed as node 'node-nope'"):
+        w.assign(gpu, "node-nope", "admin")
+    assert w.assign(gpu, "node-0001", "admin")["gpu_model"] == model
+    assert w.assign(gpu, "node-0000", "admin")["gpu_model"] == model  # and back: still the model it has
+    dearer = one_gpu(node_rows(0, [now().timestamp() + 1]), gpu)  # (it bills again from the move back)
+    dearer = dearer.set_column(dearer.schema.get_field_index("gpu_model"), "gpu_model",
+                               pa.array(["H200" if model != "H200" else "H100"]))
+    assert w.submit("node-0000", "s", 1, 1, 10.0, dearer)[0].rejected == {"model_mismatch": 1}
+    both = pa.concat_tables([one_gpu(node_rows(0, [t0 - 3 * 3600]), gpu), dearer.set_column(
+        0, "ts", pa.array([now() + timedelta(seconds=2)], pa.timestamp("us", tz="UTC")))])
+    (mixed,) = w.submit("node-0000", "s", 2, 1, 10.0, both)  # held and mismatched rows in one push
+    assert mixed.rejected == {"before_registration": 1, "model_mismatch": 1}

@@ -23,7 +23,7 @@ so an upgrade holds nobody's data.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 ON_OTHER_NODE = "gpu_on_other_node"  # registered to another node
 NOT_REGISTERED = "gpu_not_in_inventory"  # new on a node whose inventory is closed, or past its GPU cap
-HELD_REASONS = (ON_OTHER_NODE, NOT_REGISTERED)
+BEFORE_REGISTRATION = "before_registration"  # dated over BACKDATE_GRACE before its GPU's registered `since`
+# how far before its registered start a GPU's rows still bill: a batch sent out of order, or an agent's clock set
+# back an hour, is honest; a made-up GPU registered now billing the month before is not
+BACKDATE_GRACE = timedelta(hours=2)
+HELD_REASONS = (ON_OTHER_NODE, NOT_REGISTERED, BEFORE_REGISTRATION)
 MODEL_MISMATCH = "model_mismatch"
 REGISTER_WINDOW_S = 900.0  # a node's first quarter hour registers the GPUs it reports
 SEEDED_KEY = "gpu_inventory_seeded"
@@ -52,6 +56,9 @@ DDL = [
     gpu_uuid VARCHAR NOT NULL, node VARCHAR NOT NULL, gpu_model VARCHAR, registered_at TIMESTAMPTZ NOT NULL,
     registered_by VARCHAR NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS node_inventory (node VARCHAR NOT NULL, first_seen TIMESTAMPTZ NOT NULL)""",
+    # the first instant the GPU bills from on its node: the oldest row it was registered with (a GPU registered
+    # now cannot bill the month before it: a made-up GPU registered in a node's first minutes then back-dated)
+    "ALTER TABLE gpu_inventory ADD COLUMN IF NOT EXISTS since TIMESTAMPTZ",
 ]
 
 
@@ -69,8 +76,9 @@ def seed(cur: Any) -> None:
     """Once per store written before the inventory (Store's migrations): its GPUs, each to the node that sent it
     last, and its nodes, each seen since its first sample (so their inventories are closed)."""
     since = datetime.now(timezone.utc) - timedelta(days=HISTORY_DAYS)
-    cur.execute("""INSERT INTO gpu_inventory
-                   SELECT gpu_uuid, arg_max(node, ts), arg_max(gpu_model, ts), min(ts), 'history' FROM samples
+    cur.execute("""INSERT INTO gpu_inventory BY NAME
+                   SELECT gpu_uuid, arg_max(node, ts) AS node, arg_max(gpu_model, ts) AS gpu_model,
+                          min(ts) AS registered_at, 'history' AS registered_by, min(ts) AS since FROM samples
                    WHERE ts >= $since AND gpu_uuid IS NOT NULL AND node IS NOT NULL
                      AND gpu_uuid NOT IN (SELECT gpu_uuid FROM gpu_inventory)
                    GROUP BY gpu_uuid""", {"since": since})
@@ -83,6 +91,7 @@ def seed(cur: Any) -> None:
 class Registered:
     node: str
     model: str | None
+    since: datetime | None = None  # null: a row of any age (within retention) may bill it
 
 
 @dataclass
@@ -91,7 +100,7 @@ class Verdict:
     its model contradicts the registered one, and the registrations and model updates to commit with it."""
     held: pa.Array | None
     mismatched: pa.Array | None
-    registrations: list[tuple[str, str, str | None]]  # (gpu, node, model)
+    registrations: list[tuple[str, str, str | None, datetime | None]]  # (gpu, node, model, since)
     opened: list[str]  # nodes seen for the first time
     models: list[tuple[str, str]]  # (gpu, model): an unknown model made known
 
@@ -108,8 +117,8 @@ class GpuInventory:
 
     def load(self, cur: Any) -> None:
         """Read the inventory (the store registered an older store's GPUs from its samples when it opened it)."""
-        self.gpus = {gpu: Registered(node, model) for gpu, node, model in cur.execute(
-            "SELECT gpu_uuid, node, gpu_model FROM gpu_inventory").fetchall()}
+        self.gpus = {gpu: Registered(node, model, since) for gpu, node, model, since in cur.execute(
+            "SELECT gpu_uuid, node, gpu_model, since FROM gpu_inventory").fetchall()}
         self.nodes = dict(cur.execute("SELECT node, min(first_seen) FROM node_inventory GROUP BY node").fetchall())
         self.counts = {}
         for reg in self.gpus.values():
@@ -126,12 +135,18 @@ class GpuInventory:
             ["gpu_uuid", "node", "gpu_model"], use_threads=False).aggregate([])  # (GPU, node, model) once
         triples = list(zip(*(distinct[c].to_pylist() for c in ("gpu_uuid", "node", "gpu_model"))))
         models = self._models(triples)
+        oldest = rows.select(["gpu_uuid", "node", "ts"]).group_by(["gpu_uuid", "node"], use_threads=False).aggregate(
+            [("ts", "min")])
+        first_ts = {(g, n): t for g, n, t in zip(*(oldest[c].to_pylist() for c in ("gpu_uuid", "node", "ts_min")))}
+        early: list[tuple[str, str, datetime]] = []
         for gpu, node in zip(pairs["gpu_uuid"].to_pylist(), pairs["node"].to_pylist()):
             reg = self.gpus.get(gpu)
             owner = reg.node if reg is not None else claimed.get(gpu)
             if owner is not None:
                 if owner != node:
                     held[(gpu, node)] = ON_OTHER_NODE
+                elif reg is not None and reg.since is not None and first_ts[(gpu, node)] < reg.since - BACKDATE_GRACE:
+                    early.append((gpu, node, reg.since - BACKDATE_GRACE))
                 continue
             first = self.nodes.get(node)
             if first is None:  # a node's first report opens its inventory
@@ -143,9 +158,9 @@ class GpuInventory:
                 continue
             claimed[gpu] = node
             counts[node] = counts.get(node, 0) + 1
-            registrations.append((gpu, node, models.get((gpu, node))))
+            registrations.append((gpu, node, models.get((gpu, node)), first_ts[(gpu, node)]))
         mismatched, updates = self._mismatched(rows, models, triples)
-        return Verdict(self._mask(rows, held), mismatched, registrations, opened, updates)
+        return Verdict(self._mask(rows, held, early), mismatched, registrations, opened, updates)
 
     @staticmethod
     def _models(triples: list[tuple[str, str, str | None]]) -> dict[tuple[str, str], str | None]:
@@ -184,14 +199,21 @@ class GpuInventory:
         return pc.fill_null(mask, False), updates
 
     @staticmethod
-    def _mask(rows: pa.Table, held: dict[tuple[str, str], str]) -> pa.Array | None:
-        """Per row, the reason it is held, or null; None when no row is (the usual case)."""
-        if not held:
+    def _mask(rows: pa.Table, held: dict[tuple[str, str], str],
+              early: list[tuple[str, str, datetime]]) -> pa.Array | None:
+        """Per row, the reason it is held, or null; None when no row is (the usual case). `early`: registered GPUs
+        some of whose rows are dated before their `since`."""
+        if not held and not early:
             return None
         reason = pa.nulls(rows.num_rows, pa.string())
         for (gpu, node), why in held.items():
             one = pc.fill_null(pc.and_(pc.equal(rows["gpu_uuid"], gpu), pc.equal(rows["node"], node)), False)
             reason = pc.if_else(one, pa.scalar(why), reason)
+        ts_type = rows.schema.field("ts").type
+        for gpu, node, since in early:
+            one = pc.and_(pc.and_(pc.equal(rows["gpu_uuid"], gpu), pc.equal(rows["node"], node)),
+                          pc.less(rows["ts"], pa.scalar(since, ts_type)))
+            reason = pc.if_else(pc.fill_null(one, False), pa.scalar(BEFORE_REGISTRATION), reason)
         return reason
 
     def commit(self, cur: Any, verdict: Verdict, now: datetime, held_rows: pa.Table | None) -> None:
@@ -199,8 +221,9 @@ class GpuInventory:
         if verdict.opened:
             cur.executemany("INSERT INTO node_inventory VALUES (?, ?)", [[n, now] for n in verdict.opened])
         if verdict.registrations:
-            cur.executemany("INSERT INTO gpu_inventory VALUES (?, ?, ?, ?, 'first-sight')",
-                            [[gpu, node, model, now] for gpu, node, model in verdict.registrations])
+            cur.executemany("INSERT INTO gpu_inventory (gpu_uuid, node, gpu_model, registered_at, registered_by, "
+                            "since) VALUES (?, ?, ?, ?, 'first-sight', ?)",
+                            [[gpu, node, model, now, since] for gpu, node, model, since in verdict.registrations])
         for gpu, model in verdict.models:
             cur.execute("UPDATE gpu_inventory SET gpu_model = ? WHERE gpu_uuid = ?", [model, gpu])
         if held_rows is not None and held_rows.num_rows:
@@ -212,36 +235,47 @@ class GpuInventory:
         """After the commit: the writer's copy follows the table."""
         for node in verdict.opened:
             self.nodes.setdefault(node, now)
-        for gpu, node, model in verdict.registrations:
-            self.gpus[gpu] = Registered(node, model)
+        for gpu, node, model, since in verdict.registrations:
+            self.gpus[gpu] = Registered(node, model, since)
             self.counts[node] = self.counts.get(node, 0) + 1
         for gpu, model in verdict.models:
-            self.gpus[gpu] = Registered(self.gpus[gpu].node, model)
+            self.gpus[gpu] = replace(self.gpus[gpu], model=model)
 
     # --- an admin's moves --------------------------------------------------------------------------------------
-    def assign(self, cur: Any, gpu: str, node: str, actor: str, now: datetime, model: str | None = None) -> str | None:
-        """Register `gpu` to `node` (inside a transaction); the node it was registered to before, if any. Its
-        model: the one given, else the registered one, else the first known one the node's held rows report."""
+    def assign(self, cur: Any, gpu: str, node: str, actor: str, now: datetime,
+               model: str | None = None) -> tuple[str | None, Registered]:
+        """Register `gpu` to `node` (inside a transaction): (the node it was registered to before, if any, and what
+        is registered now). Its model: the one given, else the registered one (a move keeps it), else the first
+        known one the node's held rows report. It bills from the oldest row of it that node has held, else from
+        where it billed before on that node, else from now."""
         before = self.gpus.get(gpu)
-        if model is None:
-            model = before.model if before is not None and before.node == node else None
-        if model is None:
+        if model is None and before is not None:
+            model = before.model
+        if model in (None, UNKNOWN_MODEL):
             found = cur.execute("""SELECT gpu_model FROM held_samples WHERE gpu_uuid = ? AND node = ?
                                    ORDER BY gpu_model = ?, ts LIMIT 1""", [gpu, node, UNKNOWN_MODEL]).fetchone()
-            model = found[0] if found else None
+            model = found[0] if found else model
+        oldest = cur.execute("SELECT min(ts) FROM held_samples WHERE gpu_uuid = ? AND node = ?", [gpu, node]).fetchone()
+        since = oldest[0] if oldest and oldest[0] is not None else (
+            before.since if before is not None and before.node == node else now)
         cur.execute("DELETE FROM gpu_inventory WHERE gpu_uuid = ?", [gpu])
-        cur.execute("INSERT INTO gpu_inventory VALUES (?, ?, ?, ?, ?)", [gpu, node, model, now, f"admin:{actor}"])
+        cur.execute("INSERT INTO gpu_inventory (gpu_uuid, node, gpu_model, registered_at, registered_by, since) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", [gpu, node, model, now, f"admin:{actor}", since])
         if node not in self.nodes:
             cur.execute("INSERT INTO node_inventory VALUES (?, ?)", [node, now])
-        return before.node if before is not None else None
+        return (before.node if before is not None else None), Registered(node, model, since)
 
-    def assigned(self, gpu: str, node: str, model: str | None, now: datetime) -> None:
+    def assigned(self, gpu: str, now_registered: Registered, now: datetime) -> None:
         before = self.gpus.get(gpu)
         if before is not None:
             self.counts[before.node] = max(0, self.counts.get(before.node, 1) - 1)
-        self.gpus[gpu] = Registered(node, model)
-        self.counts[node] = self.counts.get(node, 0) + 1
-        self.nodes.setdefault(node, now)
+        self.gpus[gpu] = now_registered
+        self.counts[now_registered.node] = self.counts.get(now_registered.node, 0) + 1
+        self.nodes.setdefault(now_registered.node, now)
+
+    def known_node(self, cur: Any, node: str) -> bool:
+        """Whether `node` has ever pushed (or registered a GPU): an admin moves GPUs only to a node that exists."""
+        return node in self.nodes or bool(cur.execute("SELECT count(*) FROM nodes WHERE node = ?", [node]).fetchone()[0])
 
 
 def inventory_rows(store: Any) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -69,12 +69,14 @@ def stored_neighbours(cur, instants: pd.DataFrame, max_interval_s: float) -> pd.
     return found.set_index("_i").reindex(instants.index)
 
 
-def conserve(rows: pa.Table, cur=None, near: np.ndarray | None = None, max_interval_s: float = 300.0) -> Conserved:
+def conserve(rows: pa.Table, cur=None, near: np.ndarray | None = None, max_interval_s: float = 300.0,
+             latest_end: np.ndarray | None = None) -> Conserved:
     """Hold `rows` (one group, screened, exact repeats of stored rows already removed) to the rule above.
 
     `cur`: the writer's transaction, to ask the store about the rows flagged in `near` (rows whose instant may
     meet a stored one: at or before, or within `max_interval_s` after, their node's newest stored sample); without
-    it only the group's own rows are held to each other. In numpy over the rows sorted by instance and time: a
+    it only the group's own rows are held to each other. `latest_end` (µs, per row): no span ends later (time that
+    has not passed is billed no further ahead than one interval). In numpy over the rows sorted by instance and time: a
     backlog group of 245,760 rows costs ~40 ms (pandas' group-by cost 170-250)."""
     n = rows.num_rows
     if not n:
@@ -102,6 +104,8 @@ def conserve(rows: pa.Table, cur=None, near: np.ndarray | None = None, max_inter
     before = np.where(inst_new_key, np.iinfo(np.int64).min, np.r_[0, lifted[:-1] - rank[1:] * lift + base])
     start = np.maximum(inst_ts, before)
     stop = inst_end.copy()
+    if latest_end is not None:
+        stop = np.minimum(stop, np.minimum.reduceat(latest_end[order], starts))
     if cur is not None and near is not None and near.any():
         asked = np.unique(np.searchsorted(starts, np.flatnonzero(near[order]), side="right") - 1)
         first = order[starts[asked]]  # a row of each instant asked about

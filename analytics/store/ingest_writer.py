@@ -68,6 +68,7 @@ from gpuledger.analytics.store.metrics import (
     ROW_RATE,
     ROWS_WRITTEN,
 )
+from gpuledger.collector.errors import NotFoundError
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.wire import DUPLICATE, STORED, batch_answer, multi_batch_answer
@@ -200,8 +201,8 @@ class IngestWriter:
         interval over `max_interval_s` (every row may claim about its request's interval: ingest_screen.py).
         """
         if not 0 < interval_s <= self.max_interval_s:
-            raise InvalidBatch(f"an interval of {interval_s:g} s is over this server's {self.max_interval_s:g} s "
-                               f"(IngestWriter max_interval_s, [ingest] max_interval_s)")
+            raise InvalidBatch(f"X-Gpuledger-Interval {interval_s:g} s is over this server's limit of "
+                               f"{self.max_interval_s:g} s ([ingest] max_interval_s in its config)")
         request = IngestRequest(node, stream, first_seq, count, interval_s, prepare(table, node, first_seq, count),
                                 audit=audit)
         self._queue.put(request)
@@ -364,6 +365,7 @@ class IngestWriter:
         verdict, held = None, None
         if rows.num_rows:
             verdict = self.inventory.judge(rows, group.gpus if group.gpus is not None else gpus_of(rows), group.now)
+            keep = None  # both masks are of the rows as judged: filtered once, at the end
             if verdict.held is not None:
                 is_held = pc.is_valid(verdict.held)
                 count_reasons(rejected, rows[BATCH], verdict.held)
@@ -373,17 +375,21 @@ class IngestWriter:
                 for reason, count in zip(*np.unique(verdict.held.filter(is_held).to_numpy(zero_copy_only=False),
                                                     return_counts=True)):
                     INGEST_ROWS_HELD.labels(reason=reason).inc(int(count))
-                rows = rows.filter(pc.invert(is_held))
+                keep = pc.invert(is_held)
             if verdict.mismatched is not None:
-                mismatched = pc.if_else(verdict.mismatched, pa.scalar(MODEL_MISMATCH), pa.scalar(None, pa.string()))
-                count_reasons(rejected, rows[BATCH], mismatched)
-                rows = rows.filter(pc.invert(verdict.mismatched))
+                wrong = verdict.mismatched if keep is None else pc.and_(verdict.mismatched, keep)
+                count_reasons(rejected, rows[BATCH], pc.if_else(wrong, pa.scalar(MODEL_MISMATCH),
+                                                                pa.scalar(None, pa.string())))
+                keep = pc.invert(wrong) if keep is None else pc.and_(keep, pc.invert(wrong))
+            if keep is not None:
+                rows = rows.filter(keep)
         with self.store.transaction() as cur:
             if verdict is not None:
                 self.inventory.commit(cur, verdict, group.now, held)
             if rows.num_rows:
                 rows = self._vouched(cur, rows)
-                stored[:] = self._insert_samples(cur, rows, group.count, rejected, self._request_nodes(group))
+                stored[:] = self._insert_samples(cur, rows, group.count, rejected, self._request_nodes(group),
+                                                 latest_end=group.now)
             refused = np.zeros(group.count, np.int64)
             for batch, reasons in rejected.items():
                 refused[batch] = sum(reasons.values())
@@ -423,11 +429,15 @@ class IngestWriter:
         return nodes
 
     def _insert_samples(self, cur, rows: pa.Table, count: int, rejected: dict[int, dict[str, int]],
-                        batch_nodes: np.ndarray, all_near: bool = False) -> np.ndarray:
+                        batch_nodes: np.ndarray, all_near: bool = False,
+                        latest_end: datetime | None = None) -> np.ndarray:
         """Insert the rows not already stored, held to the rule that no GPU instant is billed twice
         (gpu_time.conserve: overlapping instants clipped or refused, counted in `rejected`); rows stored per
         batch (`count` batches, `batch_nodes` the node of each; `all_near`: look up every row's stored neighbours,
-        not only those near their node's newest sample, for rows that another node may have billed)."""
+        not only those near their node's newest sample, for rows that another node may have billed). No row bills
+        past `latest_end` (default now) plus `max_future` (the clock skew a row's instant may have): a sample
+        stands for the interval after it, but a row dated 5 minutes ahead with a 10-minute interval bills at most
+        to the edge of that skew, and the time it takes then is not billed again."""
         marks = self._latest_marks(cur, batch_nodes)
         ts = pc.cast(rows["ts"], pa.int64())
         mark_of_row = pa.array(marks).take(rows[BATCH])
@@ -438,7 +448,9 @@ class IngestWriter:
         # rows whose span may meet a stored one: up to the longest interval after their node's newest sample
         near = pc.less_equal(ts, pc.add(mark_of_row, int(self.max_interval_s * 1_000_000) + 1_000_000))
         near = np.ones(rows.num_rows, bool) if all_near else near.to_numpy(zero_copy_only=False)
-        kept = conserve(rows, cur, near, self.max_interval_s)
+        until = latest_end or datetime.now(timezone.utc)
+        limit = np.full(rows.num_rows, int((until + self.max_future).timestamp() * 1_000_000), np.int64)
+        kept = conserve(rows, cur, near, self.max_interval_s, limit)
         if kept.refused is not None:
             refused_batches = rows[BATCH].filter(pa.array(kept.refused))
             count_reasons(rejected, refused_batches, pa.repeat(pa.scalar(OVERLAPS), len(refused_batches)))
@@ -469,23 +481,27 @@ class IngestWriter:
     def assign(self, gpu: str, node: str, actor: str, model: str | None = None,
                audit: Audit | None = None) -> dict[str, Any]:
         """Register `gpu` to `node` (an admin's decision; `audit`'s entry commits in the same transaction) and store
-        the rows of it that `node` sent and were held, under the same rules as a push. What was done."""
+        the rows of it that `node` sent and were held, under the same rules as a push. What was done. NotFoundError
+        for a node that never pushed (a typo would move a GPU to nowhere)."""
         now = datetime.now(timezone.utc)
         with self._commit_lock, audit.log.joined(notable=True) if audit else nullcontext() as write_audit:
             with self.store.transaction() as cur:
-                before = self.inventory.assign(cur, gpu, node, actor, now, model)
-                registered = cur.execute("SELECT gpu_model FROM gpu_inventory WHERE gpu_uuid = ?", [gpu]).fetchone()[0]
-                done = {"gpu_uuid": gpu, "node": node, "previous_node": before, "gpu_model": registered,
-                        **self._release(cur, gpu, node, registered)}
+                if not self.inventory.known_node(cur, node):
+                    raise NotFoundError(f"no agent has pushed as node {node!r}: a GPU is moved to a node that "
+                                        "reports (see GET /v1/nodes)")
+                before, registered = self.inventory.assign(cur, gpu, node, actor, now, model)
+                done = {"gpu_uuid": gpu, "node": node, "previous_node": before, "gpu_model": registered.model,
+                        **self._release(cur, gpu, node, registered.model, now)}
                 if write_audit is not None:
                     write_audit(cur, [(replace(audit.entry, detail={**(audit.entry.detail or {}), **done}), now)])
-        self.inventory.assigned(gpu, node, registered, now)
+        self.inventory.assigned(gpu, registered, now)
         if audit is not None and audit.on_commit is not None:
             audit.on_commit()
         return done
 
-    def _release(self, cur, gpu: str, node: str, model: str | None) -> dict[str, Any]:
-        """Store the held rows `node` sent of `gpu` (those of another known model than `model` stay held)."""
+    def _release(self, cur, gpu: str, node: str, model: str | None, now: datetime) -> dict[str, Any]:
+        """Store the held rows `node` sent of `gpu`; those of another known model than `model` stay held, now as
+        `model_mismatch`."""
         rows = cur.execute("SELECT * EXCLUDE (held_reason, held_at) FROM held_samples WHERE gpu_uuid = ? AND node = ? "
                            "AND (? IS NULL OR gpu_model IN (?, ?)) ORDER BY ts",
                            [gpu, node, model, model, UNKNOWN_MODEL]).arrow()
@@ -494,9 +510,12 @@ class IngestWriter:
         released = 0
         if rows.num_rows:
             rows = conform(rows, SAMPLE_SCHEMA).append_column(BATCH, pa.array(np.zeros(rows.num_rows, np.int64)))
-            released = int(self._insert_samples(cur, rows, 1, refused, np.array([node], object), all_near=True)[0])
+            released = int(self._insert_samples(cur, rows, 1, refused, np.array([node], object), all_near=True,
+                                                latest_end=now)[0])
             cur.execute("DELETE FROM held_samples WHERE gpu_uuid = ? AND node = ? "
                         "AND (? IS NULL OR gpu_model IN (?, ?))", [gpu, node, model, model, UNKNOWN_MODEL])
+        cur.execute("UPDATE held_samples SET held_reason = ? WHERE gpu_uuid = ? AND node = ?",
+                    [MODEL_MISMATCH, gpu, node])
         return {"released_rows": released, "refused_rows": refused.get(0, {}),
                 "still_held_rows": cur.execute("SELECT count(*) FROM held_samples WHERE gpu_uuid = ? AND node = ?",
                                                [gpu, node]).fetchone()[0]}

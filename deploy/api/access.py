@@ -291,6 +291,15 @@ ClusterCaller = Annotated[Caller, Depends(cluster_access)]
 AdminCaller = Annotated[Caller, Depends(admin_access)]
 
 
+def _named(request: Request) -> Caller:
+    """Who sent a request refused before its route named the caller (a header that failed validation): the
+    bearer's identity where the Gate knows it (an entry names the agent, not `anonymous`), else anonymous."""
+    try:
+        return Caller(request.app.state.gate.identify(request.headers.get("authorization")))
+    except HTTPException:
+        return Caller(None)
+
+
 def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
     """Record every write request and every backup (method, route, status, caller, client address and what the
     handler put in `request.state.audit`) in the audit log, refused and failed ones included, and refused reads
@@ -310,7 +319,7 @@ def audit_writes(app: FastAPI, log: AuditLog | None) -> None:
             response, status, failure = None, 500, exc
         route = request.scope.get("route")
         path = getattr(route, "path", request.url.path)
-        caller: Caller = getattr(request.state, "caller", Caller(None))
+        caller: Caller = getattr(request.state, "caller", None) or _named(request)
         if log is None or getattr(request.state, "audited", False):
             pass
         elif (request.method in WRITES and path not in QUESTIONS) or path in EXPORTS:
