@@ -452,3 +452,29 @@ def test_a_gpu_moved_there_and_back_keeps_its_model_and_moves_only_to_a_node_tha
         0, "ts", pa.array([now() + timedelta(seconds=2)], pa.timestamp("us", tz="UTC")))])
     (mixed,) = w.submit("node-0000", "s", 2, 1, 10.0, both)  # held and mismatched rows in one push
     assert mixed.rejected == {"before_registration": 1, "model_mismatch": 1}
+
+
+def test_a_node_that_reports_its_hardware_bills_only_those_gpus(tmp_path):
+    """POST /v1/topology is the node's own hardware report: its GPUs are registered to it, and from then on a row
+    naming any other GPU is held, even in the node's first minutes (no invented UUIDs beside real ones)."""
+    from gpuledger.collector.topology import NodeTopology, GpuPlace
+    with Store(tmp_path / "h.duckdb") as store:
+        store.set_rates(Config().rates)
+        w = IngestWriter(store, idle_checkpoint_s=600)
+        try:
+            with api_client(store, Config(), ingest_writer=w, token=TOKEN) as client:
+                admin = {"Authorization": f"Bearer {TOKEN}"}
+                agent = {"Authorization": "Bearer " + client.post(
+                    "/v1/tokens", json={"name": "n0", "role": "agent:node-0000"}, headers=admin).json()["token"]}
+                rows = node_rows(0, [(now() - timedelta(minutes=2)).timestamp()])
+                real = rows["gpu_uuid"].to_pylist()
+                report = NodeTopology("node-0000", "nvml", "measured", tuple(
+                    GpuPlace(uuid, i, rows["gpu_model"][0].as_py(), i) for i, uuid in enumerate(real[:4])))
+                assert client.post("/v1/topology", json=report.to_json(), headers=agent).status_code == 200
+                registered = client.get("/v1/nodes/inventory", headers=admin).json()["gpus"]
+                assert {g["gpu_uuid"] for g in registered} == set(real[:4])
+                assert {g["registered_by"] for g in registered} == {"hardware-report"}
+                (result,) = w.submit("node-0000", "s", 0, 1, 10.0, rows)  # 4 reported GPUs, 4 it never reported
+                assert result.rows == 4 and result.rejected == {"gpu_not_in_inventory": 4}
+        finally:
+            w.stop()

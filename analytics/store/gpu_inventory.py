@@ -59,6 +59,9 @@ DDL = [
     # the first instant the GPU bills from on its node: the oldest row it was registered with (a GPU registered
     # now cannot bill the month before it: a made-up GPU registered in a node's first minutes then back-dated)
     "ALTER TABLE gpu_inventory ADD COLUMN IF NOT EXISTS since TIMESTAMPTZ",
+    # a node whose agent posted its own hardware (POST /v1/topology: NVML's or dcgm-exporter's list of its GPUs)
+    # registers exactly those: a row naming another GPU is held even in the node's first minutes
+    "ALTER TABLE node_inventory ADD COLUMN IF NOT EXISTS hardware_reported BOOLEAN",
 ]
 
 
@@ -82,7 +85,7 @@ def seed(cur: Any) -> None:
                    WHERE ts >= $since AND gpu_uuid IS NOT NULL AND node IS NOT NULL
                      AND gpu_uuid NOT IN (SELECT gpu_uuid FROM gpu_inventory)
                    GROUP BY gpu_uuid""", {"since": since})
-    cur.execute("""INSERT INTO node_inventory
+    cur.execute("""INSERT INTO node_inventory (node, first_seen)
                    SELECT node, min(ts) FROM samples WHERE ts >= $since AND node IS NOT NULL
                      AND node NOT IN (SELECT node FROM node_inventory) GROUP BY node""", {"since": since})
 
@@ -113,6 +116,7 @@ class GpuInventory:
         self.max_gpus = max_gpus
         self.gpus: dict[str, Registered] = {}
         self.nodes: dict[str, datetime] = {}  # node -> first seen
+        self.reported: set[str] = set()  # nodes whose GPUs are their hardware report's: no more by first sight
         self.counts: dict[str, int] = {}  # node -> GPUs registered
 
     def load(self, cur: Any) -> None:
@@ -120,6 +124,8 @@ class GpuInventory:
         self.gpus = {gpu: Registered(node, model, since) for gpu, node, model, since in cur.execute(
             "SELECT gpu_uuid, node, gpu_model, since FROM gpu_inventory").fetchall()}
         self.nodes = dict(cur.execute("SELECT node, min(first_seen) FROM node_inventory GROUP BY node").fetchall())
+        self.reported = {n for (n,) in cur.execute(
+            "SELECT DISTINCT node FROM node_inventory WHERE hardware_reported").fetchall()}
         self.counts = {}
         for reg in self.gpus.values():
             self.counts[reg.node] = self.counts.get(reg.node, 0) + 1
@@ -153,7 +159,7 @@ class GpuInventory:
                 if node not in opened:
                     opened.append(node)
                 first = now
-            if now - first > self.window or counts.get(node, 0) >= self.max_gpus:
+            if node in self.reported or now - first > self.window or counts.get(node, 0) >= self.max_gpus:
                 held[(gpu, node)] = NOT_REGISTERED
                 continue
             claimed[gpu] = node
@@ -219,7 +225,8 @@ class GpuInventory:
     def commit(self, cur: Any, verdict: Verdict, now: datetime, held_rows: pa.Table | None) -> None:
         """Inside the group's transaction: its registrations, first sightings, model updates and held rows."""
         if verdict.opened:
-            cur.executemany("INSERT INTO node_inventory VALUES (?, ?)", [[n, now] for n in verdict.opened])
+            cur.executemany("INSERT INTO node_inventory (node, first_seen) VALUES (?, ?)",
+                            [[n, now] for n in verdict.opened])
         if verdict.registrations:
             cur.executemany("INSERT INTO gpu_inventory (gpu_uuid, node, gpu_model, registered_at, registered_by, "
                             "since) VALUES (?, ?, ?, ?, 'first-sight', ?)",
@@ -262,7 +269,7 @@ class GpuInventory:
         cur.execute("INSERT INTO gpu_inventory (gpu_uuid, node, gpu_model, registered_at, registered_by, since) "
                     "VALUES (?, ?, ?, ?, ?, ?)", [gpu, node, model, now, f"admin:{actor}", since])
         if node not in self.nodes:
-            cur.execute("INSERT INTO node_inventory VALUES (?, ?)", [node, now])
+            cur.execute("INSERT INTO node_inventory (node, first_seen) VALUES (?, ?)", [node, now])
         return (before.node if before is not None else None), Registered(node, model, since)
 
     def assigned(self, gpu: str, now_registered: Registered, now: datetime) -> None:
@@ -272,6 +279,43 @@ class GpuInventory:
         self.gpus[gpu] = now_registered
         self.counts[now_registered.node] = self.counts.get(now_registered.node, 0) + 1
         self.nodes.setdefault(now_registered.node, now)
+
+    def register_hardware(self, cur: Any, node: str, gpus: list[tuple[str, str | None]], now: datetime
+                          ) -> dict[str, list[str]]:
+        """Inside a transaction: the GPUs (UUID, model) a node's agent read from its own hardware, registered to it
+        where no node has them, while the node's registration is open (its first `window`, or already reported:
+        a GPU added to a node that reports its hardware is registered with its next report); from then on the node
+        bills only registered GPUs. GPUs registered to another node stay there (an admin moves them). What
+        happened, by outcome."""
+        done: dict[str, list[str]] = {"registered": [], "already": [], "elsewhere": [], "closed": []}
+        first = self.nodes.get(node)
+        open_now = first is None or node in self.reported or now - first <= self.window
+        for gpu, model in gpus:
+            reg = self.gpus.get(gpu)
+            if reg is not None:
+                done["already" if reg.node == node else "elsewhere"].append(gpu)
+            elif not open_now or self.counts.get(node, 0) + len(done["registered"]) >= self.max_gpus:
+                done["closed"].append(gpu)
+            else:
+                done["registered"].append(gpu)
+                cur.execute("INSERT INTO gpu_inventory (gpu_uuid, node, gpu_model, registered_at, registered_by, "
+                            "since) VALUES (?, ?, ?, ?, 'hardware-report', ?)", [gpu, node, model, now, now])
+        if first is None:
+            cur.execute("INSERT INTO node_inventory (node, first_seen, hardware_reported) VALUES (?, ?, true)",
+                        [node, now])
+        else:
+            cur.execute("UPDATE node_inventory SET hardware_reported = true WHERE node = ?", [node])
+        return done
+
+    def hardware_registered(self, node: str, gpus: list[tuple[str, str | None]], done: dict[str, list[str]],
+                            now: datetime) -> None:
+        """After the commit: the writer's copy follows the table."""
+        models = dict(gpus)
+        for gpu in done["registered"]:
+            self.gpus[gpu] = Registered(node, models.get(gpu), now)
+            self.counts[node] = self.counts.get(node, 0) + 1
+        self.nodes.setdefault(node, now)
+        self.reported.add(node)
 
     def known_node(self, cur: Any, node: str) -> bool:
         """Whether `node` has ever pushed (or registered a GPU): an admin moves GPUs only to a node that exists."""

@@ -499,6 +499,18 @@ class IngestWriter:
             audit.on_commit()
         return done
 
+    def register_hardware(self, node: str, gpus: list[tuple[str, str | None]]) -> dict[str, list[str]]:
+        """The GPUs a node's agent read from its own hardware (POST /v1/topology), registered to it where free and
+        its registration is open (analytics/store/gpu_inventory.py); by outcome."""
+        now = datetime.now(timezone.utc)
+        with self._commit_lock, self.store.transaction() as cur:
+            done = self.inventory.register_hardware(cur, node, gpus, now)
+        self.inventory.hardware_registered(node, gpus, done, now)
+        if done["elsewhere"] or done["closed"]:
+            log.warning("node %s reports GPU(s) registered to another node (%s) or past its registration (%s)",
+                        node, ", ".join(done["elsewhere"][:5]) or "none", ", ".join(done["closed"][:5]) or "none")
+        return done
+
     def _release(self, cur, gpu: str, node: str, model: str | None, now: datetime) -> dict[str, Any]:
         """Store the held rows `node` sent of `gpu`; those of another known model than `model` stay held, now as
         `model_mismatch`."""

@@ -63,7 +63,9 @@ def _inlined(schema: Any, defs: dict | None = None) -> Any:
                  "schema": _inlined(TopologyIn.model_json_schema())}}}})
 async def post_topology(request: Request, authorization: str | None = Header(None)) -> dict:
     """An agent's reading of its node's topology, stored when it changed. 422 when it contradicts itself: a GPU
-    twice, a link to a GPU not listed, or (measured) islands that are not the NVLink links' connected sets.
+    twice, a link to a GPU not listed, or (measured) islands that are not the NVLink links' connected sets. Its GPUs
+    are the node's hardware: registered to the node where free, and from then on the node bills only registered
+    GPUs (analytics/store/gpu_inventory.py).
 
     The token is checked before the body is read (an agent or admin token; deploy/api/limits.py refuses an unknown
     one before that), and the body (up to 6 MiB: 256 GPUs' pairs) is parsed and checked in a worker thread, never
@@ -75,6 +77,9 @@ async def post_topology(request: Request, authorization: str | None = Header(Non
     found = await run_in_threadpool(_parse, raw)
     push_access(request, found.node, authorization)  # an agent token posts its own node's topology only
     stored = await run_in_threadpool(request.app.state.store.record_topology, found, utc_now())
+    writer = request.app.state.ingest
+    if writer is not None:  # the node's own hardware: its GPUs registered to it
+        await run_in_threadpool(writer.register_hardware, found.node, [(g.uuid, g.gpu_model) for g in found.gpus])
     return {"node": found.node, "stored": stored, "digest": found.digest()}
 
 
