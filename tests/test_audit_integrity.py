@@ -33,6 +33,7 @@ from gpuledger.analytics.store.access import (
     _chained,
     check_audit,
     create_token,
+    key_id,
 )
 from gpuledger.analytics.store.backup import BackupError, Manifest, manifest_path, restore, snapshot
 from gpuledger.analytics.store.schema import SCHEMA_VERSION
@@ -231,8 +232,8 @@ def rehash(store: Store, key: bytes | None = None) -> None:
     prev = GENESIS
     with store.transaction() as cur:
         for r in rows.itertuples(index=False):
-            text = _chained(prev, int(r.seq), r.ts, r.actor, r.role, r.action, r.target, int(r.status), r.remote,
-                            r.detail).encode()
+            text = _chained(prev, int(r.seq), r.ts, r.actor, r.role, r.action, r.target, int(r.status),
+                            None if pd.isna(r.remote) else r.remote, None if pd.isna(r.detail) else r.detail).encode()
             digest = hmac.new(key, text, hashlib.sha256).hexdigest() if key else hashlib.sha256(text).hexdigest()
             cur.execute("UPDATE audit_log SET prev_sha256 = ?, sha256 = ? WHERE seq = ?", [prev, digest, int(r.seq)])
             prev = digest
@@ -496,9 +497,24 @@ def test_a_downgrade_to_a_plain_sha256_chain_shows(tmp_path):
     files.head.write_text("")  # an empty head file put back: damaged, not a fresh start
     assert not check_audit(store).intact
     files.head.unlink()
-    # a head forged is impossible without the key; with the head back as it was, the keying marker is still gone
     log = AuditLog(store, flush_every_s=None)  # the server opens the log again: it reports the missing head
     log.close()
     again = check_audit(store)
     assert not again.intact
+    store.close()
+
+
+def test_the_first_keyed_entry_carries_the_keys_marker(tmp_path):
+    """The chain itself says where keying began: the first keyed entry names the key's id in its detail, under its
+    MAC; a log whose entry there lacks it (rewritten with the key file's keying line left as it was) shows."""
+    store = written(tmp_path)
+    files = AuditFiles.of(store.path)
+    first = store.query("SELECT CAST(detail AS VARCHAR) AS d FROM audit_log WHERE seq = 1")["d"].iloc[0]
+    assert json.loads(first)["audit_keyed"] == key_id(files.read_key()) and files.keying()["marked"]
+    assert check_audit(store).intact
+    with store.transaction() as cur:  # the marker taken out, and every MAC redone (with the key, even)
+        cur.execute("UPDATE audit_log SET detail = json_object('i', 0) WHERE seq = 1")
+    rehash(store, files.read_key())
+    check = check_audit(store)
+    assert not check.intact and check.first_broken == 1 and "lacks its marker" in check.reason
     store.close()

@@ -188,7 +188,8 @@ AUDIT_COLUMNS = ["seq", "ts", "actor", "role", "action", "target", "status", "re
                  "sha256"]
 MAX_WAITING = 100_000  # entries held while the store cannot write; past it the oldest are dropped, counted
 KEY_ENV = "GPULEDGER_AUDIT_KEY_FILE"
-KEYED_FROM = "audit_keyed_from"  # meta key: the first entry chained by HMAC (older ones keep their SHA-256 chain)
+KEYED_FROM = "audit_keyed_from"
+MARKER = "audit_keyed"  # in the detail of the first entry chained by HMAC: the id of the key that chains it  # meta key: the first entry chained by HMAC (older ones keep their SHA-256 chain)
 LAKE_FILES = Path("gpuledger-data/lake")  # a DuckLake catalog has no file to put the key and head beside
 HEAD_LOG_EVERY_S = 60.0  # the head is logged at least this often while entries are written, and after each decision
 MAX_INCIDENTS = 20
@@ -261,17 +262,32 @@ class AuditFiles:
             lines = self.key.read_text().strip().splitlines()
         except OSError:
             return None
+        keying = self.keying()
+        return int(keying["keyed_from"]) if keying else None
+
+    def keying(self) -> dict[str, Any] | None:
+        """The key file's keying line: `keyed_from`, `key_id` and `marked` (the entry keyed_from carries the key's
+        id in its detail, `audit_keyed`, so the chain itself says where keying began); None without one."""
         try:
-            return int(json.loads(lines[1])["keyed_from"]) if len(lines) > 1 else None
+            lines = self.key.read_text().strip().splitlines()
+        except OSError:
+            return None
+        try:
+            found = json.loads(lines[1]) if len(lines) > 1 else None
+            if found is not None:
+                int(found["keyed_from"])
+            return found
         except (ValueError, KeyError, TypeError) as exc:
             raise AuditKeyError(f"{self.key}: its keying line is damaged ({exc})") from exc
 
-    def record_keyed_from(self, key: bytes, keyed_from: int) -> None:
-        """Write `keyed_from` (and the key's id) beside the key, atomically and with the key file's mode 0600."""
+    def record_keyed_from(self, key: bytes, keyed_from: int, marked: bool = False) -> None:
+        """Write `keyed_from` (and the key's id, and whether that entry carries the marker) beside the key,
+        atomically and with the key file's mode 0600."""
         tmp = self.key.with_name(self.key.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        line = {"keyed_from": keyed_from, "key_id": key_id(key), "marked": marked}
         with os.fdopen(fd, "w") as handle:
-            handle.write(key.hex() + "\n" + json.dumps({"keyed_from": keyed_from, "key_id": key_id(key)}) + "\n")
+            handle.write(key.hex() + "\n" + json.dumps(line) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self.key)
@@ -443,8 +459,8 @@ class AuditLog:
             head = replace(head, seq=self._seq, mac=self._prev)
         head.write(self.files.head, key)
         if self.files.keyed_from() is None:  # a new key, or one written before keys carried it
-            try:
-                self.files.record_keyed_from(key, head.keyed_from)
+            try:  # an entry not written yet will carry the marker (`_insert`); one written before cannot
+                self.files.record_keyed_from(key, head.keyed_from, marked=head.keyed_from > self._seq)
             except OSError as exc:  # a key mounted read-only (a Kubernetes secret): the head and meta row guard it
                 log.warning("audit key %s: cannot record the keyed-from entry beside it (%s); write its second "
                             "line by hand to guard against a downgrade: %s", self.files.key, exc,
@@ -493,7 +509,10 @@ class AuditLog:
         seq, prev, rows = self._seq, self._prev, []
         for entry, when in entries:
             seq += 1
-            detail = json.dumps(entry.detail, sort_keys=True, default=str) if entry.detail is not None else None
+            values = entry.detail
+            if seq == self._head.keyed_from:  # the first keyed entry names its key, under the chain's MAC
+                values = {**(values or {}), MARKER: key_id(self._key)}
+            detail = json.dumps(values, sort_keys=True, default=str) if values is not None else None
             digest = mac(self._key, _chained(prev, seq, when, entry.actor, entry.role, entry.action, entry.target,
                                              entry.status, entry.remote, detail))
             rows.append([seq, when, entry.actor, entry.role, entry.action, entry.target, entry.status,
@@ -663,10 +682,15 @@ def check_audit(store: "Store", files: AuditFiles | None = None) -> AuditCheck:
     rows = store.query("""SELECT seq, ts, actor, role, action, target, status, remote, CAST(detail AS VARCHAR)
                           AS detail, prev_sha256, sha256 FROM audit_log ORDER BY seq""")
     prev, expected_seq, at_head = GENESIS, 1, None
+    marked = key is not None and bool((files.keying() or {}).get("marked"))
     for row in rows.itertuples(index=False):
         text = _chained(prev, int(row.seq), row.ts, row.actor, row.role, row.action, row.target, int(row.status),
                         None if pd.isna(row.remote) else row.remote, None if pd.isna(row.detail) else row.detail)
         keyed_row = keyed_from is not None and key is not None and row.seq >= keyed_from
+        if marked and row.seq == keyed_from and (pd.isna(row.detail) or json.loads(row.detail).get(MARKER)
+                                                 != key_id(key)):
+            return AuditCheck(int(row.seq), f"entry {row.seq}, the first chained with the key, lacks its marker: "
+                                            "the keying was rewritten", keyed_from)
         digest = mac(key, text) if keyed_row else _sha256(text)
         if row.seq != expected_seq or row.prev_sha256 != prev or row.sha256 != digest:
             return AuditCheck(int(row.seq), f"entry {row.seq} was edited, removed or reordered"
