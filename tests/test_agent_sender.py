@@ -111,6 +111,7 @@ def test_the_sender_outlives_a_full_disk_and_any_error(tmp_path, central, monkey
         assert store.scalar("SELECT count(*) FROM samples") == 16
     finally:
         agent.stop_event.set()
+        agent._wake.set()  # it waits an interval (10 s) after a drain: wake it to see it is stopped
         sender.join(timeout=10)
 
 
