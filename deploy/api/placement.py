@@ -15,7 +15,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.collector.errors import InputError
-from gpuledger.collector.gpu_catalog import mig_fraction, models_with_profile
+from gpuledger.collector.gpu_catalog import MODELS, mig_fraction, models_with_profile
 from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.analytics import topology as topo
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
@@ -23,7 +23,8 @@ from gpuledger.deploy.api.models import Fragmentation, PlacementAnswer, Placemen
 from gpuledger.policies.placers import ClusterState, Task
 from gpuledger.policies.emitters.topology import podset_annotations
 from gpuledger.policies.placers.fgd import rank
-from gpuledger.policies.placers.gang import place_gang
+from gpuledger.policies.placers.gang import GangSearch, place_gang
+from gpuledger.policies.quota_plan import k8s_name
 from gpuledger.policies.placers.topology import keep_within_islands
 
 router = APIRouter(tags=["placement"], dependencies=[CaughtUp])  # deps.caught_up
@@ -71,36 +72,42 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, co
     that would split it (each says which, `within_island`). The answer carries the pod-set annotations that ask
     Kueue or KAI to keep the job inside the configured level, when `[topology] scheduler_objects` is on.
 
-    With `pods` > 1 the answer's `gang` places that many pods of the shape at once inside one clique or rack (as
-    `keep_within` says), nodes of unknown clique or rack never taken as together."""
+    With `pods` > 1 the answer's `gang` places that many pods of the shape at once on one GPU model (any mix with
+    `mix_models`) inside one clique or rack (as `keep_within` says), nodes of unknown clique or rack never taken as
+    together; a gang that does not fit gets the same object with nothing placed, the reason, and each group tried.
+    `gpu_model` takes rate-card names or the Kueue flavor names gpuledger emits for them, in any case."""
     milli = 1000
-    models = frozenset(request.gpu_model or ())
     if request.gpu_fraction is not None and request.mig_profile is not None:
         raise InputError("give gpu_fraction or mig_profile, not both")
     if (request.gpu_fraction is not None or request.mig_profile) and request.gpus != 1:
         raise InputError("a part of a GPU (gpu_fraction, mig_profile) is for one GPU: set gpus to 1")
     if (request.gpu_fraction is not None or request.mig_profile) and request.pods != 1:
         raise InputError("a gang of pods takes whole GPUs: no gpu_fraction or mig_profile with pods > 1")
+    at, nodes, workload = frag.current_state(store, None, days)
+    # the models asked are read against those present too: a model outside the catalogue is kept verbatim
+    models = _asked_models(request.gpu_model, {str(m) for m in nodes.model}) if request.gpu_model else frozenset()
     if request.gpu_fraction is not None:
         milli = max(1, round(request.gpu_fraction * 1000))
     elif request.mig_profile:
         models, milli = _mig_models(request.mig_profile, models)
-    at, nodes, workload = frag.current_state(store, None, days)
     level = config.topology.level_label()
     annotations = (podset_annotations(request.scheduler, config.topology, level)
                    if request.scheduler and config.topology.scheduler_objects and level else {})
     answer = {"at": at, "request_gpu_milli": milli, "candidates": [], "feasible": 0, "within_island": 0,
               "keep_within": config.topology.keep_within, "annotations": annotations}
-    if not nodes.names:
-        return {**answer, "reason": "no node has reported in the last 10 minutes"}
-    if workload is None:
-        return {**answer, "reason": f"no job held a GPU in the last {days:g} day(s): nothing to score against"}
+    reason = ("no node has reported in the last 10 minutes" if not nodes.names else
+              f"no job held a GPU in the last {days:g} day(s): nothing to score against" if workload is None else None)
+    if reason is not None:
+        # a gang is still answered with its object: nothing placed, and why
+        gang = _no_gang(config, request, reason) if request.pods > 1 else None
+        return {**answer, "reason": reason, "gang": gang}
     state = ClusterState(nodes, workload)
     shape = frag.TaskShape(0, milli, request.gpus, models)
     ranked = rank(state, Task("request", shape, 0))
-    if not len(ranked.nodes):
-        return {**answer, "reason": "no node has the GPUs free that the request needs"}
     islands = topo.slot_islands(store, at, state.gpu_ids, state.gpu_free.shape[1])
+    gang = _gang(store, config, at, state, shape, request, islands) if request.pods > 1 else None
+    if not len(ranked.nodes):
+        return {**answer, "reason": "no node has the GPUs free that the request needs", "gang": gang}
     candidates = keep_within_islands(state, shape, ranked.nodes, [ranked.slots(i) for i in range(len(ranked.nodes))],
                                      islands, rank_by_islands=config.topology.keep_within != "node")
     out = []
@@ -110,7 +117,6 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, co
                     "island": c.island, "score": int(ranked.score[c.rank]),
                     "fragmentation_before_gpus": float(ranked.before[c.rank]) / 1000,
                     "fragmentation_after_gpus": float(ranked.after[c.rank]) / 1000})
-    gang = _gang(store, config, at, state, shape, request.pods, islands) if request.pods > 1 else None
     return {**answer, "candidates": out, "feasible": len(ranked.nodes),
             "within_island": sum(c.within is True for c in candidates), "gang": gang}
 
@@ -121,21 +127,86 @@ def _gpu_names(state: ClusterState, node: int, slots: tuple[int, ...]) -> list[s
     return [ids[s] if s < len(ids) else str(s) for s in slots]
 
 
-def _gang(store: Store, config: Config, at: datetime, state: ClusterState, shape: frag.TaskShape, pods: int,
-          islands: list) -> dict:
-    """`pods` pods of the shape placed at once inside one group of [topology] keep_within (policies/placers/gang.py)."""
-    scope = config.topology.keep_within
+def _flavor(name: str) -> str | None:
+    """The Kueue flavor name gpuledger emits for a model (policies/emitters/kueue.py); None for a name with no
+    character a Kubernetes name can use."""
+    try:
+        return k8s_name(name)
+    except InputError:
+        return None
+
+
+def _asked_models(asked: list[str], present: set[str]) -> frozenset[str]:
+    """The models asked, as nodes report them: each a catalogue model or one present, named as the rate card does
+    or as the Kueue flavor gpuledger emits for it, in any case ("h100", "a100-80gb"). A name that is neither is a
+    422 naming the models present: a typo must not silently place on nothing (or, unfiltered, on anything)."""
+    known: dict[str, str] = {}
+    for name in [*MODELS, *sorted(present)]:  # the catalogue's name wins a clash
+        for key in (name.lower(), _flavor(name)):
+            if key:
+                known.setdefault(key, name)
+    found, unknown = set(), []
+    for name in asked:
+        model = known.get(name.strip().lower()) or known.get(_flavor(name) or "")
+        if model is None:
+            unknown.append(name)
+        else:
+            found.add(model)
+    if unknown:
+        raise InputError(f"unknown GPU model {', '.join(repr(n) for n in unknown)}: the models present are "
+                         f"{', '.join(sorted(present)) or 'none (no node has reported)'}; name one as the rate card "
+                         f"does (H100, A100-80GB) or as its Kueue flavor (h100, a100-80gb)")
+    return frozenset(found)
+
+
+def _no_gang(config: Config, request: PlacementRequest, reason: str) -> dict:
+    """The gang object when nothing could be tried (no state or no workload): nothing placed, and why."""
+    return {"pods": request.pods, "scope": config.topology.keep_within, "mix_models": request.mix_models,
+            "group": None, "gpu_model": None, "placed": [], "reason": reason, "groups_considered": 0,
+            "groups_fitting": 0, "tried": [], "nodes_without_group": [], "fragmentation_added_gpus": None}
+
+
+def _gang(store: Store, config: Config, at: datetime, state: ClusterState, shape: frag.TaskShape,
+          request: PlacementRequest, islands: list) -> dict:
+    """`pods` pods of the shape placed at once on one GPU model (unless mix_models) inside one group of [topology]
+    keep_within (policies/placers/gang.py), with every group tried and why it was or was not chosen."""
+    scope, pods = config.topology.keep_within, request.pods
     groups = topo.node_groups(store, at, state.names, scope, config.topology.rack_label)
-    plan = place_gang(state, shape, pods, groups, islands, rank_by_islands=scope != "node")
-    answer = {"pods": pods, "scope": scope, "group": None, "placed": [], "groups_fitting": 0,
-              "groups_considered": len({g for g in groups if g is not None}), "fragmentation_added_gpus": None,
+    search = place_gang(state, shape, pods, groups, islands, rank_by_islands=scope != "node",
+                        mix_models=request.mix_models)
+    tried = [{"group": t.group, "gpu_model": t.gpu_model, "nodes": t.nodes, "gpus_free": t.gpus_free,
+              "pods_fit": t.pods_fit, "fits": t.fits, "chosen": t.chosen, "reason": t.reason,
+              "fragmentation_added_gpus": None if t.fragmentation_added_milli is None
+              else t.fragmentation_added_milli / 1000} for t in search.tried]
+    answer = {**_no_gang(config, request, ""), "groups_considered": len(tried), "tried": tried,
               "nodes_without_group": [n for n, g in zip(state.names, groups) if g is None]}
+    plan = search.plan
     if plan is None:
-        return answer
-    placed = [{"node": state.names[c.node], "within_island": c.within, "island": c.island,
-               "gpus": _gpu_names(state, c.node, c.slots)} for c in plan.pods]
-    return {**answer, "group": plan.group, "placed": placed, "groups_fitting": plan.groups_fitting,
+        return {**answer, "reason": _why_not(search, shape, pods, scope, bool(answer["nodes_without_group"]))}
+    placed = [{"node": state.names[c.node], "gpu_model": str(state.model[c.node]), "within_island": c.within,
+               "island": c.island, "gpus": _gpu_names(state, c.node, c.slots)} for c in plan.pods]
+    on = {p["gpu_model"] for p in placed}
+    return {**answer, "group": plan.group, "gpu_model": on.pop() if len(on) == 1 else None, "placed": placed,
+            "reason": None, "groups_fitting": plan.groups_fitting,
             "fragmentation_added_gpus": plan.fragmentation_added_milli / 1000}
+
+
+def _why_not(search: GangSearch, shape: frag.TaskShape, pods: int, scope: str, ungrouped: bool) -> str:
+    """One line on why no group takes the gang; each group tried says its own."""
+    where = "the cluster" if scope in ("island", "node") else f"any {scope}"
+    kept = "" if search.tried and search.tried[0].gpu_model is None else " of one GPU model"
+    if not search.tried:
+        asked = f" of the models asked ({', '.join(sorted(shape.models))})" if shape.models else ""
+        if scope in ("island", "node"):
+            return f"no node{asked} has reported"
+        return (f"no node{asked} is known to be in a {scope}"
+                + (" (nodes of unknown clique or rack are never placed on)" if ungrouped else ""))
+    most = max(t.pods_fit for t in search.tried)
+    line = (f"no group{kept} in {where} takes all {pods} pods of {shape.gpus} GPU(s) now; the most any could take "
+            f"is {most} (see tried)")
+    if search.mixed_would_fit:
+        line += f"; mixing GPU models (mix_models) would have room in {search.mixed_would_fit}"
+    return line
 
 
 def _mig_models(profile: str, asked: frozenset[str]) -> tuple[frozenset[str], int]:
