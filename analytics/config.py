@@ -53,6 +53,8 @@ class TeamConfig:
     parent: str | None = None  # the department (account) above the team, for hierarchical fairshare and queues
     guarantee: dict[str, float] = field(default_factory=dict)  # current guaranteed GPUs per GPU model
     limit: dict[str, float] = field(default_factory=dict)  # current cap on GPUs per GPU model
+    # the Kubernetes namespaces the team submits from (its Kueue LocalQueues); empty: those its work was seen in
+    namespaces: tuple[str, ...] = ()
 
 
 @dataclass
@@ -156,6 +158,12 @@ class WhatIfConfig:
     slurm_calc_period_s: float = 300.0  # PriorityCalcPeriod: how often fair-share factors are recomputed
     backfill_depth: float = 500.0  # bf_max_job_test: pending jobs one scheduling pass looks at
     kueue_reclaim: str = "any"  # reclaimWithinCohort: a team under its nominal quota preempts borrowers
+    # the backtest (policies/whatif/backtest.py): a team with this many jobs in the window is judged; its replayed
+    # p95 wait under the quotas in force must be within the larger of these of the measured one, or no effect is
+    # calibrated and no advice rests on one
+    backtest_min_jobs: int = 20
+    backtest_minutes: float = 30.0
+    backtest_fraction: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -335,6 +343,8 @@ class Config:
     teams: dict[str, TeamConfig] = field(default_factory=dict)
     namespace_to_team: dict[str, str] = field(default_factory=dict)
     user_to_team: dict[str, str] = field(default_factory=dict)
+    # [slurm_gres]: GPU model -> the GPU type Slurm names its GPUs by (gres.conf Type=), where no sacct record shows it
+    slurm_gres: dict[str, str] = field(default_factory=dict)
     waste: WasteConfig = field(default_factory=WasteConfig)
     fairshare: FairshareConfig = field(default_factory=FairshareConfig)
     quota: QuotaConfig = field(default_factory=QuotaConfig)
@@ -457,6 +467,9 @@ SETTINGS: dict[str, dict[str, Bound]] = {
         "slurm_calc_period_s": Bound(1.0),
         "backfill_depth": Bound(1.0, 100000.0),
         "kueue_reclaim": Bound(choices=KUEUE_RECLAIM),
+        "backtest_min_jobs": Bound(1.0, 100000.0),
+        "backtest_minutes": Bound(0.0),
+        "backtest_fraction": Bound(0.0),
     },
     "ingest": {
         "max_interval_s": Bound(1.0, 86400.0),
@@ -475,11 +488,11 @@ def section_keys(section: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(SECTION_TYPES[section]))
 
 
-TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit")
+TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit", "namespaces")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
 SECTIONS = ("rates", "rate_cards", "cost_models", "node_pools", "pool_teams", "pool_rates", "profile_rates", "budgets",
             "alerts",
-            "teams", "attribution", "report", "slo", "apps", "topology",
+            "teams", "attribution", "report", "slo", "apps", "topology", "slurm_gres",
             *SECTION_TYPES)
 APP_TARGET_KEYS = ("url", "namespace", "pod", "job_id")
 
@@ -743,6 +756,43 @@ def is_k8s_name(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 253 and bool(_K8S_NAME.fullmatch(value))
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Kubernetes namespace's name (RFC 1123 label)
+_GRES_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a gres.conf Type= (sacctmgr reads , and = as syntax)
+
+
+def is_namespace(value: Any) -> bool:
+    """Whether `value` is a Kubernetes namespace's name (a DNS label: lower case, digits and '-', 1-63)."""
+    return isinstance(value, str) and bool(_DNS_LABEL.fullmatch(value))
+
+
+def _namespaces(where: str, value: Any) -> tuple[str, ...]:
+    """A team's `namespaces`: a list of Kubernetes namespace names, each once."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"[{where}] namespaces must be a list of Kubernetes namespace names, got {value!r}")
+    out: list[str] = []
+    for name in value:
+        if not is_namespace(name):
+            raise ConfigError(f"[{where}] namespaces: {ascii(name)[:80]} is not a Kubernetes namespace name "
+                              f"(lower-case letters, digits and '-', 1-63 characters)")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _slurm_gres(table: Mapping[str, Any]) -> dict[str, str]:
+    """`[slurm_gres]`: GPU model = the Slurm GPU type its GPUs are named by (`"A100-80GB" = "a100"`)."""
+    out = {}
+    for model, gres in table.items():
+        model = _model(model, "slurm_gres")
+        if not isinstance(gres, str) or not _GRES_TYPE.fullmatch(gres):
+            raise ConfigError(f"[slurm_gres] {model} must be a Slurm GPU type (letters, digits and _ . -, as "
+                              f"gres.conf Type= names it), got {gres!r}")
+        out[model] = gres
+    return out
+
+
 def topology_problem(topology: TopologyConfig) -> str | None:
     """What is wrong with a `[topology]` (None: nothing), checked as the schedulers' Topology CRDs would (label keys,
     unique levels, the node's own label only last, at most MAX_LEVELS), so a bad label is refused, never emitted into
@@ -927,6 +977,7 @@ def load_config(path: str | Path | None) -> Config:
             parent=parent,
             guarantee=_per_model(f"{where}.guarantee", spec.get("guarantee", {})),
             limit=_per_model(f"{where}.limit", spec.get("limit", {})),
+            namespaces=_namespaces(where, spec.get("namespaces", [])),
         )
         over = {m: g for m, g in config.teams[team].guarantee.items() if g > config.teams[team].limit.get(m, g)}
         if over:
@@ -942,6 +993,7 @@ def load_config(path: str | Path | None) -> Config:
     config.slo = _slos(_table("slo", data.get("slo", {})))
     config.apps = _apps(_table("apps", data.get("apps", {})))
     config.topology = _topology(_table("topology", data.get("topology", {})))
+    config.slurm_gres = _slurm_gres(_table("slurm_gres", data.get("slurm_gres", {})))
     for section in SECTION_TYPES:
         values = _table(section, data.get(section, {}))
         _known_keys(section, values, section_keys(section))

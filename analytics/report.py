@@ -205,6 +205,9 @@ def _recommendations(recs: pd.DataFrame, columns: list[str]) -> str:
     if recs.empty:
         return "<p><em>None.</em></p>"
     advice = recs[recs["status"] != "insufficient_data"] if "status" in recs else recs
+    if not advice.empty and "evidence" in advice:
+        advice = advice.assign(simulated_effect=[_effect(e) for e in advice["evidence"]])
+        columns = [*columns[:-1], "status", "simulated_effect", columns[-1]]
     parts = [_table(advice[[c for c in columns if c in advice]]) if not advice.empty
              else "<p><em>No advice with a number.</em></p>"]
     notes = _insufficient(recs)
@@ -214,6 +217,25 @@ def _recommendations(recs: pd.DataFrame, columns: list[str]) -> str:
                         for r in notes.itertuples(index=False))
         parts.append(f"<p>No quota advice where the data is too thin:</p><ul>{items}</ul>")
     return "\n".join(parts)
+
+
+def _effect(evidence: object) -> str:
+    """A quota advice's simulated effect in a line: who gains and who pays (p95 wait, minutes) and how well the
+    replay reproduced the record (its backtest); placement advice has none."""
+    if not isinstance(evidence, dict):
+        return ""
+    if evidence.get("simulated_effect_unknown"):
+        return f"unknown: {evidence['simulated_effect_unknown']}"
+    effect = evidence.get("simulated_effect")
+    if not isinstance(effect, dict):
+        return ""
+    moved = lambda rows: ", ".join(  # noqa: E731 - a row's team and its p95 wait before -> after
+        f"{r['team']} {r['p95_wait_minutes']['current']:.0f}->{r['p95_wait_minutes']['proposed']:.0f} min"
+        for r in rows) or "nobody"
+    worst = effect.get("backtest_worst")
+    tested = (f"backtest {'calibrated' if effect.get('calibrated') else 'NOT calibrated'}"
+              + (f", worst error {worst['error_minutes']:+.0f} min ({worst['team']})" if worst else ""))
+    return f"gains: {moved(effect.get('gains') or [])}; pays: {moved(effect.get('pays') or [])}; {tested}"
 
 
 PER_DAY = "per covered day"

@@ -2,8 +2,9 @@
 
 It exists so the demo and the tests exercise every analytic on data with known causes:
 busy jobs, allocated-but-idle notebooks, memory-oversized jobs that would fit a MIG
-slice, NVLink-heavy multi-GPU jobs and pods in namespaces no team owns. Jobs are placed
-first-fit on whole nodes, so queueing (pending time) and fragmentation appear naturally.
+slice, NVLink-heavy multi-GPU jobs and pods in namespaces no team owns. Each job asks for a GPU model and is
+admitted by a simulated Kueue under the quotas the site declares (collector/sim_scheduler.py), so its queue waits
+are ones its configuration produced, and a what-if's backtest of them can hold.
 Samples are generated a chunk at a time with numpy, so two weeks of a 48-GPU cluster
 take seconds.
 
@@ -34,6 +35,7 @@ from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import MODELS, GpuModel
 from gpuledger.collector.gpu_health import HW_THERMAL, SW_POWER_CAP
 from gpuledger.collector.metrics import SAMPLES_READ
+from gpuledger.collector.sim_scheduler import SiteQuotas, admit
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.topology import NodeTopology, inferred_topology
 from gpuledger.collector.source import Source
@@ -131,10 +133,14 @@ class ClusterSimulator:
     seed: int = 7
     nodes: Sequence[NodeSpec] = DEFAULT_NODES
     teams: Sequence[TeamSpec] = DEFAULT_TEAMS
-    target_load: float = 0.9
+    target_load: float = 0.8
     jobs: list[SimJob] = field(default_factory=list)
     # the instant whose layout is staged so that every kind of advice has its cause (module docstring); None: none
     showcase: datetime | None = None
+    # GPUs per model the site's quotas leave under no guarantee: the demo's L4 node grew after its quotas were set,
+    # so (Kueue admitting at most the guarantees summed) 4 of its GPUs stand idle while jobs wait for L4: what
+    # quota advice that raises the waiting teams' guarantees fixes, with a replayed gain (`site_quotas`)
+    unquoted_gpus: tuple[tuple[str, int], ...] = (("L4", 4),)
 
     def __post_init__(self) -> None:
         self._t0 = self.start.timestamp()
@@ -169,6 +175,8 @@ class ClusterSimulator:
 
     # --- workload ------------------------------------------------------------------------
     def _schedule(self) -> None:
+        """Arrivals (Poisson, at `target_load` of the GPUs), each asking for one GPU model, admitted and placed by
+        the simulated site's Kueue (collector/sim_scheduler.py) under the quotas it declares (`quota_frame`)."""
         rng = np.random.default_rng(self.seed)
         sizes = np.array([1, 1, 1, 2, 4, 8])
         mean_hours = 4.0
@@ -176,16 +184,15 @@ class ClusterSimulator:
         rate_per_s = self.target_load * self.gpu_count / gpu_hours_per_job / 3600.0
         weights = np.array([t.weight for t in self.teams], dtype=float)
         weights /= weights.sum()
-        free_at = [np.full(n.gpus, self._t0) for n in self.nodes]
-        # the showcase's nodes are the random workload's only until its layout begins
-        reserved_from = [np.full(n.gpus, math.inf) for n in self.nodes]
         staged = self._showcase_from()
-        for n in self._showcase_nodes:
-            reserved_from[n][:] = staged
         # while they are staged, arrivals slow to the GPUs left, so the other nodes keep the same load
         left = 1.0 - sum(self.nodes[n].gpus for n in self._showcase_nodes) / self.gpu_count
+        capacity = self.capacity()
+        models = sorted(capacity)
+        showcased = {self.nodes[n].model for n in self._showcase_nodes}
         t = self._t0 - 12 * 3600.0  # warm up so the window starts with a loaded cluster
         k = 0
+        durations: list[float] = []
         while True:
             t += rng.exponential(1.0 / (rate_per_s * (left if t >= staged else 1.0)))
             if t >= self._t1:
@@ -198,30 +205,33 @@ class ClusterSimulator:
                 profile = str(rng.choice(["busy", "light", "idle", "oversized"], p=[0.45, 0.2, 0.15, 0.2]))
             hours = float(np.clip(rng.lognormal(math.log(mean_hours) - 0.5, 1.0), 0.25, 48.0))
             user = f"{team.name}-user{int(rng.integers(1, 5))}"
+            # a job asks for a model in proportion to the model's GPUs over the mean size asked of it (each model
+            # as loaded as the next), not the showcase's while its layout will stand; at most half the model's GPUs
+            # (a job as large as its whole pool waits until every other job there ends)
+            usable = [m for m in models if not (m in showcased and t + hours * 3600.0 > staged)]
+            odds = np.array([capacity[m] / _mean_size(sizes, capacity[m]) for m in usable], dtype=float)
+            want = str(usable[rng.choice(len(usable), p=odds / odds.sum())]) if usable else None
+            if want is not None:
+                gpus = min(gpus, max(1, capacity[want] // 2))
             job = SimJob(job_id=f"{team.name}/job-{k:05d}", team=team.name, user=user, namespace=team.name,
-                         pod=f"job-{k:05d}-worker", gpus=gpus, profile=profile, submit=t, start=t, end=t)
-            self._place(job, free_at, reserved_from, hours * 3600.0, rng)
+                         pod=f"job-{k:05d}-worker", gpus=gpus, profile=profile, submit=t, start=t, end=t,
+                         want_model=want)
             k += 1
             self.jobs.append(job)
+            durations.append(hours * 3600.0)
+        quotas = self.site_quotas()
+        sizing = np.random.default_rng([self.seed, 0x517E])  # a stream of its own: sizes as jobs start
+        admit(self.jobs, durations, [n.model for n in self.nodes], [n.gpus for n in self.nodes],
+              SiteQuotas({(r.team, r.gpu_model): r.guarantee_gpus for r in quotas.itertuples()},
+                         {(r.team, r.gpu_model): r.limit_gpus for r in quotas.itertuples()}, capacity),
+              {n: staged for n in self._showcase_nodes}, self._t1, lambda job: self._size(job, sizing))
 
-    def _place(self, job: SimJob, free_at: list[np.ndarray], reserved_from: list[np.ndarray], duration: float,
-               rng: np.random.Generator) -> None:
-        best_node, best_start, best_chosen = -1, math.inf, np.zeros(0, dtype=np.int64)
-        for n, node_free in enumerate(free_at):
-            if len(node_free) < job.gpus:
-                continue
-            start, chosen = _earliest_start(node_free, reserved_from[n], job.submit, duration, job.gpus)
-            if start < best_start - 1e-6:
-                best_node, best_start, best_chosen = n, start, chosen
-        if best_node < 0:  # cannot ever fit (bigger than any node): leave it pending forever
-            job.start = job.end = math.inf
-            return
-        node_free = free_at[best_node]
-        chosen = best_chosen
-        job.node, job.start, job.end = best_node, best_start, best_start + duration
-        job.gpu_indices = tuple(int(i) for i in sorted(chosen))
-        node_free[chosen] = job.end
-        self._size(job, rng)
+    def capacity(self) -> dict[str, int]:
+        """GPUs per model."""
+        out: dict[str, int] = {}
+        for node in self.nodes:
+            out[node.model] = out.get(node.model, 0) + node.gpus
+        return out
 
     def _size(self, job: SimJob, rng: np.random.Generator) -> None:
         """A placed job's steady memory per GPU and mean utilisation, from its profile and its node's card."""
@@ -457,7 +467,7 @@ class ClusterSimulator:
                 "job_id": job.job_id, "team": _billed_team(job),
                 "user": job.user, "namespace": job.namespace, "pod": job.pod,
                 "node": node.name if node and started else None,
-                "gpu_model": node.model if node and started else job.want_model,  # waiting: what it asks for
+                "gpu_model": job.want_model or (node.model if node and started else None),  # what it asks for
                 "gpus": job.gpus,
                 "submit_ts": _ts(job.submit), "start_ts": _ts(job.start) if started else None,
                 "end_ts": _ts(job.end) if job.end <= now else None,
@@ -474,42 +484,69 @@ class ClusterSimulator:
                 if j.namespace == SERVING_NAMESPACE or _job_name(j) == "vllm-serve"]
 
     def team_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{"team": t.name, "share": t.share, "quota_gpus": t.quota_gpus}
+        totals = self.site_quotas().groupby("team")["guarantee_gpus"].sum().to_dict()
+        return pd.DataFrame([{"team": t.name, "share": t.share, "quota_gpus": int(totals.get(t.name, 0))}
                              for t in self.teams if t.name != "default"])
 
     def quota_frame(self) -> pd.DataFrame:
-        """The demo site's stated guarantees per GPU model: each team's quota split over the models in
-        proportion to their GPUs (largest remainder, so a team's guarantees add up to its quota)."""
-        per_model: dict[str, int] = {}
-        for node in self.nodes:
-            per_model[node.model] = per_model.get(node.model, 0) + node.gpus
-        total = sum(per_model.values())
-        rows = []
-        for team in self.teams:
-            if team.name == "default" or not team.quota_gpus:
-                continue
-            exact = {m: team.quota_gpus * n / total for m, n in per_model.items()}
-            whole = {m: math.floor(v) for m, v in exact.items()}
-            for m in sorted(exact, key=lambda m: (whole[m] - exact[m], m))[:team.quota_gpus - sum(whole.values())]:
-                whole[m] += 1
-            rows += [{"team": team.name, "gpu_model": m, "guarantee_gpus": float(g), "limit_gpus": float(per_model[m])}
-                     for m, g in sorted(whole.items()) if g]
+        """The demo site's guarantees per GPU model, the quotas its scheduler admits under (`site_quotas`)."""
+        return self.site_quotas()
+
+    def site_quotas(self) -> pd.DataFrame:
+        """Guarantees that cover every GPU: the GPUs are shared out to the teams with a quota in proportion to
+        their `quota_gpus` (largest remainder), and each team's total over the models in proportion to the models'
+        GPUs, rounded so every model's guarantees add up to its GPUs and every team's to its total (a Kueue cohort
+        admits at most its queues' nominal quota: a GPU under no quota is a GPU nobody can use). Limit: the
+        model's GPUs (idle GPUs are borrowable). Except `unquoted_gpus`: those GPUs of a model no guarantee covers."""
+        per_model = self.capacity()
+        quoted = {m: max(0, c - dict(self.unquoted_gpus).get(m, 0)) for m, c in per_model.items()}
+        teams = [t for t in self.teams if t.name != "default" and t.quota_gpus > 0]
+        if not teams:
+            return pd.DataFrame(columns=["team", "gpu_model", "guarantee_gpus", "limit_gpus"])
+        totals = _apportion(sum(quoted.values()), {t.name: float(t.quota_gpus) for t in teams})
+        cells = _rounded_matrix(totals, quoted)
+        rows = [{"team": t, "gpu_model": m, "guarantee_gpus": float(g), "limit_gpus": float(per_model[m])}
+                for (t, m), g in sorted(cells.items()) if g]
         return pd.DataFrame(rows, columns=["team", "gpu_model", "guarantee_gpus", "limit_gpus"])
 
 
-def _earliest_start(free_at: np.ndarray, reserved_from: np.ndarray, submit: float, duration: float,
-                    gpus: int) -> tuple[float, np.ndarray]:
-    """The earliest instant from `submit` at which `gpus` GPUs of one node are free for `duration`, and which ones
-    (those free longest first). A GPU is usable only until the instant it is reserved from (the showcase's): a job
-    placed there must end by then. (inf, none) when that never happens."""
-    ready = np.maximum(free_at, submit)
-    if not np.isfinite(reserved_from).any():  # the usual node: the k-th GPU to be free decides
-        return float(np.partition(ready, gpus - 1)[gpus - 1]), np.argsort(free_at, kind="stable")[:gpus]
-    for start in np.unique(ready[ready + duration <= reserved_from]):
-        usable = np.flatnonzero((ready <= start) & (start + duration <= reserved_from))
-        if len(usable) >= gpus:
-            return float(start), usable[np.argsort(free_at[usable], kind="stable")[:gpus]]
-    return math.inf, np.zeros(0, dtype=np.int64)
+def _mean_size(sizes: np.ndarray, capacity: int) -> float:
+    """The mean GPUs a job asks of a model of `capacity` GPUs (sizes over half of it asked as half)."""
+    return float(np.minimum(sizes, max(1, capacity // 2)).mean())
+
+
+def _apportion(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """`total` whole units shared in proportion to `weights` (largest remainder; ties by name)."""
+    whole_weight = sum(weights.values())
+    exact = {k: total * w / whole_weight for k, w in weights.items()}
+    out = {k: math.floor(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: (out[k] - exact[k], k))[:total - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def _rounded_matrix(rows: dict[str, int], cols: dict[str, int]) -> dict[tuple[str, str], int]:
+    """Whole numbers per (row, column), each near row x column / total, adding up to both margins exactly (the
+    margins have the same sum): floors first, then one more to the cells with the largest remainders whose row and
+    column both still lack some."""
+    total = sum(cols.values())
+    exact = {(r, c): rows[r] * cols[c] / total for r in rows for c in cols}
+    cells = {k: math.floor(v + 1e-9) for k, v in exact.items()}
+    need_r = {r: rows[r] - sum(cells[(r, c)] for c in cols) for r in rows}
+    need_c = {c: cols[c] - sum(cells[(r, c)] for r in rows) for c in cols}
+    for r, c in sorted(exact, key=lambda k: (cells[k] - exact[k], k)):
+        if need_r[r] > 0 and need_c[c] > 0:
+            cells[(r, c)] += 1
+            need_r[r] -= 1
+            need_c[c] -= 1
+    for r in rows:  # what the remainders could not place: any cell whose row and column still lack
+        for c in cols:
+            extra = min(need_r[r], need_c[c])
+            if extra > 0:
+                cells[(r, c)] += extra
+                need_r[r] -= extra
+                need_c[c] -= extra
+    return cells
 
 
 def _billed_team(job: SimJob) -> str:

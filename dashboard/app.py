@@ -1029,6 +1029,30 @@ def share(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.0%}"
 
 
+def show_backtest(tested: dict | None) -> None:
+    """Whether the replay of the quotas in force gives back what was measured: without that, the differences
+    below are between two fictions, so an uncalibrated replay is said first and loudly."""
+    if not tested:
+        st.warning("No backtest: the replay of the quotas in force could not be checked against the record.")
+        return
+    tol = tested["tolerance"]
+    rows = [{"team": owner_label(r["team"]) if r["team"] != "all" else "all teams",
+             "jobs": r["jobs"]["measured"], "p95 wait measured (min)": r["wait_p95_minutes"]["measured"],
+             "p95 wait replayed (min)": r["wait_p95_minutes"]["replayed"],
+             "error (min)": r["p95_error_minutes"],
+             "judged": ("within" if r.get("within_tolerance") else "OFF") if r["judged"] else "too few jobs"}
+            for r in tested["teams"]]
+    text = (f"tolerance max({tol['minutes']:g} min, {tol['fraction']:.0%} of the measured p95 wait), teams with "
+            f"{tol['min_jobs']:g} or more jobs")
+    if tested["calibrated"]:
+        st.success(f"Backtest: the replay of the quotas in force reproduces the measured waits ({text}).")
+    else:
+        st.warning(f"Backtest failed: the replay of the quotas in force does not reproduce the measured waits ({text}); "
+                 "the differences below are not effects to act on.")
+    with st.expander("Backtest per team", expanded=not tested["calibrated"]):
+        st.dataframe(readable(pd.DataFrame(rows), 1), hide_index=True, placeholder=BLANK, width="stretch")
+
+
 def show_whatif(answer: dict) -> None:
     """A what-if's answer: per team current -> proposed, utilisation under both, what changed, what was assumed."""
     st.caption(
@@ -1036,6 +1060,7 @@ def show_whatif(answer: dict) -> None:
         f"UTC through the {md(WHATIF_MODELS.get(answer['model'], answer['model']))}-like model, "
         f"in {answer['seconds']:.2f} s."
     )
+    show_backtest(answer.get("backtest"))
     table = whatif_teams(answer)
     counts = ("preemptions", "still waiting")
     st.dataframe(

@@ -309,9 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--note", help="why")
 
     emit = sub.add_parser("emit", help="write the quota plan as KAI, Kueue, Volcano or Slurm objects",
-                          description="The teams' shares and guarantees and limits per GPU model, as the open "
-                                      "recommendations would set them, in the target scheduler's objects. With "
-                                      "--current, only what changes, every field gpuledger does not own kept.")
+                          description="The teams' shares and guarantees and limits per GPU model in the target "
+                                      "scheduler's objects: the quotas in force, with the accepted recommendations "
+                                      "applied (--status open: proposed ones too). A header says when and from "
+                                      "which advice it was made, or that it is the quotas in force unchanged, and "
+                                      "every adjustment made so that it can be applied. A plan that would strand "
+                                      "GPUs or could not start a job shape of the policy window is refused (exit "
+                                      "2). With --current, only what changes, every field gpuledger does not own "
+                                      "kept.")
     _add_common(emit)
     emit.add_argument("--target", required=True, choices=TARGETS, help="the scheduler to write for")
     emit.add_argument("--out", type=Path, help="folder to write <target>.yaml (slurm: slurm.sh and slurm.json) into; "
@@ -321,8 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "targets, `sacctmgr -nP show assoc format=Account,User,ParentName,Fairshare,GrpTRES` "
                            "output for slurm")
     emit.add_argument("--status", choices=list(EXPORT_STATUSES), default=DEFAULT_STATUS,
-                      help="which recommendations to include: accepted only (the default: nothing unreviewed reaches "
-                           "a scheduler), or open (proposed and accepted, to review); numbers in force for the rest")
+                      help=f"which recommendations to apply: accepted only (default: {DEFAULT_STATUS}; nothing "
+                           "unreviewed reaches a scheduler), or open (proposed and accepted, to review); the quotas "
+                           "in force for the rest")
+    emit.add_argument("--fill", action="store_true",
+                      help="where accepted advice leaves GPUs under no guarantee (stranded: Kueue admits at most "
+                           "the guarantees summed), share them out by the teams' shares instead of refusing")
     emit.add_argument("--format", choices=FORMATS, default="native",
                       help="native: YAML for Kubernetes, a shell script for slurm; json: the objects as JSON")
 
@@ -803,8 +812,25 @@ def whatif_text(answer: dict) -> str:
             (("current", now["utilisation"]), ("proposed", then["utilisation"]))]
     out.append("GPU utilisation (served / present, in the window): " + ", ".join(util))
     out += [f"assumed: {n['jobs']} jobs {n['meaning']}" for n in answer["assumptions"]]
+    out += backtest_text(answer.get("backtest"))
     out += [f"note: {n}" for n in answer["notes"]]
     return "\n".join(out)
+
+
+def backtest_text(tested: dict | None) -> list[str]:
+    """The backtest's lines: each team's p95 wait measured against replayed under the quotas in force."""
+    if not tested:
+        return ["backtest: none (no replay of the quotas in force)"]
+    tol = tested["tolerance"]
+    out = [f"backtest ({'calibrated' if tested['calibrated'] else 'NOT calibrated'}): the quotas in force replayed "
+           f"against the record, p95 wait within max({tol['minutes']:g} min, {tol['fraction']:.0%}) for teams with "
+           f"{tol['min_jobs']:g}+ jobs"]
+    for row in tested["teams"]:
+        p95 = row["wait_p95_minutes"]
+        verdict = ("ok" if row.get("within_tolerance") else "OFF") if row["judged"] else "not judged (few jobs)"
+        out.append(f"  backtest {row['team']:<16}{row['jobs']['measured']:>6} jobs  p95 wait measured "
+                   f"{_minutes(p95['measured']):>7} replayed {_minutes(p95['replayed']):>7}  {verdict}")
+    return out
 
 
 def placement_text(answer: dict) -> str:
@@ -921,7 +947,7 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
             raise InputError(f"cannot read --current {args.current}: {exc}") from exc
     with _open_existing(args, config) as store:
         _require_data(store, args.db)
-        files = export(store, config, args.target, args.status, current)
+        files = export(store, config, args.target, args.status, current, fill=args.fill)
     if args.out is None:
         sys.stdout.write(files[args.format])
         return 0

@@ -20,8 +20,10 @@ from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.apps.simulated import MODELS, SimulatedApps
 from gpuledger.collector.apps.targets import AppRead, PageRead
+from gpuledger.collector.sim_scheduler import SITE_RECLAIM
 from gpuledger.collector.simulator import ClusterSimulator, SimulatorSource, default_simulator
 from gpuledger.deploy.app_loop import AppLoop, store_read
+from gpuledger.policies.whatif import SCHEDULER_RECLAIM
 from gpuledger.deploy.dashboard_proc import start_dashboard
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.deploy.server import ApiServer, Serving, weekly_report
@@ -83,6 +85,7 @@ def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s:
     sim = default_simulator(days=days, seed=seed, now=now)
     store.upsert_teams(sim.team_frame())  # the simulated site's teams, then the config's over them
     store.set_team_quotas(sim.quota_frame())
+    store.set_meta(SCHEDULER_RECLAIM, SITE_RECLAIM)  # the simulated Kueue's own rule, as a scheduler would report it
     if config.teams:
         store.upsert_teams(config.team_frame())
         store.set_team_quotas(config.quota_frame())

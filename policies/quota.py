@@ -26,6 +26,13 @@ evaluated, never from a window a caller happens to view:
    one GPU), and changes under `min_change_gpus` and `min_change_fraction` are not advised.
 6. Capacity is a hard bound, above the step bound: guarantees are trimmed, largest excess over the fair part
    first, until they fit.
+7. GPUs no guarantee covers (freed by cuts, or left so by the quotas in force) go to teams whose jobs waited and
+   that are not over-served, up to their targets (the one furthest below first), past the step bound: under Kueue
+   a cohort admits at most its queues' nominal quota summed, so a GPU under no guarantee stands idle while jobs
+   wait. The changes of one model are therefore one proposal, replayed
+   and judged together (policies/whatif/effects.py): a cut nobody gains from is held back there, and an exported
+   plan refuses GPUs that accepted advice left under no guarantee unless asked to share them out
+   (policies/quota_plan.py `fill_stranded`).
 """
 from __future__ import annotations
 
@@ -174,6 +181,26 @@ def _fit_capacity(guarantees: dict[str, int], fair: dict[str, float], capacity: 
     return trimmed
 
 
+def _cover_waiting(guarantees: dict[str, int], targets: dict[str, float], waiting: dict[str, bool],
+                   over: dict[str, bool], capacity: float) -> dict[str, str]:
+    """Step 7: the GPUs no guarantee covers go to waiting teams that are not over-served, up to their targets.
+    Returns a note per team given some."""
+    freed = math.floor(capacity + 1e-9) - sum(guarantees.values())
+    notes: dict[str, str] = {}
+    given: dict[str, int] = {}
+    while freed > 0:
+        takers = [t for t in guarantees if waiting[t] and not over[t] and targets[t] - guarantees[t] >= 0.5]
+        if not takers:
+            break
+        team = max(takers, key=lambda t: (targets[t] - guarantees[t], t))
+        guarantees[team] += 1
+        given[team] = given.get(team, 0) + 1
+        freed -= 1
+    for team, gpus in given.items():
+        notes[team] = f"given {gpus} GPU(s) no guarantee covered: its jobs waited while they stood idle"
+    return notes
+
+
 def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdvice]:
     """Quota advice for every team with a share and every GPU model it holds, is promised or waits for."""
     policy = config.quota
@@ -287,6 +314,9 @@ def evaluate_quotas(store: Store, config: Config, at: datetime) -> list[QuotaAdv
             facts[team]["bounded_by"] = bounds
         for team in _fit_capacity(guarantees, fair, room):
             facts[team]["bounded_by"].append(f"trimmed so guarantees fit the {gpus:g} {model} GPUs")
+        waited = {t: facts[t]["queue_demand_gpus"] > 0 for t in involved}
+        for team, note in _cover_waiting(guarantees, targets, waited, over, room).items():
+            facts[team]["bounded_by"].append(note)
         for team in involved:
             advice.append(_advice(team, model, guarantees[team], gpus, current.get((team, model)), facts[team],
                                   rates.get(model), config))
@@ -314,7 +344,7 @@ def _advice(team: str, model: str, guarantee: int, limit: float, current: tuple 
     effect = ("of guarantee added" if delta > 0 else
               "of guarantee released to the pool; the GPUs stay borrowable, so no cost is saved")
     reason = (f"{verb} {team}'s {model} guarantee {target} {guarantee} "
-              f"(limit {limit:g}): p95 busy {facts['p95_busy_gpus']:.1f} GPUs, {facts['queued_gpus']:g} queued"
+              f"(limit {limit:g}): p95 busy {facts['p95_busy_gpus']:.1f} GPUs, {facts['queued_gpus']:g} queued now"
               + (f", {facts['mean_waiting_gpus']:.1f} waiting on average (p95 wait "
                  f"{facts['p95_wait_minutes']:.0f} min, {facts['jobs_waited']} jobs)"
                  if facts["mean_waiting_gpus"] > 0 and "p95_wait_minutes" in facts else "") + ", "

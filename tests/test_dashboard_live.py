@@ -33,7 +33,7 @@ LIVE_MINUTES = 12
 def advice_of_every_kind(now) -> list[Recommendation]:
     """One piece of advice of each kind, shaped as policies/ makes them, worth the most so each is shown first."""
     shapes = {
-        "quota": ({"guarantee_gpus": 6.0, "limit_gpus": 10.0, "current_guarantee_gpus": None},
+        "quota": ({"guarantee_gpus": 4.0, "limit_gpus": 10.0, "current_guarantee_gpus": None},
                   {"p95_busy_gpus": 5.2, "queued_gpus": 0.0, "effect_usd_per_week": 9000.0}),
         "reclaim": ({"reclaim_gpus": ["GPU-a", "GPU-b"], "node": "dgx-h100-01", "gpus": 2},
                     {"idle_minutes": 95.0, "idle_gpu_hours": 3.1, "effect_usd_per_week": 8000.0,

@@ -17,7 +17,7 @@ from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, build_plan
 from tests.helpers import T0, gpu_rows, table
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas"
-CRDS = ["kai-queue-crd.yaml", "kueue-clusterqueues.yaml", "kueue-cohorts.yaml", "kueue-resourceflavors.yaml",
+CRDS = ["kai-queue-crd.yaml", "kueue-clusterqueues.yaml", "kueue-cohorts.yaml", "kueue-localqueues.yaml", "kueue-resourceflavors.yaml",
         "volcano-queue-crd.yaml"]
 # the CRDs shared/schemas lacks, copied into the repo (tests/data/schemas/README.md says from where)
 OWN_SCHEMAS = Path(__file__).resolve().parent / "data" / "schemas"
@@ -25,7 +25,8 @@ OWN_CRDS = ["kueue-topologies.yaml", "kai-topology-crd.yaml"]
 
 
 def crd_schemas() -> dict[tuple[str, str, str], dict]:
-    """(group, version, kind) -> openAPIV3Schema, from every CRD in shared/schemas and tests/data/schemas."""
+    """(group, version, kind) -> openAPIV3Schema, from every CRD in shared/schemas and tests/data/schemas; the
+    schema's `x-scope` is the CRD's scope (Cluster or Namespaced)."""
     if not SCHEMAS.is_dir():
         pytest.skip(f"the schedulers' CRDs are not at {SCHEMAS} (shared/ sits beside the checkout in CI)")
     out = {}
@@ -33,7 +34,7 @@ def crd_schemas() -> dict[tuple[str, str, str], dict]:
         crd = yaml.safe_load(path.read_text())
         for version in crd["spec"]["versions"]:
             out[(crd["spec"]["group"], version["name"], crd["spec"]["names"]["kind"])] = \
-                version["schema"]["openAPIV3Schema"]
+                {**version["schema"]["openAPIV3Schema"], "x-scope": crd["spec"]["scope"]}
     return out
 
 
@@ -44,7 +45,8 @@ def assert_valid(objects: list[dict]) -> None:
         schema = schemas.get((group, version, obj["kind"]))
         assert schema is not None, f"no CRD for {obj['apiVersion']} {obj['kind']}"
         jsonschema.Draft7Validator(schema).validate(obj)
-        assert "namespace" not in obj["metadata"]  # all four kinds are cluster-scoped
+        # a namespaced kind (Kueue's LocalQueue) names its namespace; a cluster-scoped one none
+        assert ("namespace" in obj["metadata"]) == (schema["x-scope"] == "Namespaced"), obj["metadata"]
 
 
 PLAN = QuotaPlan(teams=[

@@ -95,7 +95,7 @@ def test_a_dump_without_a_header_needs_its_fields_and_bad_rows_are_counted():
 
 
 AT = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
-HISTORY = f"""JobID|State|Submit|Start|End|Account|AllocTRES|ReqTRES|Reason|Restarts
+HISTORY = """JobID|State|Submit|Start|End|Account|AllocTRES|ReqTRES|Reason|Restarts
 1|COMPLETED|2026-12-01T08:00:00|2026-12-01T08:10:00|2026-12-01T09:10:00|nlp|gres/gpu:h100=2,gres/gpu=2||None|0
 2|FAILED|2026-12-01T08:00:00|2026-12-01T08:30:00|2026-12-01T09:00:00|nlp|gres/gpu:h100=4,gres/gpu=4||None|1
 3|PREEMPTED|2026-12-01T09:00:00|2026-12-01T09:00:00|2026-12-01T10:00:00|vision|gres/gpu:h100=1,gres/gpu=1||None|0

@@ -43,8 +43,8 @@ def test_agrees_with_prometheus_client_on_simulated_cluster_page(simulator):
 
 def test_cache_survives_across_scrapes_and_results_stay_equal():
     parser = PromTextParser()
-    first = [(n, dict(l), v) for n, l, v, _ in parser.parse(PAGE).samples]
-    second = [(n, dict(l), v) for n, l, v, _ in parser.parse(PAGE).samples]
+    first = [(n, dict(labels), v) for n, labels, v, _ in parser.parse(PAGE).samples]
+    second = [(n, dict(labels), v) for n, labels, v, _ in parser.parse(PAGE).samples]
     assert first == second
 
 

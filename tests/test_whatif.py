@@ -214,7 +214,9 @@ def test_post_whatif_answers_both_configurations_and_422s_a_proposal_over_capaci
 def test_a_limit_raise_that_lengthens_another_teams_waits_is_held_back_with_its_numbers(job_store):
     store, config = job_store
     advice = QuotaAdvice("nlp", "H100", "change", 1.0, guarantee=1, limit=2, evidence={}, reason="raise nlp")
-    config = Config(teams=config.teams, whatif=WhatIfConfig(model="slurm", harm_wait_minutes=10))
+    # 16 jobs, too few for the backtest's default: judged on every job, within any error (the harm is the point)
+    trusted = {"backtest_min_jobs": 1, "backtest_minutes": 1e6}
+    config = Config(teams=config.teams, whatif=WhatIfConfig(model="slurm", harm_wait_minutes=10, **trusted))
     [held] = simulate_effects(store, config, AT, [advice])
     effect = held.evidence["simulated_effect"]
     # vision waits an hour once: the first half-day, before nlp's usage lowers nlp's fair-share priority
@@ -224,7 +226,7 @@ def test_a_limit_raise_that_lengthens_another_teams_waits_is_held_back_with_its_
     assert effect["most_harmed"]["team"] == "vision" and effect["jobs_replayed"] == 16
     shown = RecommendationModel.model_validate(quota_recommendation(held).to_dict())  # what the API serves
     assert shown.status == HELD_BACK
-    lenient = Config(teams=config.teams, whatif=WhatIfConfig(model="slurm", harm_wait_minutes=120))
+    lenient = Config(teams=config.teams, whatif=WhatIfConfig(model="slurm", harm_wait_minutes=120, **trusted))
     advice = QuotaAdvice("nlp", "H100", "change", 1.0, guarantee=1, limit=2, evidence={}, reason="raise nlp")
     [kept] = simulate_effects(store, lenient, AT, [advice])
     assert kept.status == "change" and "simulated (slurm-like, policy window)" in kept.reason

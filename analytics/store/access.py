@@ -258,10 +258,6 @@ class AuditFiles:
         for a key recorded before keys carried it. Why with the key: the meta row and the head file can both be
         deleted by whoever can write the database's folder, after which a log rehashed with plain SHA-256 looked
         intact; the key file is the one thing such a downgrade cannot do without."""
-        try:
-            lines = self.key.read_text().strip().splitlines()
-        except OSError:
-            return None
         keying = self.keying()
         return int(keying["keyed_from"]) if keying else None
 

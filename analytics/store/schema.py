@@ -58,7 +58,10 @@ RATE_VERSIONS = """CREATE TABLE IF NOT EXISTS rate_versions (
 JOB_LIFECYCLE_COLUMNS = {"eligible_ts": "TIMESTAMPTZ", "partition": "VARCHAR", "qos": "VARCHAR",
                          "account": "VARCHAR", "exit_code": "VARCHAR", "restarts": "INTEGER",
                          "pending_reason": "VARCHAR", "name": "VARCHAR", "source": "VARCHAR",
-                         "workload_class": "VARCHAR", "class_rule": "VARCHAR"}
+                         "workload_class": "VARCHAR", "class_rule": "VARCHAR",
+                         # the GPU types a Slurm job's AllocTRES named (`gres/gpu:a100=4`: a100), as written:
+                         # what a Slurm plan must call the model's GPUs (policies/emitters/slurm.py)
+                         "gres_type": "VARCHAR"}
 
 
 DDL = [

@@ -39,7 +39,7 @@ EVENTS = DERIVED_EVENTS + ("restarted",)
 
 JOB_COLUMNS = ("job_id", "team", "user", "namespace", "pod", "node", "gpu_model", "gpus", "submit_ts", "start_ts",
                "end_ts", "state", "eligible_ts", "partition", "qos", "account", "exit_code", "restarts",
-               "pending_reason", "name", "source", "workload_class", "class_rule")
+               "pending_reason", "name", "source", "workload_class", "class_rule", "gres_type")
 EVENT_COLUMNS = ("job_id", "ts", "event", "detail", "source")
 
 

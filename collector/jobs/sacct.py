@@ -13,7 +13,8 @@ Facts from Slurm's documentation and source this relies on:
   `Unknown` or `None` where there is none (a pending job's Start).
 - AllocTRES holds the generic count (`gres/gpu=2`) and, on sites that type their GPUs, typed counts beside it
   (`gres/gpu:a100=2`, a MIG slice `gres/gpu:a100_3g.20gb=1`): the generic count is the job's GPUs, counted once;
-  only without it are the typed counts summed. The GPU model comes from the type when there is exactly one.
+  only without it are the typed counts summed. The GPU model comes from the type when there is exactly one; the
+  types as written are kept too (`gres_type`), since a Slurm plan must name the GPUs as the site's gres.conf does.
 - Slurm's account is the team, as sshare and sreport group usage by it.
 """
 from __future__ import annotations
@@ -80,6 +81,21 @@ def gpus_of(tres: str | None) -> tuple[int | None, str | None]:
         return None, None
     gpus = generic if generic is not None else sum(typed.values())
     return gpus, (model_of_type(next(iter(typed))) if len(typed) == 1 else None)
+
+
+_TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")  # a gres.conf Type= as a plan may write it back
+
+
+def gpu_types_of(tres: str | None) -> str | None:
+    """The GPU types a TRES list names (`gres/gpu:a100=2` -> `a100`), as written, sorted and comma-joined; None
+    where it names none. A type with characters a gres.conf Type= never has is left out: it is written back into
+    sacctmgr commands (policies/emitters/slurm.py)."""
+    types = set()
+    for item in (tres or "").split(","):
+        match = _GPU_TRES.match(item.strip().partition("=")[0].strip())
+        if match and match.group("type") and _TYPE_NAME.match(match.group("type")):
+            types.add(match.group("type"))
+    return ",".join(sorted(types)) or None
 
 
 def model_of_type(gres_type: str) -> str:
@@ -188,8 +204,10 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, zone: tzinfo = t
             if state:
                 unknown[word] += 1
         gpus, model = gpus_of(row.get("alloctres"))
+        types = gpu_types_of(row.get("alloctres"))
         if gpus is None and time_of(row.get("start"), zone) is None:  # never started: what it asked for waited
             gpus, model = gpus_of(row.get("reqtres"))
+            types = gpu_types_of(row.get("reqtres"))
         if not gpus:
             skipped["no_gpus"] += 1
             continue
@@ -213,7 +231,7 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, zone: tzinfo = t
             "exit_code": (row.get("exitcode") or "").strip() or None,
             "restarts": int(restarts) if restarts.isdigit() else None,
             "pending_reason": ((row.get("reason") or "").strip() or None) if state == "pending" else None,
-            "name": (row.get("jobname") or "").strip() or None, "source": SOURCE,
+            "name": (row.get("jobname") or "").strip() or None, "source": SOURCE, "gres_type": types,
         })
     if names is None:
         raise InputError("no sacct -P output found: expected rows of fields separated by '|', with a header line "

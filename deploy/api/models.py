@@ -569,11 +569,19 @@ class Fragmentation(BaseModel):
 class PlacementRequest(BaseModel):
     gpus: int = Field(1, ge=1, le=64, description="GPUs the task needs (per pod, for a gang of pods)")
     pods: int = Field(1, ge=1, le=512, description="pods of a gang, each of `gpus` whole GPUs, placed all at once "
-                                                   "inside one group of [topology] keep_within (clique or rack)")
+                                                   "inside one group of [topology] keep_within (clique or rack), "
+                                                   "on one GPU model unless mix_models")
     gpu_fraction: float | None = Field(None, gt=0, le=1, description="part of one GPU (a shared GPU; gpus must be 1)")
     mig_profile: str | None = Field(None, max_length=32, pattern=r"^\d+g\.\d+gb$",
                                     description="a MIG profile, e.g. 1g.10gb (gpus must be 1)")
-    gpu_model: list[str] | None = Field(None, max_length=16, description="allowed GPU models (rate-card names)")
+    gpu_model: list[str] | None = Field(
+        None, max_length=16, description="allowed GPU models: rate-card names (H100, A100-80GB) or the Kueue flavor "
+                                         "names gpuledger emits for them (h100, a100-80gb), in any case; a name that "
+                                         "is neither a catalogue model nor a model present is a 422 naming those "
+                                         "present")
+    mix_models: bool = Field(False, description="let a gang's pods (`pods` > 1) go to different GPU models; by "
+                                                "default every pod of a gang is on one model, since a "
+                                                "data-parallel job steps at its slowest card")
     limit: int = Field(10, ge=1, le=1000, description="how many ranked candidates to return")
     scheduler: Literal["kueue", "kai"] | None = Field(
         None, description="answer with the pod-set annotations that keep the job inside [topology] keep_within's "
@@ -594,19 +602,44 @@ class PlacementCandidate(BaseModel):
 
 class GangPod(BaseModel):
     node: str = Field(description="the node the pod goes to")
+    gpu_model: str | None = Field(description="the node's GPU model (catalogue name)")
     gpus: list[str] = Field(description="its GPUs (UUIDs)")
     within_island: bool | None = Field(description="all of them in one NVLink island; null: topology unknown")
     island: int | None = Field(description="the island taken, when within one")
+
+
+class GangGroupTried(BaseModel):
+    group: str = Field(description="the clique or rack ('cluster' for island and node)")
+    gpu_model: str | None = Field(description="the GPU model of the group's nodes tried; null with mix_models "
+                                              "(every allowed model of the group together)")
+    nodes: int = Field(description="nodes of the group (of that model)")
+    gpus_free: int = Field(description="GPUs free on them now")
+    pods_fit: int = Field(description="pods of the gang they could take now, each pod's GPUs on one node")
+    fits: bool = Field(description="true: it takes every pod of the gang")
+    chosen: bool = Field(description="true: the group the gang is placed in")
+    fragmentation_added_gpus: float | None = Field(description="when it fits: the cluster's fragmented GPUs the "
+                                                               "gang would add there; null otherwise")
+    reason: str = Field(description="why it was chosen or not, e.g. 'room for 1 of 2 pods now: 1 GPU(s) free on "
+                                    "1 node(s), and each pod needs 1 GPU(s) on one node'")
 
 
 class GangPlacement(BaseModel):
     pods: int = Field(description="pods asked for")
     scope: str = Field(description="what the gang is kept inside ([topology] keep_within): clique or rack keep "
                                    "every pod in one; island and node, each pod inside one island of its node")
+    mix_models: bool = Field(description="as asked: false keeps every pod on one GPU model")
     group: str | None = Field(description="the clique or rack chosen ('cluster' for island and node); null: none")
+    gpu_model: str | None = Field(description="the GPU model every pod is on; null when none is placed or (with "
+                                              "mix_models) the pods are on several")
     placed: list[GangPod] = Field(description="where each pod goes; [] when no group takes them all")
-    groups_considered: int = Field(description="groups with at least one node known to be in them")
+    reason: str | None = Field(description="why the gang is not placed (the groups tried say each one's); null "
+                                           "when placed")
+    groups_considered: int = Field(description="groups tried: each clique or rack (or the cluster) with a node of "
+                                               "an allowed model known to be in it, once per GPU model unless "
+                                               "mix_models")
     groups_fitting: int = Field(description="of them, those that take the whole gang now")
+    tried: list[GangGroupTried] = Field(description="every group tried, the chosen first, then those closest to "
+                                                    "taking the gang: how many pods each could take and why not")
     nodes_without_group: list[str] = Field(description="nodes whose clique or rack is unknown: never placed on")
     fragmentation_added_gpus: float | None = Field(description="the cluster's fragmented GPUs added by the gang")
 
@@ -621,8 +654,9 @@ class PlacementAnswer(BaseModel):
                                          "islands are reported, not ranked by")
     annotations: dict[str, str] = Field(description="pod-set annotations for the scheduler asked ({} when none)")
     reason: str | None = Field(None, description="why there is no candidate")
-    gang: GangPlacement | None = Field(None, description="for `pods` > 1: the gang's placement (candidates are "
-                                                         "then the first pod's)")
+    gang: GangPlacement | None = Field(None, description="for `pods` > 1 (null otherwise): the gang's placement, "
+                                                         "or why there is none (candidates are then the first "
+                                                         "pod's)")
 
 
 class JobRow(BaseModel):
@@ -1148,6 +1182,13 @@ class WhatIfAnswer(BaseModel):
     notes: list[str] = Field(description="what is worth knowing about the configurations (an over-commitment in "
                                          "force, GPUs a Kueue cohort has no quota for, Slurm's lack of guarantees)")
     seconds: float = Field(description="how long the replays took")
+    calibrated: bool = Field(description="whether the replay of the quotas in force gives back the measured p95 wait "
+                                         "of every team with [whatif] backtest_min_jobs jobs, within tolerance: "
+                                         "false, and the difference is not an effect to act on")
+    backtest: dict[str, Any] | None = Field(description="the replay of the quotas in force against the record: per "
+                                                        "team and per (team, GPU model), jobs, started, wait "
+                                                        "p50/p95/mean and GPU-hours, measured and replayed, the p95 "
+                                                        "error, the tolerance and the worst team")
 
 
 class PlacementWhatIfRequest(BaseModel):

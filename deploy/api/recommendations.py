@@ -73,11 +73,17 @@ def export_plan(caller: ClusterCaller, store: StoreDep, config: ConfigDep, targe
                 status: ExportStatus = Query(DEFAULT_STATUS, description="accepted (the default): only advice an "
                                              "admin accepted; open: proposed too, to review the plan it would make"),
                 format: ExportFormat = Query("native", description="native: YAML, or a shell script for slurm; "
-                                                                   "json: the objects as JSON")) -> PlainTextResponse:
+                                                                   "json: the objects as JSON"),
+                fill: bool = Query(False, description="share out by the teams' shares the GPUs accepted advice "
+                                                      "leaves under no guarantee, instead of answering 422")
+                ) -> PlainTextResponse:
     """The quota plan as the target scheduler's objects: each team's share, and its guarantee and limit per GPU
     model as the recommendations chosen by `status` would set them (the numbers in force elsewhere). The same as
-    `gpuledger emit --target T`; to get only changes against the objects that exist, use `emit --current`."""
-    exported = export(store, config, target, status)
+    `gpuledger emit --target T`; to get only changes against the objects that exist, use `emit --current`. The
+    native text opens with a header: when and from which advice it was made, every adjustment made so that it can
+    be applied (and for Kueue the Configuration fragment it needs). A plan that would strand GPUs or could not
+    start a job shape of the policy window answers 422 naming the model and the shortfall."""
+    exported = export(store, config, target, status, fill=fill)
     return PlainTextResponse(exported[format], media_type="application/json" if format == "json"
                              else exported.media_type)
 

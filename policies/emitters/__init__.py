@@ -5,11 +5,18 @@
 `[topology] scheduler_objects` is on. Given the objects that exist now (`current`: for
 Kubernetes a YAML dump such as `kubectl get queues -o yaml`, for Slurm `sacctmgr -P show assoc` output),
 an emitter outputs only the objects that change, each with every field gpuledger does not own kept as it is.
+
+Every plan's text opens with a header of comments (`plan_header`): when it was made (UTC), from which advice
+(each recommendation's id and status) or, with none, that it is the quotas in force unchanged, and every
+adjustment gpuledger made so it can be applied (quota_plan.py `applicable_plan`). The JSON format holds the
+objects only.
 """
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
+from datetime import timezone
 from typing import Any, Callable, Protocol
 
 import yaml
@@ -28,6 +35,7 @@ class Emitted:
     objects: list[dict[str, Any]]
     text: str
     media_type: str
+    header: str = ""  # the comment lines the text opens with (plan_header)
 
 
 class Emitter(Protocol):
@@ -64,6 +72,38 @@ def check_k8s_names(plan: QuotaPlan) -> None:
 
 
 TARGETS = ("kai", "kueue", "volcano", "slurm")
+SCHEDULERS = {"kai": "KAI-Scheduler", "kueue": "Kueue", "volcano": "Volcano", "slurm": "Slurm"}
+
+
+def advice_label(statuses: tuple[str, ...]) -> str:
+    """`accepted`, or `open (proposed or accepted)`: which advice a plan was asked to apply."""
+    return "accepted" if tuple(statuses) == ("accepted",) else f"open ({' or '.join(statuses)})"
+
+
+def plan_header(plan: QuotaPlan, target: str, more: list[str] | None = None) -> list[str]:
+    """The lines every plan's text opens with, as comments: what made it and from what, and each adjustment."""
+    made = plan.made.astimezone(timezone.utc) if plan.made.tzinfo else plan.made
+    lines = [f"gpuledger quota plan for {SCHEDULERS.get(target, target)}, made {made:%Y-%m-%d %H:%M:%S} UTC."]
+    label = advice_label(plan.statuses)
+    if plan.advice:
+        lines.append(f"From {label} advice: the recommendations below; the quotas in force for everything else.")
+        lines += [f"  - recommendation {a}" for a in plan.advice]
+    else:
+        lines.append(f"No {label} advice: these are the quotas in force (the last applied decision, else the site "
+                     f"config), unchanged.")
+    if plan.adjustments:
+        lines.append("Adjusted so that the plan can be applied:")
+        lines += [f"  - {a}" for a in plan.adjustments]
+    return lines + (more or [])
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def comment(lines: list[str]) -> str:
+    """`lines` as `# ` comments for YAML or a shell script; a control character (a newline in a hostile name) is
+    shown as `?`, so nothing a name holds can end the comment."""
+    return "".join(f"# {_UNPRINTABLE.sub('?', line)}".rstrip() + "\n" for line in lines)
 
 
 # --- Kubernetes objects: shared by the kai, kueue and volcano emitters ---------------------------------------
@@ -109,8 +149,11 @@ def deep_merge(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, An
     return merged
 
 
-def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
-    return obj.get("apiVersion", "").split("/")[0], obj.get("kind", ""), obj.get("metadata", {}).get("name", "")
+def _key(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    """An object's identity: group, kind, namespace (none for a cluster-scoped kind) and name."""
+    metadata = obj.get("metadata", {})
+    return (obj.get("apiVersion", "").split("/")[0], obj.get("kind", ""), metadata.get("namespace") or "",
+            metadata.get("name", ""))
 
 
 def changes(desired: list[dict[str, Any]], current_text: str | None,
@@ -157,6 +200,12 @@ def _clean(obj: dict[str, Any]) -> dict[str, Any]:
 
 def render_yaml(objects: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(objects, sort_keys=False) if objects else ""
+
+
+def yaml_text(header: str, objects: list[dict[str, Any]], current: str | None) -> str:
+    """A Kubernetes plan's text: its header, then the objects. Against `current` with nothing to change, nothing at
+    all (there is no plan to apply, and `kubectl apply` of an empty input changes nothing either way)."""
+    return "" if current is not None and not objects else header + render_yaml(objects)
 
 
 def count(value: float) -> int | float:

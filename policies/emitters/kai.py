@@ -8,7 +8,8 @@ and limit are its children's sums (its limit capped at the cluster). New queues 
 """
 from __future__ import annotations
 
-from gpuledger.policies.emitters import Emitted, changes, check_k8s_names, count, k8s_object, render_yaml
+from gpuledger.policies.emitters import (Emitted, changes, check_k8s_names, comment, count, k8s_object,
+                                        plan_header, yaml_text)
 from gpuledger.policies.quota_plan import QuotaPlan, k8s_name
 
 API_VERSION = "scheduling.run.ai/v2"
@@ -52,4 +53,5 @@ class KaiEmitter:
                                       team.guarantee.get(model, 0.0), plan.limit_of(team, model), team.share,
                                       f"{team.team} {model}"))
         objects = changes(objects, current, owned=_owned_only)
-        return Emitted(objects, render_yaml(objects), "application/yaml")
+        header = comment(plan_header(plan, self.target))
+        return Emitted(objects, yaml_text(header, objects, current), "application/yaml", header)

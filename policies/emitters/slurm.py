@@ -1,10 +1,14 @@
 """Slurm: a `sacctmgr -i` script (and the same as JSON records) for accounts, shares and GPU limits.
 
 An account per department and per team (`parent=` its department): `fairshare=` the team's share (an integer,
-at least 1) and `GrpTRES=gres/gpu:<model>=N` its limit per GPU model, a hard cap on the GPUs its jobs hold at
-once. Slurm has no guarantee: fairshare and priority decide who gets idle GPUs first. GPU types are the
-models in lower case (`h100`, `a100-80gb`): they must match `Type=` in gres.conf, and AccountingStorageTRES
-must list each `gres/gpu:<type>`. Setting one TRES leaves a limit's other TRES (cpu, mem) as they are.
+at least 1) and `GrpTRES=gres/gpu:<type>=N` its limit per GPU type, a hard cap on the GPUs its jobs hold at
+once, written for every type the team has an entry for (a limit of all the type's GPUs caps nothing, but
+written it replaces a lower GrpTRES in force: a plan must never leave a team capped below what it gives). Slurm has
+no guarantee: fairshare and priority decide who gets idle GPUs first. GPU types are named as the site names
+them (`gres.conf Type=`): the type sacct's AllocTRES recorded for the model's jobs (`gres/gpu:a100=4`), else
+`[slurm_gres]`, else the model in lower case (`h100`, `a100-80gb`); models of one type share its limit.
+AccountingStorageTRES must list each `gres/gpu:<type>`. Setting one TRES leaves a limit's other TRES (cpu, mem)
+as they are.
 
 With `current`, the output of `sacctmgr -nP show assoc format=Account,User,ParentName,Fairshare,GrpTRES`,
 only accounts that are missing or whose share or GPU limits differ are in the script.
@@ -19,14 +23,20 @@ import shlex
 from typing import Any
 
 from gpuledger.collector.errors import InputError
-from gpuledger.policies.emitters import Emitted
+from gpuledger.policies.emitters import Emitted, comment, plan_header
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
 
 CURRENT_FORMAT = "Account,User,ParentName,Fairshare,GrpTRES"
 
 
 def gres_type(model: str) -> str:
+    """A model's GPU type where nothing recorded names it: the model in lower case."""
     return model.lower().replace(" ", "-")
+
+
+def gres_of(plan: QuotaPlan, model: str) -> str:
+    """The GPU type Slurm names the model's GPUs by: the plan's (quota_plan.py `applicable_plan`), else the model's."""
+    return plan.gres[model][0] if model in plan.gres else gres_type(model)
 
 
 def fairshare(share: float) -> int:
@@ -70,7 +80,7 @@ def _records(plan: QuotaPlan) -> list[dict[str, Any]]:
         if team.parent:
             _sacctmgr_name(team.parent, "the department")
         for model in team.models():
-            _sacctmgr_name(gres_type(model), "the GPU type")
+            _sacctmgr_name(gres_of(plan, model), "the GPU type")
     records = []
     for department, teams in sorted(plan.departments().items()):
         records.append({"account": department, "parent": None, "fairshare": fairshare(sum(t.share for t in teams)),
@@ -82,7 +92,27 @@ def _records(plan: QuotaPlan) -> list[dict[str, Any]]:
 
 
 def _gpu_limits(team: TeamPlan, plan: QuotaPlan) -> dict[str, int]:
-    return {f"gres/gpu:{gres_type(m)}": int(plan.limit_of(team, m)) for m in team.models()}
+    """The team's GrpTRES per GPU type: its limits of the type's models summed."""
+    limits: dict[str, float] = {}
+    for model in team.models():
+        kind = f"gres/gpu:{gres_of(plan, model)}"
+        limits[kind] = limits.get(kind, 0.0) + plan.limit_of(team, model)
+    return {kind: int(limit) for kind, limit in limits.items()}
+
+
+def _header(plan: QuotaPlan, records: list[dict[str, Any]]) -> list[str]:
+    """The Slurm plan's own header lines: which GPU types, and where GrpTRES is set and where not."""
+    capped = [f"{r['account']} {','.join(f'{k}={v}' for k, v in sorted(r['grp_tres'].items()))}"
+              for r in records if r["grp_tres"]]
+    lines = ["fairshare = the team's share. GrpTRES = a team's GPU limit per GPU type (a limit of all the type's GPUs",
+             "caps nothing; it is written so that a lower GrpTRES in force is replaced)."]
+    lines.append("GrpTRES set: " + "; ".join(capped) if capped else "GrpTRES set: none (no team has a GPU entry).")
+    models = sorted(set(plan.capacity) | {m for t in plan.teams for m in t.models()})
+    lines.append("GPU types (gres.conf Type=; AccountingStorageTRES must list each gres/gpu:<type>):")
+    for model in models:
+        basis = plan.gres[model][1] if model in plan.gres else "the model's name: the plan names no type"
+        lines.append(f"  - {model}: {gres_of(plan, model)} ({basis})")
+    return lines
 
 
 def _arg(key: str, value: object) -> str:
@@ -111,7 +141,8 @@ class SlurmEmitter:
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
         existing = parse_current(current) if current is not None else None
         out = []
-        for record in _records(plan):
+        records = _records(plan)
+        for record in records:
             if existing is None:
                 out.append({**record, "action": "add"})
                 continue
@@ -122,11 +153,13 @@ class SlurmEmitter:
             changed = {k: v for k, v in record["grp_tres"].items() if now["grp_tres"].get(k) != str(v)}
             if changed or now["fairshare"] != str(record["fairshare"]):
                 out.append({**record, "grp_tres": changed, "action": "modify"})
-        lines = ["#!/bin/sh", f"# gpuledger quota plan for Slurm, made {plan.made:%Y-%m-%d %H:%M} UTC.",
-                 "# fairshare = the team's share; GrpTRES = its GPU limit per type (gres.conf Type=)."]
+        notes = _header(plan, records)
         if existing is None:
-            lines.append("# 'add' creates an account that is missing; for one that exists sacctmgr adds nothing.")
+            notes.append("'add' creates an account that is missing; for one that exists sacctmgr adds nothing.")
+        header = comment(plan_header(plan, self.target, notes))
+        lines = []
         for record in out:
             lines += _line(record)
-        return Emitted(out, "\n".join(lines) + "\n", "text/x-shellscript")
+        text = "#!/bin/sh\n" + header + "".join(line + "\n" for line in lines)
+        return Emitted(out, text, "text/x-shellscript", header)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuledger.analytics.config import TopologyConfig, is_label_key, topology_problem
 from gpuledger.collector.errors import InputError
-from gpuledger.policies.emitters import Emitted, Emitter, changes, k8s_object, render_yaml
+from gpuledger.policies.emitters import Emitted, Emitter, changes, k8s_object, yaml_text
 from gpuledger.policies.quota_plan import QuotaPlan
 
 API_VERSIONS = {"kueue": "kueue.x-k8s.io/v1beta2", "kai": "kai.scheduler/v1alpha1"}  # each CRD's served version
@@ -95,4 +95,4 @@ class TopologyEmitter:
 
         emitted = self.inner.emit(plan, current)
         objects = changes(desired, current, merge=merge) + emitted.objects
-        return Emitted(objects, render_yaml(objects), emitted.media_type)
+        return Emitted(objects, yaml_text(emitted.header, objects, current), emitted.media_type, emitted.header)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuledger.policies.emitters import (GPU_RESOURCE, Emitted, changes, check_k8s_names, k8s_object, quantity,
-                                        render_yaml)
+from gpuledger.policies.emitters import (GPU_RESOURCE, Emitted, changes, check_k8s_names, comment, k8s_object,
+                                        plan_header, quantity, yaml_text)
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, k8s_name
 
 API_VERSION = "scheduling.volcano.sh/v1beta1"
@@ -53,7 +53,8 @@ class VolcanoEmitter:
                                   team.total_guarantee(), plan.total_limit([team]), team.share,
                                   self._reserved(team), team.guarantee))
         objects = changes(objects, current)
-        return Emitted(objects, render_yaml(objects), "application/yaml")
+        header = comment(plan_header(plan, self.target))
+        return Emitted(objects, yaml_text(header, objects, current), "application/yaml", header)
 
     @staticmethod
     def _reserved(team: TeamPlan) -> float:

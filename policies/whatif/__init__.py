@@ -27,6 +27,7 @@ from gpuledger.collector.errors import InputError
 from gpuledger.policies.quota import QuotaAdvice
 from gpuledger.policies.quota_plan import QuotaPlan, build_plan
 from gpuledger.policies.recommendation import APPLIED, OPEN, stored
+from gpuledger.policies.whatif.backtest import Backtest, backtest
 from gpuledger.policies.whatif.engine import Quotas, SchedulerModel, Simulation
 from gpuledger.policies.whatif.kai_like import KaiLike
 from gpuledger.policies.whatif.kueue_like import KueueLike
@@ -137,6 +138,7 @@ class WhatIf:
     quotas: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    backtest: Backtest | None = None  # the replay of the quotas in force against the record
 
     def difference(self) -> dict[str, dict[str, float | None]]:
         """proposed - current, per team and figure (null where either is unknown)."""
@@ -152,7 +154,9 @@ class WhatIf:
                 "jobs": len(self.workload.jobs), "assumptions": self.workload.notes(), "quotas": self.quotas,
                 "configurations": {c: {"teams": self.figures[c], "utilisation": self.utilisation[c]}
                                    for c in CONFIGURATIONS},
-                "difference": self.difference(), "notes": self.notes, "seconds": round(self.seconds, 3)}
+                "difference": self.difference(), "notes": self.notes, "seconds": round(self.seconds, 3),
+                "calibrated": self.backtest.calibrated if self.backtest else False,
+                "backtest": self.backtest.to_dict() if self.backtest else None}
 
 
 def quantile_or_none(values: list[float], q: float) -> float | None:
@@ -231,12 +235,17 @@ def compare(workload: Workload, start: datetime, end: datetime, plans: dict[str,
     began = time.perf_counter()
     length = (end - start).total_seconds()
     figures, utilisation, notes = {}, {}, []
+    tested: Backtest | None = None
     for name in CONFIGURATIONS:
         notes += (check_plan(plans[name], capacity[name], model, PROPOSAL, promised(plans["current"]))
                   if name == "proposed" else check_plan(plans[name], capacity[name], model, IN_FORCE))
         jobs, horizon = replay(workload, capacity[name], plans[name], model, config.whatif, length,
                                half_life_s(config), usage)
         figures[name] = figures_of(jobs, horizon)
+        if name == "current":
+            tested = backtest(workload.jobs, jobs, length, config.whatif)
+            if not tested.calibrated:
+                notes.append(f"uncalibrated: {tested.why_not()}; the difference below is not an effect to act on")
         notes += never_started(jobs, plans[name], capacity[name], model,
                                PROPOSAL if name == "proposed" else IN_FORCE)
         gpus = sum(capacity[name].values())
@@ -259,7 +268,7 @@ def compare(workload: Workload, start: datetime, end: datetime, plans: dict[str,
         notes.append("Slurm has no guarantee: under the Slurm-like model only limits (GrpTRES) and shares change "
                      "what runs")
     return WhatIf(model, start, end, capacity, workload, figures, utilisation, rows, merged(notes),
-                  time.perf_counter() - began)
+                  time.perf_counter() - began, tested)
 
 
 def merged(notes: list[str]) -> list[str]:
@@ -287,6 +296,7 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
     model -> GPUs: the proposal's inventory, for "buy 16 H200s" or "retire the A100s")."""
     model = model or config.whatif.model
     scheduler_model(model, config.whatif)  # an unknown model fails before any work
+    config, reported = in_force(store, config)
     if not end > start:
         raise InputError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
     present = present_capacity(store, end)
@@ -314,8 +324,23 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
              "proposed": replace(plans["proposed"], capacity={**plans["proposed"].capacity, **proposed_capacity})}
     answer = compare(workload, start, end, plans, {"current": present, "proposed": proposed_capacity}, model, config,
                      starting_usage(store, config, start))
-    answer.notes[:0] = clipped + advised
+    answer.notes[:0] = clipped + advised + reported
     return answer
+
+
+SCHEDULER_RECLAIM = "scheduler.kueue_reclaim"  # store meta: reclaimWithinCohort as the scheduler reports it
+
+
+def in_force(store: Store, config: Config) -> tuple[Config, list[str]]:
+    """`config` with what the scheduler itself reports in place of the config's guess: the config holds only where
+    nothing is read. Today that is the Kueue cohort's reclaimWithinCohort (store meta SCHEDULER_RECLAIM, recorded by
+    whatever read the scheduler; the demo's simulated site records its own)."""
+    reported = store.meta(SCHEDULER_RECLAIM)
+    if reported not in (None, config.whatif.kueue_reclaim):
+        note = (f"reclaimWithinCohort is {reported!r} as the scheduler reports it ([whatif] kueue_reclaim "
+                f"{config.whatif.kueue_reclaim!r} applies only where nothing is read)")
+        return replace(config, whatif=replace(config.whatif, kueue_reclaim=reported)), [note]
+    return config, []
 
 
 def half_life_s(config: Config) -> float:
@@ -367,5 +392,5 @@ def default_window(config: Config, end: datetime, days: float | None = None) -> 
     return end - timedelta(days=days if days is not None else config.quota.window_days), end
 
 
-__all__ = ["run_whatif", "compare", "WhatIf", "FIGURES", "CONFIGURATIONS", "ALL_TEAMS", "edited_plan",
+__all__ = ["run_whatif", "compare", "WhatIf", "SCHEDULER_RECLAIM", "in_force", "FIGURES", "CONFIGURATIONS", "ALL_TEAMS", "edited_plan",
            "current_plan", "quotas_of", "replay", "figures_of", "default_window"]

@@ -42,6 +42,7 @@ class SimJob:
     preemptions: int = 0
     lost_gpu_s: float = 0.0  # GPU-seconds of work thrown away by preemptions
     served_gpu_s: float = 0.0  # GPU-seconds it ran inside the window, kept or lost
+    recorded_start: float | None = None  # when the record says it started (None: it had not): the backtest's truth
 
 
 # what the replay assumed or left out, by name; shown with every answer
@@ -86,7 +87,7 @@ def workload_of(records: pd.DataFrame, start: datetime, end: datetime, capacity:
             continue
         if began is not None and began < 0:  # running as the window opens
             finish = ended if ended is not None and ended <= length else length
-            rows.append((row, 0.0, max(finish, 0.0), True))
+            rows.append((row, 0.0, max(finish, 0.0), True, 0.0))
             assumed["running_at_start"] += 1
             assumed["run_censored"] += ended is None or ended > length
             continue
@@ -95,18 +96,18 @@ def workload_of(records: pd.DataFrame, start: datetime, end: datetime, capacity:
         if submit < 0:
             assumed["waiting_at_start"] += 1
         if began is None:
-            rows.append((row, submit, None, False))
+            rows.append((row, submit, None, False, None))
         else:
             censored = ended is None or ended > length
             assumed["run_censored"] += censored
-            rows.append((row, submit, (length if censored else ended) - began, False))
+            rows.append((row, submit, (length if censored else ended) - began, False, began))
     teams_models = Counter((row.team, row.gpu_model) for row, *_ in rows if isinstance(row.gpu_model, str))
-    runs = [(row.team, run) for row, _, run, at_start in rows if run is not None and not at_start]
+    runs = [(row.team, run) for row, _, run, at_start, _ in rows if run is not None and not at_start]
     every = float(np.median([r for _, r in runs])) if runs else 3600.0
     by_team = {team: float(np.median([r for t, r in runs if t == team])) for team in {t for t, _ in runs}}
     widest = max(capacity, key=lambda m: (capacity[m], m)) if capacity else None
     jobs = []
-    for row, submit, run, at_start in rows:
+    for row, submit, run, at_start, began in rows:
         model = row.gpu_model if isinstance(row.gpu_model, str) else None
         if model is None:
             asked = [(n, m) for (t, m), n in teams_models.items() if t == row.team and m in capacity]
@@ -120,5 +121,5 @@ def workload_of(records: pd.DataFrame, start: datetime, end: datetime, capacity:
             run = by_team.get(row.team, every)
             assumed["run_assumed"] += 1
         jobs.append(SimJob(len(jobs), str(row.job_id), str(row.team), model, gpus, float(submit), float(run),
-                           str(row.workload_class), running_at_start=at_start))
+                           str(row.workload_class), running_at_start=at_start, recorded_start=began))
     return Workload(jobs, assumed)
