@@ -2,7 +2,11 @@
 packages, every port on 127.0.0.1, every file in a temporary folder, all stopped again at the end.
 
 Two GPU types are configured (2 x `h100`, 1 x `l4`) on character devices that exist everywhere, so
-GrpTRES limits on `gres/gpu:<type>` can be set and jobs can ask for GPUs without a GPU. Slurm's clients take
+GrpTRES limits on `gres/gpu:<type>` can be set and jobs can ask for GPUs without a GPU. A larger cluster (the
+at-scale calibration, tests/test_slurm_scale.py) takes more such devices (DEVICE_FILES, up to six GPUs), more
+CPUs than the host has (slurmd takes the configured ones: SlurmdParameters=config_overrides), a node (a slurmd of
+its own, `slurmd -N`) and a partition per GPU type, and lines of slurm.conf of its own; the defaults write the
+configuration above unchanged. Slurm's clients take
 munge's default socket (they ignore AuthInfo for the accounting connection), so a munged already answering
 there is used as it is; otherwise one is started on it with a key of its own and stopped afterwards.
 """
@@ -22,6 +26,9 @@ PROGRAMS = ("munged", "munge", "unmunge", "mariadbd", "mariadb-install-db", "slu
             "sacctmgr", "sshare", "sbatch", "sinfo", "scontrol")
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 GPU_DEVICES = {"h100": "/dev/null,/dev/zero", "l4": "/dev/full"}
+# character devices every Linux (and container) has, handed out in turn as GPUs when a cluster asks for counts
+# (Slurm 22.05 reports a count-only gres/gpu as none)
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 
 def missing_programs() -> list[str]:
@@ -37,8 +44,23 @@ def _munge_works() -> bool:
 
 
 class SlurmCluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, gpus: dict[str, int] | None = None, cpus: int | None = None,
+                 per_type: bool = False, extra_conf: str = "") -> None:
+        """`gpus`: GPU type -> count, on DEVICE_FILES in turn (default: GPU_DEVICES); `cpus`: the node's
+        CPUs (default 2, as the host is taken to have), per node; `per_type`: a node `gpu-<type>` and a partition
+        `<type>` per GPU type (the first the default) in place of the one node and `debug` partition: slurmctld's
+        main scheduler, once a job waits for resources, starts nothing more on its partition's nodes until
+        backfill, so one node of two GPU types would hold up one type's jobs behind the other's;
+        `extra_conf`: more slurm.conf lines."""
         self.root = root
+        self.devices = dict(GPU_DEVICES)
+        if gpus:
+            if sum(gpus.values()) > len(DEVICE_FILES):
+                raise ValueError(f"at most {len(DEVICE_FILES)} GPUs: one device file each")
+            files = iter(DEVICE_FILES)
+            self.devices = {t: ",".join(next(files) for _ in range(n)) for t, n in gpus.items()}
+        self.cpus, self.per_type, self.extra_conf = cpus, per_type, extra_conf
+        self.node_ports = {t: free_port() for t in self.devices} if per_type else {}
         self.host = socket.gethostname()
         self.ports = {name: free_port() for name in ("mysql", "dbd", "ctld", "slurmd")}
         self.conf = root / "slurm.conf"
@@ -64,6 +86,14 @@ class SlurmCluster:
         self.run("sacctmgr", "-i", "add", "cluster", "gpuledger")
         self.run("slurmctld", "-f", str(self.conf))
         self.pids.append(self.root / "slurmctld.pid")
+        if self.per_type:
+            for kind in self.node_ports:
+                self.run("slurmd", "-N", f"gpu-{kind}", "-f", str(self.conf))
+                self.pids.append(self.root / f"slurmd-gpu-{kind}.pid")
+            wait_until(lambda: sorted(self.run("sinfo", "-N", "-h", "-o", "%N %T", check=False).stdout.split())
+                       == sorted([f"gpu-{t}" for t in self.node_ports] + ["idle"] * len(self.node_ports)), 60,
+                       "nodes idle")
+            return self
         self.run("slurmd", "-f", str(self.conf))
         self.pids.append(self.root / "slurmd.pid")
         wait_until(lambda: "idle" in self.run("sinfo", "-h", "-o", "%T", check=False).stdout, 60, "node idle")
@@ -110,6 +140,23 @@ LogFile={root / 'log' / 'slurmdbd.log'}
 PidFile={root / 'slurmdbd.pid'}
 """)
         dbd.chmod(0o600)
+        counts = {t: len(d.split(",")) for t, d in self.devices.items()}
+        nodes = (f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus or 2} "
+                 f"Gres={','.join(f'gpu:{t}:{n}' for t, n in counts.items())} State=UNKNOWN\n"
+                 "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        spool, slurmd_pid, slurmd_log = root / "spool", root / "slurmd.pid", root / "log" / "slurmd.log"
+        if self.per_type:
+            spool, slurmd_pid, slurmd_log = root / "spool-%n", root / "slurmd-%n.pid", root / "log" / "slurmd-%n.log"
+            for t in counts:
+                (root / f"spool-gpu-{t}").mkdir(exist_ok=True)
+            nodes = "\n".join(
+                [f"NodeName=gpu-{t} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={self.node_ports[t]} "
+                 f"CPUs={self.cpus or 2} Gres=gpu:{t}:{n} State=UNKNOWN" for t, n in counts.items()]
+                + [f"PartitionName={t} Nodes=gpu-{t} Default={'YES' if i == 0 else 'NO'} MaxTime=INFINITE State=UP"
+                   for i, t in enumerate(counts)])
+        extra = "".join(line.strip() + "\n" for line in self.extra_conf.splitlines() if line.strip())
+        if self.cpus and self.cpus > 2:  # more CPUs than the host may have: slurmd takes slurm.conf's
+            extra = "SlurmdParameters=config_overrides\n" + extra
         self.conf.write_text(f"""ClusterName=gpuledger
 SlurmctldHost={self.host}(127.0.0.1)
 SlurmctldPort={ports['ctld']}
@@ -118,11 +165,11 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 StateSaveLocation={root / 'state'}
-SlurmdSpoolDir={root / 'spool'}
+SlurmdSpoolDir={spool}
 SlurmctldPidFile={root / 'slurmctld.pid'}
-SlurmdPidFile={root / 'slurmd.pid'}
+SlurmdPidFile={slurmd_pid}
 SlurmctldLogFile={root / 'log' / 'slurmctld.log'}
-SlurmdLogFile={root / 'log' / 'slurmd.log'}
+SlurmdLogFile={slurmd_log}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -133,7 +180,7 @@ SelectTypeParameters=CR_Core
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort={ports['dbd']}
-AccountingStorageTRES=gres/gpu,{','.join(f'gres/gpu:{t}' for t in GPU_DEVICES)}
+AccountingStorageTRES=gres/gpu,{','.join(f'gres/gpu:{t}' for t in counts)}
 AccountingStorageEnforce=associations,limits
 PriorityType=priority/multifactor
 PriorityDecayHalfLife=7-0
@@ -141,11 +188,11 @@ PriorityCalcPeriod=1
 PriorityWeightFairshare=10000
 GresTypes=gpu
 ReturnToService=2
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs=2 Gres={','.join(f'gpu:{t}:{len(d.split(","))}' for t, d in GPU_DEVICES.items())} State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-""")
-        (root / "gres.conf").write_text("".join(f"NodeName={self.host} Name=gpu Type={t} File={d}\n"
-                                                for t, d in GPU_DEVICES.items()))
+{nodes}
+{extra}""")
+        (root / "gres.conf").write_text("".join(
+            f"NodeName={f'gpu-{t}' if self.per_type else self.host} Name=gpu Type={t} File={d}\n"
+            for t, d in self.devices.items()))
 
     def stop(self) -> None:
         for pid_file in reversed(self.pids):
