@@ -4,7 +4,7 @@ Slurm-like what-if model's replay of its `sacct -P` record is compared, team by 
 
 The workload is fixed (generated from a fixed seed): four teams with different fair shares, two GPU types, gangs of
 two H100s, GrpTRES limits from the sacctmgr script gpuledger emits that bind (the teams' limits add up to more than twice the
-GPUs), arrivals in bursts over a minute and a half so queues form. The replay reads the jobs back from a Store the
+GPUs), arrivals in bursts over about a minute so queues form. The replay reads the jobs back from a Store the
 way `gpuledger whatif` does (sacct import, analytics/job_replay.py, policies/whatif/workload.py) and runs them under
 the same limits and shares, with the model's settings taken from the test cluster's slurm.conf.
 """
@@ -57,7 +57,7 @@ ISSUE_BAR = 0.10  # the issue's bar: each team's mean and p95 wait within 10% of
 # tightest that held across runs, with room for a slower machine.
 BOUND = 0.60
 
-BURSTS, BURST_EVERY_S = 8, 12.0
+BURSTS, BURST_EVERY_S = 6, 12.0
 
 
 def workload(seed: int = 39) -> list[dict]:
@@ -66,7 +66,7 @@ def workload(seed: int = 39) -> list[dict]:
     rng = random.Random(seed)
     jobs = []
     for burst in range(BURSTS):
-        for _ in range(14):
+        for _ in range(12):
             team = rng.choices(list(TEAMS), weights=[4, 3, 2, 2])[0]
             model = "H100" if rng.random() < 0.7 else "L4"
             gpus = 2 if model == "H100" and rng.random() < 0.2 else 1
