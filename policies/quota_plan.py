@@ -19,7 +19,8 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
-from gpuledger.analytics.config import Config
+from gpuledger.analytics.config import Config, is_namespace
+from gpuledger.analytics.plan_inputs import gres_types, job_shapes, mig_profiles, team_namespaces
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import capacity_by_model, hourly_demand
 from gpuledger.analytics.windows import utc_now
@@ -169,6 +170,11 @@ def _set(plan: TeamPlan, model: str, guarantee: float | None, limit: float | Non
 
 
 # --- a plan a scheduler can apply as is --------------------------------------------------------------------------
+def gres_type(model: str) -> str:
+    """A model's Slurm GPU type where nothing recorded names it: the model in lower case."""
+    return model.lower().replace(" ", "-")
+
+
 class PlanNotApplicable(InputError):
     """A plan a scheduler could not run as is: GPUs under no guarantee that advice left there, or a job shape the
     policy window saw that no queue of the plan could start. The message names each model and the shortfall."""
@@ -181,7 +187,6 @@ def applicable_plan(store: Store, config: Config, statuses: tuple[str, ...] = (A
     Slurm GPU types present, and checked (`fill_stranded`, `unstartable`). GPUs that the quotas in force leave under
     no guarantee are shared out by share and the header says so; GPUs that advice leaves there are refused unless
     `fill` (then shared out the same way); a job shape of the window that could not start is refused."""
-    from gpuledger.analytics.plan_inputs import gres_types, job_shapes, mig_profiles, team_namespaces
     at = at or utc_now()
     plan = build_plan(store, config, statuses, evidence, at)
     start = at - timedelta(days=config.quota.window_days)
@@ -206,7 +211,6 @@ def _namespaces(plan: QuotaPlan, config: Config, seen: pd.DataFrame) -> tuple[di
     namespaces its samples and jobs were seen in during the policy window, with those `[attribution]
     namespace_to_team` bills to it; else the namespace named like the team. Only Kubernetes namespace names count
     (a name from telemetry that is not one cannot hold a LocalQueue)."""
-    from gpuledger.analytics.config import is_namespace
     by_team: dict[str, list[str]] = {}
     for row in seen.itertuples(index=False):
         if is_namespace(row.namespace):
@@ -251,7 +255,7 @@ def _gres(plan: QuotaPlan, config: Config, recorded: pd.DataFrame) -> dict[str, 
         elif model in config.slurm_gres:
             out[model] = (config.slurm_gres[model], "[slurm_gres]")
         else:
-            out[model] = (model.lower().replace(" ", "-"), "the model's name: no sacct record or [slurm_gres] entry "
+            out[model] = (gres_type(model), "the model's name: no sacct record or [slurm_gres] entry "
                                                           "names its type")
     return out
 

@@ -4,7 +4,6 @@ applies and reads back, gpuledger's Fair Tree gives the factors `sshare -l` give
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,7 +24,7 @@ from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
 from gpuledger.policies.whatif import replay
 from gpuledger.policies.whatif.workload import workload_of
 from tests.procs import GPULEDGER, wait_until
-from tests.slurm_cluster import SlurmCluster, missing_programs
+from tests.slurm_cluster import SlurmCluster, require_slurm
 
 PLAN = QuotaPlan(teams=[TeamPlan("vision", 30, "ml", {"H100": 1}, {"H100": 2, "L4": 1}),
                         TeamPlan("nlp", 10, "ml", {"H100": 1}, {"H100": 1}),
@@ -35,12 +34,7 @@ PLAN = QuotaPlan(teams=[TeamPlan("vision", 30, "ml", {"H100": 1}, {"H100": 2, "L
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    missing = missing_programs()
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must install Slurm, munge and MariaDB (.ci/run); missing: {', '.join(missing)}")
-        pytest.skip(f"a real Slurm needs Debian's slurmctld slurmd slurmdbd munge mariadb-server; missing: "
-                    f"{', '.join(missing)}")
+    require_slurm()
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
     try:
         cluster.start()

@@ -10,7 +10,6 @@ the same limits and shares, with the model's settings taken from the test cluste
 """
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import time
@@ -28,7 +27,7 @@ from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
 from gpuledger.policies.whatif import replay
 from gpuledger.policies.whatif.workload import workload_of
 from tests.procs import GPULEDGER, wait_until
-from tests.slurm_cluster import SlurmCluster, missing_programs
+from tests.slurm_cluster import SlurmCluster, require_slurm
 
 CAPACITY = {"H100": 4, "L4": 2}
 TYPES = {"H100": "h100", "L4": "l4"}  # the Slurm GPU type (gres.conf Type=) of each model
@@ -77,12 +76,7 @@ def workload(seed: int = 39) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    missing = missing_programs()
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must install Slurm, munge and MariaDB (.ci/run); missing: {', '.join(missing)}")
-        pytest.skip(f"a real Slurm needs Debian's slurmctld slurmd slurmdbd munge mariadb-server; missing: "
-                    f"{', '.join(missing)}")
+    require_slurm()
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), gpus={TYPES[m]: n for m, n in CAPACITY.items()},
                            cpus=8, per_type=True, extra_conf=SCHEDULER)
     try:

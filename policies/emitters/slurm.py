@@ -24,14 +24,9 @@ from typing import Any
 
 from gpuledger.collector.errors import InputError
 from gpuledger.policies.emitters import Emitted, comment, plan_header
-from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
+from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, gres_type
 
 CURRENT_FORMAT = "Account,User,ParentName,Fairshare,GrpTRES"
-
-
-def gres_type(model: str) -> str:
-    """A model's GPU type where nothing recorded names it: the model in lower case."""
-    return model.lower().replace(" ", "-")
 
 
 def gres_of(plan: QuotaPlan, model: str) -> str:

@@ -27,6 +27,7 @@ from gpuledger.collector.errors import InputError
 from gpuledger.policies.quota import QuotaAdvice
 from gpuledger.policies.quota_plan import QuotaPlan, build_plan
 from gpuledger.policies.recommendation import APPLIED, OPEN, stored
+from gpuledger.policies.whatif.backtest import ALL as ALL_TEAMS
 from gpuledger.policies.whatif.backtest import Backtest, backtest
 from gpuledger.policies.whatif.engine import Quotas, SchedulerModel, Simulation
 from gpuledger.policies.whatif.kai_like import KaiLike
@@ -39,7 +40,6 @@ assert tuple(_MODELS) == WHATIF_MODELS  # the closed set is config's; every name
 CONFIGURATIONS = ("current", "proposed")
 FIGURES = ("jobs", "started", "still_waiting", "wait_p50_minutes", "wait_p95_minutes", "wait_mean_minutes",
            "completion_p50_hours", "completion_p95_hours", "gpu_hours", "preemptions", "lost_gpu_hours")
-ALL_TEAMS = "all"
 PROPOSAL, IN_FORCE, BOTH = "the proposed quotas", "the quotas in force", "both configurations"
 
 
