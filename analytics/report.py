@@ -205,11 +205,16 @@ def _recommendations(recs: pd.DataFrame, columns: list[str]) -> str:
     if recs.empty:
         return "<p><em>None.</em></p>"
     advice = recs[recs["status"] != "insufficient_data"] if "status" in recs else recs
+    parts = []
     if not advice.empty and "evidence" in advice:
         advice = advice.assign(simulated_effect=[_effect(e) for e in advice["evidence"]])
         columns = [*columns[:-1], "status", "simulated_effect", columns[-1]]
-    parts = [_table(advice[[c for c in columns if c in advice]]) if not advice.empty
-             else "<p><em>No advice with a number.</em></p>"]
+        if "alternatives" in advice and advice["alternatives"].notna().any():
+            parts.append(_savings(advice))
+            advice = advice.assign(alternatives=[_alternative(a) for a in advice["alternatives"]])
+            columns = [*columns[:-1], "alternatives", columns[-1]]
+    parts.insert(0, _table(advice[[c for c in columns if c in advice]]) if not advice.empty
+                 else "<p><em>No advice with a number.</em></p>")
     notes = _insufficient(recs)
     if not notes.empty:
         items = "".join(f"<li>not enough data for <strong>{html.escape(r.gpu_model)}</strong> ({html.escape(r.why)}):"
@@ -217,6 +222,30 @@ def _recommendations(recs: pd.DataFrame, columns: list[str]) -> str:
                         for r in notes.itertuples(index=False))
         parts.append(f"<p>No quota advice where the data is too thin:</p><ul>{items}</ul>")
     return "\n".join(parts)
+
+
+def _alternative(alternatives: object) -> str:
+    """An advice's group of alternatives (policies/alternatives.py) in a cell."""
+    if not isinstance(alternatives, dict):
+        return ""
+    counted = ", counted" if alternatives.get("counted") else ""
+    return (f"alone{counted}" if alternatives.get("of", 1) <= 1
+            else f"{alternatives.get('rank')} of {alternatives.get('of')} in {alternatives.get('group')}{counted}")
+
+
+def _savings(advice: pd.DataFrame) -> str:
+    """The potential-savings line under the advice table: each group of alternatives counted once (the advice
+    its `alternatives` marks counted); unknown, not zero, when no advice shown is priced."""
+    shown = [(a, e) for a, e in zip(advice["alternatives"], advice["evidence"])
+             if isinstance(a, dict) and isinstance(e, dict)]
+    priced = [(a, float(e["effect_usd_per_week"])) for a, e in shown if e.get("effect_usd_per_week") is not None]
+    if not priced:
+        return "<p>Potential savings: unknown (no placement advice shown prices its effect).</p>"
+    total = sum(usd for a, usd in priced if a.get("counted"))
+    groups = len({a.get("group") for a, _ in shown})
+    return (f"<p>Potential savings <strong>${total:,.2f} per week</strong>: {groups} group(s) of alternatives "
+            "(advice wanting the same free GPUs or job), each counted once, by the most valuable set of its advice "
+            "that can all be done together; quota advice is judged by waits, not dollars.</p>")
 
 
 def _effect(evidence: object) -> str:

@@ -33,6 +33,7 @@ from gpuledger.dashboard.client import (
 )
 from gpuledger.dashboard.charts import (
     BLANK,
+    alternative,
     change,
     colour_of,
     daily_bars,
@@ -869,6 +870,16 @@ with tab_recs:
                 return float(r["evidence"].get("effect_usd_per_week") or 0.0)
 
             ranked = sorted(recs, key=impact, reverse=True)
+            savings = advice.get("potential_savings") or {}
+            if savings.get("advice"):
+                total = savings.get("usd_per_week")
+                st.metric(
+                    "Potential savings",
+                    BLANK if total is None else f"${total:,.0f} per week",
+                    help="Each group of alternatives (advice wanting the same free GPUs or the same job) counted "
+                    f"once: {savings.get('basis', '')}. {len(savings.get('left_out') or [])} priced advice not "
+                    "counted because an alternative in its group is worth more.",
+                )
             table = pd.DataFrame(
                 [
                     {
@@ -880,6 +891,7 @@ with tab_recs:
                         "job": r.get("job_id"),
                         "change": change(r["kind"], r["action"]),
                         "$ per week": impact(r) or None,
+                        "alternatives": alternative(r.get("alternatives")),
                         "reason": r["reason"],
                     }
                     for r in ranked
@@ -896,6 +908,11 @@ with tab_recs:
                     ),
                     "GPU model": st.column_config.TextColumn("GPU model", help=f"{BLANK}: every model"),
                     "job": st.column_config.TextColumn("job", help=f"{BLANK}: the advice is about a team, not a job"),
+                    "alternatives": st.column_config.TextColumn(
+                        "alternatives",
+                        help="advice wanting the same free GPUs or job share a group: only one set of them can be "
+                        "done; 'counted' = in the potential-savings total",
+                    ),
                 },
             )
             token = TOKEN if WHO["may_decide"] else None

@@ -221,6 +221,17 @@ def change(kind: str, action: dict[str, Any]) -> str:
     return "; ".join(f"{k.replace('_', ' ')}: {_words(v)}" for k, v in action.items()) or BLANK
 
 
+def alternative(alternatives: dict[str, Any] | None) -> str:
+    """An advice's place among the advice it competes with, in words ("2 of 3 in alt-…, counted"); blank for
+    advice in no group (quota advice)."""
+    if not isinstance(alternatives, dict):
+        return BLANK
+    if alternatives.get("of", 1) <= 1:
+        return "alone" + (", counted" if alternatives.get("counted") else "")
+    return (f"{alternatives.get('rank')} of {alternatives.get('of')} in {alternatives.get('group')}"
+            + (", counted" if alternatives.get("counted") else ""))
+
+
 def readable(frame: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     """A table as shown: empty text cells as the blank mark (each table says what a blank means), floats
     rounded."""

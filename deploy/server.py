@@ -35,6 +35,7 @@ from gpuledger.deploy.job_loop import JobLoop
 from gpuledger.deploy.connections import ConnectionLimits, guarded_protocol
 from gpuledger.deploy.report_delivery import deliver
 from gpuledger.policies.quota import evaluate_quotas
+from gpuledger.policies.alternatives import annotate
 from gpuledger.policies.recommender import Evaluation, RecommendationService, evaluate
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,9 @@ def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str |
 
 
 def _advice(evaluation: Evaluation) -> list[dict]:
-    """What a report shows of an evaluation: its proposals and its insufficient-data notes."""
-    return [r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()]
+    """What a report shows of an evaluation: its proposals, grouped where they are alternatives
+    (policies/alternatives.py), and its insufficient-data notes."""
+    return annotate([r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()])
 
 
 def scheduled_weekly_report(store: Store, config: Config, out_dir: str | Path) -> ReportFiles | None:

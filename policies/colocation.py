@@ -173,6 +173,7 @@ def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime
             "cross_node_gbytes_s_per_gpu": measured, "nvlink_gbytes_s_per_gpu": nvl, "sm_active": sm,
             "network_gbytes_s_per_gpu": settings.network_gbytes_s_per_gpu, "nvlink_gbytes_s": float(nvlink),
             "target_basis": target.basis, "target_spare_gpus": target.spare, "target_own_gpus": target.own_gpus,
+            "free_gpus_on_target": len(free[target.node]),
             **({"target_note": target.note} if target.note else {}), **gain, "assumes": ASSUMES})
         usd = gain["effect_usd_per_week"]
         out.append(Recommendation(

@@ -121,6 +121,8 @@ def consolidate_advice(store: Store, config: Config, at: datetime, latest: datet
                       "waited_minutes": float(pending.waited_minutes), "free_gpus_on_node": free_now,
                       "most_free_gpus_on_any_node": max((len(free[n]) for n in wanted), default=0),
                       "gpus_moved": moved_gpus, "at": latest,
+                      # what the moves land on, so competing advice is seen as such (policies/alternatives.py)
+                      "free_gpus_on_targets": {n: len(free[n]) for n in sorted(set(where.values()))},
                       "job_teams": {str(pending.job_id): str(pending.team),
                                     **_job_teams(held, [j for j, _ in moves])}},
             reason=(f"{pending.job_id} has waited {pending.waited_minutes:.0f} min for {need} GPUs, and no "
@@ -170,6 +172,7 @@ def separate_advice(store: Store, config: Config, at: datetime, latest: datetime
                 evidence={"shares_gpu_with": others, "share_held": float(job.fraction),
                           "free_gpus_of_model": sum(len(free[n]) for n in free if model[n] == model[node]),
                           "latency_sensitive": list(config.placement.latency_sensitive), "at": latest,
+                          **({"free_gpus_on_target": len(free[target])} if target else {}),
                           "job_teams": _job_teams(held, [str(job.job_id), *others]),
                           **({"measured_latency": slo} if slo else {})},
                 reason=(f"{job.job_id} is latency-sensitive and shares GPU {gpu} on {node} with "

@@ -226,6 +226,14 @@ def test_every_kind_of_advice_reads_in_words(monkeypatch, live_api):
     assert mine.loc["colocate", "change"] == "run all 4 GPUs on dgx-h100-01, inside NVLink island 0"
     assert mine.loc["separate", "change"].endswith("no free GPU now")
     assert mine.loc["quota", "job"] == charts.BLANK  # no None cell
+    # the consolidation and the co-location both want dgx-h100-01's free GPUs (with the server's own advice
+    # there): one group, ranked by dollars, so the consolidation ($6,000/week) before the co-location ($5,000)
+    placed = {kind: mine.loc[kind, "alternatives"].replace(",", "").split(" ") for kind in ("colocate", "consolidate")}
+    assert placed["colocate"][4] == placed["consolidate"][4] and placed["colocate"][4].startswith("alt-")
+    assert int(placed["consolidate"][0]) < int(placed["colocate"][0])
+    assert mine.loc["quota", "alternatives"] == charts.BLANK
+    savings = next(m for m in at.metric if m.label == "Potential savings")
+    assert savings.value.startswith("$") and savings.value.endswith("per week")
     evidence = " ".join(c.value for c in at.caption if c.value.startswith("Evidence"))
     assert "dgx\\-h100\\-01\\: 2" in evidence  # a mapping in words, Markdown-escaped
 

@@ -12,7 +12,13 @@ Invariants on every scenario:
 - the bill adds up: the cost lines sum to the total, to the cent, for an admin and for a team token;
 - no physical GPU is billed over 1.0 in any minute;
 - no advice rests on a missing value (its evidence's numbers are all present);
-- no export takes away a GPU model a team used in the policy window.
+- no export takes away a GPU model a team used in the policy window;
+- placement advice that cannot all be done together shares one group id, and the savings total counts each group
+  once (the most valuable set of it that can all be done);
+- every quota change's simulated effect is backtested and calibrated, gains someone, and lengthens no team's p95 wait
+  beyond [whatif]'s bound; POST /v1/whatif carries its backtest;
+- every Kueue plan (open advice, filled) either covers each whole-GPU model's GPUs with nominal quota and gives
+  every job shape of the window a queue that can start it, or is refused with the reason.
 Bounded: each scenario is a few hours of a small cluster (the whole module runs in well under a minute).
 """
 from __future__ import annotations
@@ -37,7 +43,11 @@ from gpuledger.deploy.api import create_app
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import FORMATS
 from gpuledger.policies.exporting import STATUSES as EXPORT_STATUSES
-from gpuledger.policies.quota_plan import build_plan, peak_use
+from gpuledger.analytics.plan_inputs import job_shapes
+from gpuledger.collector.samples import UNATTRIBUTED
+from gpuledger.policies.alternatives import CLAIMS, together
+from gpuledger.policies.quota_plan import build_plan, k8s_name, peak_use
+from gpuledger.policies.recommender import evaluate
 from tests.helpers import gpu_rows, table
 
 NOW = utc_now().replace(second=0, microsecond=0)
@@ -233,3 +243,83 @@ def test_the_weekly_report_renders_every_scenario(scenario, tmp_path):
     files = write_weekly_report(store, CONFIG, tmp_path / "reports", start, end, label, [])
     html = Path(files.html).read_text()
     assert "Traceback" not in html and ">nan<" not in html.lower() and ">None<" not in html, name
+
+
+def test_competing_advice_is_one_group_and_the_savings_total_counts_each_group_once(scenario):
+    name, _, client = scenario
+    answer = client.get("/v1/recommendations").json()
+    placed = [r for r in answer["recommendations"] if r["kind"] in CLAIMS and r["status"] != "insufficient_data"]
+    assert all(r["alternatives"] for r in placed), name
+    if name == "live_after_backfill":
+        assert placed, "the demo's cluster gives placement advice: the invariant below must not hold on nothing"
+    claims = {r["id"]: CLAIMS[r["kind"]](r) for r in placed}
+    for i, a in enumerate(placed):
+        for b in placed[i + 1:]:
+            if not together([claims[a["id"]], claims[b["id"]]]):
+                assert a["alternatives"]["group"] == b["alternatives"]["group"], (name, a["reason"], b["reason"])
+    total = 0.0
+    for group in {r["alternatives"]["group"] for r in placed}:
+        counted = [r for r in placed if r["alternatives"]["group"] == group and r["alternatives"]["counted"]]
+        assert together([claims[r["id"]] for r in counted]), (name, group)
+        total += sum(float(r["evidence"]["effect_usd_per_week"]) for r in counted)
+    savings = answer["potential_savings"]
+    if savings["priced"]:
+        assert abs(savings["usd_per_week"] - total) < 0.011, name
+    else:
+        assert savings["usd_per_week"] is None if placed else savings["usd_per_week"] == 0.0, name
+
+
+def test_quota_advice_rests_on_a_calibrated_replay_and_harms_no_team(scenario):
+    name, store, client = scenario
+    config = CONFIG
+    for advice in evaluate(store, config, NOW + timedelta(minutes=1)).quota:
+        if advice.status != "change":
+            continue
+        effect = advice.evidence["simulated_effect"]
+        assert effect["calibrated"] and effect["gains"], (name, advice.reason)
+        assert advice.evidence["backtest"]["calibrated"], (name, advice.reason)
+        for row in [r for r in effect["gains"] + effect["pays"] if r["team"] != UNATTRIBUTED]:
+            was, now = row["p95_wait_minutes"]["current"], row["p95_wait_minutes"]["proposed"]
+            assert now - was <= max(config.whatif.harm_wait_minutes, config.whatif.harm_wait_fraction * was), \
+                (name, advice.reason)
+    answer = client.post("/v1/whatif", json={"days": 1})
+    if answer.status_code == 200:
+        assert "backtest" in answer.json() and "calibrated" in answer.json(), name
+    else:
+        assert answer.status_code in (404, 422) and answer.json()["detail"], (name, answer.text)
+
+
+def test_each_kueue_plan_covers_every_gpu_and_starts_every_job_shape_or_says_why(scenario):
+    name, store, client = scenario
+    got = client.get("/v1/recommendations/export",
+                     params={"target": "kueue", "status": "open", "fill": "true", "format": "json"})
+    if got.status_code == 422:
+        assert got.json()["detail"], name
+        return
+    assert got.status_code == 200, (name, got.text)
+    objects = json.loads(got.text)
+    queues = [o for o in objects if o["kind"] == "ClusterQueue"]
+    plan = build_plan(store, CONFIG, at=NOW + timedelta(minutes=1))
+    nominal: dict[str, float] = {}
+    room: dict[tuple[str, str], float] = {}
+    for queue in queues:
+        for group in queue["spec"]["resourceGroups"]:
+            for flavor in group["flavors"]:
+                for resource in flavor["resources"]:
+                    if resource["name"] == "nvidia.com/gpu":
+                        quota = float(resource["nominalQuota"])
+                        nominal[flavor["name"]] = nominal.get(flavor["name"], 0.0) + quota
+                        room[(queue["metadata"]["name"], flavor["name"])] = \
+                            quota + float(resource.get("borrowingLimit", math.inf))
+    for model, capacity in plan.capacity.items():
+        if capacity > 0 and float(capacity).is_integer() and k8s_name(model) in nominal:
+            assert nominal[k8s_name(model)] >= capacity, f"{name}: {model}'s {capacity:g} GPUs stranded"
+    for shape in job_shapes(store, NOW - timedelta(days=1), NOW + timedelta(minutes=1)).itertuples(index=False):
+        flavor = k8s_name(str(shape.gpu_model)) if isinstance(shape.gpu_model, str) else None
+        if flavor not in nominal:
+            continue
+        assert nominal[flavor] >= shape.gpus, (name, shape)
+        mine = k8s_name(str(shape.team))
+        # a team with no queue of its own (unattributed work) submits through some team's queue
+        queues_of = [q for q, _ in room if q == mine] or [q for q, _ in room]
+        assert max(room.get((q, flavor), 0.0) for q in queues_of) >= shape.gpus, (name, shape)

@@ -389,6 +389,30 @@ class Fairshare(BaseModel):
     history: list[FairshareRow] = Field(description="per hour and team: usage and the factor")
 
 
+class Alternatives(BaseModel):
+    """Where an open placement advice stands among advice that wants the same GPUs or jobs."""
+    group: str = Field(description="one id for advice that cannot all be done together (a group of one if alone)")
+    rank: int = Field(ge=1, description="1 = the best of its group, by dollars per week (unpriced last)")
+    of: int = Field(ge=1, description="advice in the group")
+    competes_with: list[str] = Field(description="ids of the group's advice it cannot be done together with")
+    counted: bool = Field(description="whether potential_savings counts it: it is priced and in the most "
+                                      "valuable set of its group's advice that can all be done")
+    claims: dict[str, Any] = Field(description="what it needs: free_gpus_taken and free_gpus_seen per node, "
+                                               "clears_nodes (emptied for a waiting job), jobs_changed")
+
+
+class PotentialSavings(BaseModel):
+    """What the open placement advice can save per week, each group of alternatives counted once."""
+    usd_per_week: float | None = Field(description="the counted advice's dollars per week; null when advice is "
+                                                   "shown but none prices its effect (unknown, not zero)")
+    groups: int = Field(description="groups of alternatives among the advice shown")
+    advice: int = Field(description="placement advice shown")
+    priced: int = Field(description="of which with a price (effect_usd_per_week)")
+    counted: list[str] = Field(description="ids of the advice the total counts")
+    left_out: list[str] = Field(description="ids of priced advice not counted: an alternative in its group wins")
+    basis: str = Field(description="how the total is made")
+
+
 class Recommendation(BaseModel):
     id: str = Field(description="stored: unique; preview: a stable hash of kind, team, model, job and action")
     kind: Kind = Field(description="quota: a guarantee and limit per GPU model; reclaim: GPUs held idle; resize: a "
@@ -414,6 +438,9 @@ class Recommendation(BaseModel):
     decided_by: str | None = Field(None, description="who decided; null while undecided")
     decided_at: datetime | None = Field(None, description="when it was decided (UTC); null while undecided")
     note: str | None = Field(None, description="the decision's note")
+    alternatives: Alternatives | None = Field(
+        None, description="open placement advice: its group of alternatives (policies/alternatives.py); null for "
+                          "quota advice, advice not open, and the stored history")
 
 
 class Recommendations(BaseModel):
@@ -422,6 +449,7 @@ class Recommendations(BaseModel):
     policy_window: Window = Field(description="the history the advice comes from ([quota] window_days)")
     recommendations: list[Recommendation] = \
         Field(description="open advice (proposed, accepted) and insufficient_data notes")
+    potential_savings: PotentialSavings = Field(description="the advice shown, each group of alternatives once")
 
 
 class Decision(BaseModel):

@@ -19,6 +19,7 @@ from gpuledger.deploy.api.models import (
     StoredStatus,
     Target,
 )
+from gpuledger.policies.alternatives import annotate, potential_savings
 from gpuledger.policies.exporting import DEFAULT_STATUS, export
 from gpuledger.policies.recommendation import Recommendation as RecommendationRecord
 from gpuledger.policies.recommendation import for_team, stored
@@ -32,12 +33,15 @@ def recommendations_answer(evaluation: Evaluation, recs: list[RecommendationReco
     """The open recommendations as GET /v1/recommendations answers them and `gpuledger recommend` prints them:
     one shape (the `Recommendations` model, as JSON), built here for both. `redact_for`: a team token's team,
     whose view names no other team's jobs or users."""
-    chosen = [(for_team(r, redact_for) if redact_for else r).to_dict() for r in recs
+    # alternatives are found among all the advice, then shown with the part asked for
+    grouped = annotate([r.to_dict() for r in recs])
+    chosen = [{**(for_team(r, redact_for).to_dict() if redact_for else shown), "alternatives": shown["alternatives"]}
+              for r, shown in zip(recs, grouped)
               if (kind is None or r.kind == kind) and (team is None or r.team == team)]
     return Recommendations.model_validate({
         "generated_at": utc_now(), "as_of": evaluation.at,
         "policy_window": {"start": evaluation.start, "end": evaluation.at},
-        "recommendations": chosen}).model_dump(mode="json")
+        "recommendations": chosen, "potential_savings": potential_savings(chosen)}).model_dump(mode="json")
 
 
 @router.get("/v1/recommendations", response_model=Recommendations)
@@ -46,6 +50,10 @@ def recommendations(request: Request, caller: ReadCaller, store: StoreDep, end: 
                     team: str | None = None) -> dict:
     """The open recommendations (proposed or accepted) and, per team and GPU model without enough data, an
     `insufficient_data` note with the reason instead of a number.
+
+    Placement advice that wants the same free GPUs or the same job is one group of alternatives (`alternatives`:
+    group id, rank, what it competes with); `potential_savings` counts each group once: the most valuable set of
+    its advice that can all be done together.
 
     Advice comes from the policy window before the instant evaluated (`[quota] window_days`), never from a
     window the caller views, and is re-evaluated at most every `[quota] refresh_minutes`. With `end`, the policy
