@@ -157,6 +157,7 @@ class WhatIfConfig:
     slurm_max_age_days: float = 7.0  # PriorityMaxAge
     slurm_calc_period_s: float = 300.0  # PriorityCalcPeriod: how often fair-share factors are recomputed
     backfill_depth: float = 500.0  # bf_max_job_test: pending jobs one scheduling pass looks at
+    slurm_pass_delay_s: float = 0.0  # a job's end to slurmctld's next scheduling pass (0: at once)
     kueue_reclaim: str = "any"  # reclaimWithinCohort: a team under its nominal quota preempts borrowers
     # the backtest (policies/whatif/backtest.py): a team with this many jobs in the window is judged; its replayed
     # p95 wait under the quotas in force must be within the larger of these of the measured one, or no effect is
@@ -466,6 +467,7 @@ SETTINGS: dict[str, dict[str, Bound]] = {
         "slurm_max_age_days": Bound(0.01),
         "slurm_calc_period_s": Bound(1.0),
         "backfill_depth": Bound(1.0, 100000.0),
+        "slurm_pass_delay_s": Bound(0.0, 3600.0),
         "kueue_reclaim": Bound(choices=KUEUE_RECLAIM),
         "backtest_min_jobs": Bound(1.0, 100000.0),
         "backtest_minutes": Bound(0.0),

@@ -8,16 +8,21 @@ CPUs than the host has (slurmd takes the configured ones: SlurmdParameters=confi
 its own, `slurmd -N`) and a partition per GPU type, and lines of slurm.conf of its own; the defaults write the
 configuration above unchanged. Slurm's clients take
 munge's default socket (they ignore AuthInfo for the accounting connection), so a munged already answering
-there is used as it is; otherwise one is started on it with a key of its own and stopped afterwards.
+there is used as it is; otherwise one is started on it with a key of its own. Several clusters may run at once
+(pytest-xdist runs test_slurm.py and test_slurm_scale.py side by side): each registers as a user of that munged
+under a lock, and the munged the tests started stops only when its last user stops.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +32,10 @@ from tests.procs import free_port, wait_until
 PROGRAMS = ("munged", "munge", "unmunge", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
             "sacctmgr", "sshare", "sbatch", "sinfo", "scontrol")
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+# beside the socket, not in one cluster's folder: shared by every cluster of every test process
+MUNGE_LOCK = MUNGE_SOCKET.parent / "gpuledger-tests.lock"
+MUNGE_USERS = MUNGE_SOCKET.parent / "gpuledger-tests.users"  # one file per running cluster, named <pid>-<id>
+MUNGE_STARTED = MUNGE_SOCKET.parent / "gpuledger-tests.munged"  # the munged the tests started (its pid file)
 GPU_DEVICES = {"h100": "/dev/null,/dev/zero", "l4": "/dev/full"}
 # character devices every Linux (and container) has, handed out in turn as GPUs when a cluster asks for counts
 # (Slurm 22.05 reports a count-only gres/gpu as none)
@@ -45,6 +54,36 @@ def require_slurm() -> None:
             pytest.fail(f"CI must install Slurm, munge and MariaDB (.ci/run); missing: {', '.join(missing)}")
         pytest.skip(f"a real Slurm needs Debian's slurmctld slurmd slurmdbd munge mariadb-server; missing: "
                     f"{', '.join(missing)}")
+
+
+@contextmanager
+def _munge_locked() -> Iterator[None]:
+    MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
+    with open(MUNGE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _munge_users() -> list[Path]:
+    """The registered clusters whose process still runs (a crashed test's file is dropped)."""
+    users = []
+    for user in MUNGE_USERS.glob("*") if MUNGE_USERS.exists() else []:
+        if _alive(int(user.name.split("-")[0])):
+            users.append(user)
+        else:
+            user.unlink(missing_ok=True)
+    return users
 
 
 def _munge_works() -> bool:
@@ -78,6 +117,7 @@ class SlurmCluster:
         self.conf = root / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.pids: list[Path] = []  # pid files of what this cluster started, stopped in reverse order
+        self.munge_user = f"{os.getpid()}-{id(self)}"
 
     def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         done = subprocess.run(list(args), capture_output=True, text=True, env=self.env, timeout=timeout)
@@ -112,17 +152,33 @@ class SlurmCluster:
         return self
 
     def _munge(self) -> None:
-        if _munge_works():
-            return
-        MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
-        key = self.root / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)
-        subprocess.run(["munged", "--force", f"--socket={MUNGE_SOCKET}", f"--key-file={key}",
-                        f"--pid-file={self.root / 'munged.pid'}", f"--log-file={self.root / 'log' / 'munged.log'}",
-                        f"--seed-file={self.root / 'munge.seed'}"], check=True, timeout=30)
-        self.pids.append(self.root / "munged.pid")
-        wait_until(_munge_works, 30, "munged answering")
+        """Use the munged answering on the default socket, or start one there; either way register as its user."""
+        with _munge_locked():
+            if not _munge_works():
+                key = MUNGE_SOCKET.parent / "gpuledger-tests.key"
+                key.write_bytes(os.urandom(1024))
+                key.chmod(0o600)
+                subprocess.run(["munged", "--force", f"--socket={MUNGE_SOCKET}", f"--key-file={key}",
+                                f"--pid-file={MUNGE_STARTED}", f"--log-file={MUNGE_SOCKET.parent / 'gpuledger-tests.log'}",
+                                f"--seed-file={MUNGE_SOCKET.parent / 'gpuledger-tests.seed'}"], check=True, timeout=30)
+                wait_until(_munge_works, 30, "munged answering")
+            MUNGE_USERS.mkdir(exist_ok=True)
+            (MUNGE_USERS / self.munge_user).touch()
+
+    def _release_munge(self) -> None:
+        """No longer a user of munged; the last user stops the munged the tests started (never a system one)."""
+        with _munge_locked():
+            (MUNGE_USERS / self.munge_user).unlink(missing_ok=True)
+            if _munge_users() or not MUNGE_STARTED.exists():
+                return
+            try:
+                pid = int(MUNGE_STARTED.read_text().split()[0])
+                os.kill(pid, signal.SIGTERM)
+                wait_until(lambda: not _alive(pid), 5, "munged to stop")
+            except (OSError, ValueError, IndexError, AssertionError):
+                pass
+            MUNGE_STARTED.unlink(missing_ok=True)
+            MUNGE_SOCKET.unlink(missing_ok=True)
 
     def _mariadb(self) -> None:
         subprocess.run(["mariadb-install-db", f"--datadir={self.root / 'db'}", "--user=root",
@@ -222,5 +278,4 @@ ReturnToService=2
                 time.sleep(0.1)
             else:
                 os.kill(pid, signal.SIGKILL)
-        if (self.root / "munged.pid") in self.pids:
-            MUNGE_SOCKET.unlink(missing_ok=True)
+        self._release_munge()

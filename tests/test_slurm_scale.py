@@ -2,11 +2,13 @@
 week (time-compressed: seconds for hours) runs on a real slurmctld (Debian's Slurm, tests/slurm_cluster.py), and the
 Slurm-like what-if model's replay of its `sacct -P` record is compared, team by team, with the waits sacct measured.
 
-The workload is fixed (generated from a fixed seed): four teams with different fair shares, two GPU types, gangs of
-two H100s, GrpTRES limits from the sacctmgr script gpuledger emits that bind (the teams' limits add up to more than twice the
-GPUs), arrivals in bursts over about a minute so queues form. The replay reads the jobs back from a Store the
-way `gpuledger whatif` does (sacct import, analytics/job_replay.py, policies/whatif/workload.py) and runs them under
-the same limits and shares, with the model's settings taken from the test cluster's slurm.conf.
+The workload is fixed (generated from a fixed seed): 48 jobs of 6-12 s from four teams with different fair shares,
+two GPU types, gangs of two H100s, GrpTRES limits from the sacctmgr script gpuledger emits that bind (the teams'
+limits add up to more than twice the GPUs), arrivals in four bursts over a minute so queues form. It starts just
+after slurmctld recomputed its fair-share factors, in phase with the model (see `_after_a_priority_calculation`).
+The replay reads the jobs back from a Store the way `gpuledger whatif` does (sacct import, analytics/job_replay.py,
+policies/whatif/workload.py) and runs them under the same limits and shares, with the model's settings taken from
+the test cluster's slurm.conf.
 """
 from __future__ import annotations
 
@@ -39,24 +41,24 @@ TEAMS = {"vision": (40, {"H100": 3, "L4": 1}),
 PLAN = QuotaPlan([TeamPlan(team, share, None, {}, limit) for team, (share, limit) in TEAMS.items()], CAPACITY,
                  datetime(2026, 12, 1, tzinfo=timezone.utc))
 # the test cluster's slurm.conf (tests/slurm_cluster.py), as the model's settings: PriorityWeightFairshare=10000,
-# no PriorityWeightAge (0), PriorityCalcPeriod=1 (minute), PriorityDecayHalfLife=7-0
+# no PriorityWeightAge (0), PriorityCalcPeriod=1 (minute), PriorityDecayHalfLife=7-0; and the pass delay: slurmctld
+# acts on a job's end at its next scheduling pass, at least batch_sched_delay (3 s by default) later, with backfill
+# every bf_interval (30 s). This cluster schedules as promptly as slurmctld allows (its background loop ticks each
+# second), so the model's passes come a second after each end (slurm_pass_delay_s; measured best of 0, 1, 1.25 and
+# 1.5 s on two runs' records: 1 s)
 SETTINGS = WhatIfConfig(model="slurm", slurm_fairshare_weight=10000.0, slurm_age_weight=0.0,
-                        slurm_calc_period_s=60.0)
+                        slurm_calc_period_s=60.0, slurm_pass_delay_s=1.0)
 HALF_LIFE_S = 7 * 86400.0
-# slurmctld acts on a job's end or submission at its next scheduling pass, passes at least batch_sched_delay (3 s by
-# default) apart, and backfill every bf_interval (30 s): starts the model, which schedules at each event, has at once.
-# The cluster schedules as promptly as slurmctld allows (its background loop ticks each second), so what is compared
-# is the model's policy rather than those delays
 SCHEDULER = "SchedulerParameters=batch_sched_delay=0,bf_interval=1"
 ISSUE_BAR = 0.10  # the issue's bar: each team's mean and p95 wait within 10% of what sacct measured
-# What is asserted: not the bar. The waits here are seconds (jobs of 2-5 s, time-compressed), sacct gives whole
-# seconds, and each start in Slurm comes up to a second after the model's (slurmctld's background loop ticks once a
-# second): over a team's chain of starts the replay falls 1-2 s short of a 3-7 s mean wait (measured: 14-48% in a
-# run, the replay always the shorter). 10% of such a wait is under sacct's resolution; the bound below is the
-# tightest that held across runs, with room for a slower machine.
-BOUND = 0.60
+# What is asserted: the bar with room for a loaded CI machine. Measured here (2 cores): worst 6.9% alone and 9.0%
+# beside another Slurm cluster and the what-if tests; the replay runs short where slurmctld, starved of CPU, passes
+# later than a second after an end. Jobs of 6-12 s make the waits tens of seconds, so sacct's whole seconds and that
+# second per start stay small beside them (with jobs of 2-5 s they were 14-48% of the waits).
+BOUND = 0.15
 
-BURSTS, BURST_EVERY_S = 6, 12.0
+BURSTS, BURST_EVERY_S, PER_BURST = 4, 20.0, 12
+PRIME = "prime"  # an account outside the teams whose one-second job finds when slurmctld recomputes priorities
 
 
 def workload(seed: int = 39) -> list[dict]:
@@ -65,12 +67,12 @@ def workload(seed: int = 39) -> list[dict]:
     rng = random.Random(seed)
     jobs = []
     for burst in range(BURSTS):
-        for _ in range(12):
+        for _ in range(PER_BURST):
             team = rng.choices(list(TEAMS), weights=[4, 3, 2, 2])[0]
             model = "H100" if rng.random() < 0.7 else "L4"
             gpus = 2 if model == "H100" and rng.random() < 0.2 else 1
             jobs.append({"at": burst * BURST_EVERY_S + rng.uniform(0, 3), "team": team, "model": model,
-                         "gpus": gpus, "sleep": rng.randint(2, 5)})
+                         "gpus": gpus, "sleep": rng.randint(6, 12)})
     return sorted(jobs, key=lambda j: j["at"])
 
 
@@ -84,7 +86,8 @@ def slurm(tmp_path_factory):
         script = cluster.root / "plan.sh"
         script.write_text(emitter_for("slurm").emit(PLAN).text)
         cluster.run("sh", str(script))
-        cluster.run("sacctmgr", "-i", "add", "user", "root", f"account={','.join(TEAMS)}")
+        cluster.run("sacctmgr", "-i", "add", "account", PRIME)
+        cluster.run("sacctmgr", "-i", "add", "user", "root", f"account={','.join([*TEAMS, PRIME])}")
         yield cluster
     finally:
         cluster.stop()
@@ -103,8 +106,28 @@ def _p95(values: list[float]) -> float:
     return float(np.quantile(values, 0.95))
 
 
+def _after_a_priority_calculation(cluster: SlurmCluster) -> str:
+    """Return just after slurmctld recomputed the fair-share factors, with the id of the job that showed it: a
+    one-second job of the PRIME account runs, and its factor in sshare changes at the next calculation (usage is
+    charged at a job's end, factors only each PriorityCalcPeriod). The workload then starts in phase with the model,
+    which recomputes its factors at its first pass and every PriorityCalcPeriod after; out of phase, the factors of
+    one or the other are up to a minute older, and on jobs of seconds that reorders whole queues (a real week's jobs
+    run hours: there the phase is noise)."""
+    def factor() -> str:
+        return cluster.run("sshare", "-h", "-P", "-A", PRIME, "-u", "root", "-o", "FairShare").stdout.split()[-1:]
+
+    before = factor()
+    job = cluster.run("sbatch", "-A", PRIME, "-p", TYPES["H100"], f"--gres=gpu:{TYPES['H100']}:1", "-c", "1",
+                      "--time=1", "-o", "/dev/null", "--parsable", "-J", "prime", "--wrap", "sleep 1").stdout.strip()
+    wait_until(lambda: factor() != before, 150, "slurmctld to recompute the fair-share factors", step_s=0.2)
+    wait_until(lambda: not cluster.run("squeue", "-h", "-o", "%i").stdout.strip(), 30, "the priming job to end",
+               step_s=0.1)
+    return job
+
+
 def test_the_slurm_like_replay_of_a_busy_week_gives_each_teams_waits_measured_in_slurm(slurm, tmp_path):
     planned = workload()
+    prime = _after_a_priority_calculation(slurm)
     began = time.monotonic()
     ids = []
     for job in planned:  # each at its time: bursts, so queues form
@@ -114,7 +137,7 @@ def test_the_slurm_like_replay_of_a_busy_week_gives_each_teams_waits_measured_in
         ids.append(slurm.run("sbatch", "-A", job["team"], "-p", kind, f"--gres=gpu:{kind}:{job['gpus']}",
                              "-c", str(job["gpus"]), "--time=1", "-o", "/dev/null", "--parsable", "-J", "scale",
                              "--wrap", f"sleep {job['sleep']}").stdout.strip())
-    wait_until(lambda: not slurm.run("squeue", "-h", "-o", "%i").stdout.strip(), 240, "the workload to drain",
+    wait_until(lambda: not slurm.run("squeue", "-h", "-o", "%i").stdout.strip(), 400, "the workload to drain",
                step_s=2)
 
     def recorded() -> str | None:
@@ -131,7 +154,9 @@ def test_the_slurm_like_replay_of_a_busy_week_gives_each_teams_waits_measured_in
         jobs = store.query("SELECT job_id, team, gpu_model, gpus, submit_ts, start_ts, end_ts FROM jobs "
                            "WHERE job_id IN (SELECT unnest($ids))", {"ids": [f"slurm:{j}" for j in ids]})
         assert len(jobs) == len(ids)
-        start = jobs["submit_ts"].min().to_pydatetime() - timedelta(seconds=1)
+        primed = store.query("SELECT end_ts FROM jobs WHERE job_id = $id", {"id": f"slurm:{prime}"})["end_ts"]
+        # from the priming job's end (sacct's whole seconds may put it in the workload's first second)
+        start = max(jobs["submit_ts"].min().to_pydatetime() - timedelta(seconds=1), primed.iloc[0].to_pydatetime())
         end = jobs["end_ts"].max().to_pydatetime() + timedelta(seconds=1)
         replayable = workload_of(replay_jobs(store, start, end), start, end, CAPACITY)
         usage = prior_usage(store, start, HALF_LIFE_S, timedelta(days=1))

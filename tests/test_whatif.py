@@ -57,6 +57,17 @@ def test_slurm_like_grptres_limits_serialise_a_team_and_block_nobody_else():
     assert waits(run(work, plan({}, {"a": 2, "b": 2}), "slurm")) == [0, 0, 8, 8]
 
 
+def test_slurm_like_starts_a_submission_at_once_and_freed_gpus_at_the_next_pass():
+    """slurmctld tries a submitted job when it arrives, but hands GPUs a job frees to waiting jobs at its next
+    scheduling pass: `slurm_pass_delay_s` after the end. Over a chain of starts the delays add up."""
+    work = jobs(("a", 1, 0, 8), ("a", 1, 0, 8), ("a", 1, 0, 8), ("b", 1, 5, 8))
+    assert waits(run(work, plan({}, {"a": 1, "b": 1}), "slurm", slurm_pass_delay_s=1.0)) == [0, 9, 18, 0]
+    # no pass delay: each start at the instant the GPU is free
+    assert waits(run(work, plan({}, {"a": 1, "b": 1}), "slurm")) == [0, 8, 16, 0]
+    # the other models reconcile at once whatever the setting says (it is Slurm's)
+    assert waits(run(work, plan({"a": 1, "b": 1}, {"a": 1, "b": 1}), "kueue", slurm_pass_delay_s=1.0)) == [0, 8, 16, 0]
+
+
 def test_slurm_like_backfills_a_short_job_but_not_one_that_would_delay_the_reservation():
     # 4 GPUs: a 2-GPU job runs until 100; a 4-GPU job waits for it (shadow 100); 2 GPUs are free until then
     base = [("a", 2, 0, 100), ("b", 4, 1, 50)]

@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Protocol
 
 from gpuledger.policies.whatif.workload import SimJob, Workload
 
-END, ARRIVE = 0, 1  # at one instant, ends free GPUs before arrivals are considered
+END, ARRIVE, PASS = 0, 1, 2  # at one instant, ends free GPUs before arrivals are considered, then delayed passes
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,12 @@ class Quotas:
 
 
 class SchedulerModel(Protocol):
-    """What decides, after each instant's events, which waiting jobs of one GPU model start now."""
+    """What decides, after each instant's events, which waiting jobs of one GPU model start now. `pass_delay_s`:
+    how long after a job's end the scheduler's next pass comes (0: at once). A submission is looked at at once
+    either way (Slurm, Kueue and KAI all try a new job when it arrives); GPUs a job frees wait for the next pass,
+    and over a chain of starts those delays add up."""
     name: str
+    pass_delay_s: float
 
     def schedule(self, sim: "Simulation", model: str) -> None: ...
 
@@ -132,6 +136,7 @@ class Simulation:
             else:
                 heapq.heappush(self._events, (max(job.submit, 0.0), ARRIVE, job.idx, 0))
         touched = set(self.capacity)
+        delay = self.scheduler.pass_delay_s
         while True:
             for model in touched:
                 self.scheduler.schedule(self, model)
@@ -144,9 +149,14 @@ class Simulation:
                 job = self.jobs[idx]
                 if kind == ARRIVE:
                     self._wait(job)
+                elif kind == PASS:
+                    pass  # the pass an end asked for
                 elif job.start is not None and token == job.preemptions:  # not an end a preemption cancelled
                     self._release(job)
                     job.end = self.now
+                    if delay > 0:
+                        heapq.heappush(self._events, (self.now + delay, PASS, idx, 0))
+                        continue
                 else:
                     continue
                 touched.add(job.model)

@@ -41,6 +41,7 @@ def fair_shares(asked: dict[str, float], deserved: dict[str, float], limit: dict
 
 class KaiLike:
     name = "kai"
+    pass_delay_s = 0.0  # Kueue and KAI reconcile on every change
 
     def __init__(self, settings: WhatIfConfig) -> None:
         self.settings = settings

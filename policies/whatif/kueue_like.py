@@ -22,6 +22,7 @@ from gpuledger.policies.whatif.engine import Simulation
 
 class KueueLike:
     name = "kueue"
+    pass_delay_s = 0.0  # Kueue and KAI reconcile on every change
 
     def __init__(self, settings: WhatIfConfig) -> None:
         self.reclaim = settings.kueue_reclaim == "any"

@@ -12,6 +12,10 @@ Rules, and where Slurm has them (SchedMD/slurm; ../shared/docs/schedulers/slurm.
   before the shadow time or fit in the GPUs left over at that time (EASY backfill; sched/backfill). Jobs are taken
   as running for their recorded run time, as if their time limits were exact; the scan looks at the oldest job of
   each team and size, at most `backfill_depth` jobs a pass (bf_max_job_test).
+- A submitted job is tried at once (schedule on submit); GPUs freed by a job's end go to waiting jobs at the next
+  scheduling pass, `slurm_pass_delay_s` later (slurmctld's background loop looks each second whether a pass is due;
+  measured on the real slurmctld of tests/test_slurm_scale.py: about a second per start, which over a chain of
+  starts in a busy queue adds up).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ class SlurmLike:
 
     def __init__(self, settings: WhatIfConfig) -> None:
         self.settings = settings
+        self.pass_delay_s = settings.slurm_pass_delay_s
         self._factors: dict[str, float] = {}
         self._calculated = -float("inf")
 
