@@ -200,3 +200,29 @@ def test_post_whatif_carries_the_backtest_and_the_report_shows_each_advices_effe
     assert "gains: vision 300-&gt;200 min; pays: nobody; backtest calibrated, worst error +3 min (nlp)" in page \
         or "gains: vision 300->200 min; pays: nobody; backtest calibrated, worst error +3 min (nlp)" in page
     assert "proposed" in page
+
+
+@pytest.mark.parametrize("model", ["kueue", "kai", "slurm"])
+def test_replaying_the_window_under_the_emitted_plan_leaves_no_job_it_rules_out(demo, model):
+    """The plan every target is emitted from (open advice applied, GPUs it leaves uncovered filled), replayed over
+    the policy window by each scheduler model: no job waits because the plan rules it out (over its team's limit,
+    over the Kueue cohort's nominal quota, over the GPUs present). Jobs still queued when the replay drains are a
+    matter of capacity, not of the plan."""
+    from gpuledger.analytics.job_replay import replay_jobs
+    from gpuledger.policies.exporting import STATUSES
+    from gpuledger.policies.quota_plan import applicable_plan
+    from gpuledger.policies.whatif import half_life_s, never_started, present_capacity, replay
+    from gpuledger.policies.whatif.workload import workload_of
+    store, sim = demo
+    config = Config()
+    end = _end(sim)
+    start = end - timedelta(days=config.quota.window_days)
+    plan = applicable_plan(store, config, STATUSES["open"], at=end, fill=True)
+    capacity = present_capacity(store, end)
+    workload = workload_of(replay_jobs(store, start, end), start, end, capacity)
+    assert len(workload.jobs) > 500
+    jobs, _ = replay(workload, capacity, plan, model, config.whatif, (end - start).total_seconds(),
+                     half_life_s(config))
+    ruled_out = [n for n in never_started(jobs, plan, capacity, model, "emitted") if "still waited" not in n]
+    assert not ruled_out, ruled_out
+    assert sum(j.first_start is not None for j in jobs) >= 0.9 * len(jobs)
