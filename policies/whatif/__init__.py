@@ -32,6 +32,7 @@ from gpuledger.policies.whatif.backtest import Backtest, backtest
 from gpuledger.policies.whatif.engine import Quotas, SchedulerModel, Simulation
 from gpuledger.policies.whatif.kai_like import KaiLike
 from gpuledger.policies.whatif.kueue_like import KueueLike
+from gpuledger.policies.whatif.reported import READ_MAX_AGE, reported_notes, with_reported
 from gpuledger.policies.whatif.slurm_like import SlurmLike
 from gpuledger.policies.whatif.workload import SimJob, Workload, workload_of
 
@@ -284,8 +285,9 @@ def merged(notes: list[str]) -> list[str]:
 
 
 def current_plan(store: Store, config: Config, at: datetime) -> QuotaPlan:
-    """The quotas in force at `at`: the config and every applied decision."""
-    return build_plan(store, config, statuses=(APPLIED,), at=at)
+    """The quotas in force at `at`: the config and every applied decision, and over them whatever the scheduler
+    reports running (policies/whatif/reported.py)."""
+    return with_reported(store, build_plan(store, config, statuses=(APPLIED,), at=at), at, READ_MAX_AGE)
 
 
 def run_whatif(store: Store, config: Config, start: datetime, end: datetime, model: str | None = None,
@@ -324,7 +326,7 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
              "proposed": replace(plans["proposed"], capacity={**plans["proposed"].capacity, **proposed_capacity})}
     answer = compare(workload, start, end, plans, {"current": present, "proposed": proposed_capacity}, model, config,
                      starting_usage(store, config, start))
-    answer.notes[:0] = clipped + advised + reported
+    answer.notes[:0] = clipped + advised + reported + reported_notes(plans["current"])
     return answer
 
 
@@ -360,7 +362,8 @@ def advice_edit(advice: QuotaAdvice) -> dict[str, float]:
 def advised_plan(store: Store, config: Config, at: datetime) -> tuple[QuotaPlan, list[str]]:
     """The quotas in force with the open recommendations; where none is stored yet (a server refreshes them every
     [quota] refresh_minutes), the quota changes the policy advises at `at`, evaluated now and not stored."""
-    plan = build_plan(store, config, statuses=OPEN, at=at)
+    # the open advice over the quotas in force as the scheduler reports them (never over the advice itself)
+    plan = with_reported(store, build_plan(store, config, statuses=OPEN, at=at), at, READ_MAX_AGE)
     if any(r.kind == "quota" for r in stored(store, statuses=OPEN)):
         return plan, []
     from gpuledger.policies.recommender import evaluate  # the recommender simulates effects with this package
