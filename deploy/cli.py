@@ -142,14 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="serve a public trace's history instead of the simulator (see `gpuledger import`)")
     demo.add_argument("--trace-data", type=Path, help="the trace's folder (default ../shared/traces/<trace>)")
 
-    serve = sub.add_parser("serve", help="collect from a source and serve the API (one writer per DuckDB file)")
+    serve = sub.add_parser("serve", help="collect from a source and serve the API (one writer per DuckDB file)",
+                           description="Collect from --source every --interval (or only receive agents' pushes), "
+                                       "fold the samples into the ledger, refresh the advice, write the weekly report "
+                                       "on Mondays, and serve the API on --host:--port until SIGTERM. One server "
+                                       "writes a DuckDB file; more processes need a DuckLake catalog (--db ducklake:).")
     _add_common(serve)
     _add_source(serve, receive_only=True)
     serve.add_argument("--create", action="store_true",
                        help="make a new, empty database when --db does not exist yet (without it a mistyped path is "
                             "an error, not a new empty store; harmless once the database exists)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=_port, default=8080)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to serve the API on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    serve.add_argument("--port", type=_port, default=8080, help="the API's port (default 8080; 0 = any free port)")
     serve.add_argument("--reports", type=Path, default=DEFAULT_REPORTS, help="weekly report folder")
     serve.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
                        help="bootstrap admin token, never stored (default $GPULEDGER_TOKEN): make real tokens with "
@@ -199,13 +204,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="simulator only: sample step k at this epoch + k*interval instead of the clock")
     agent.add_argument("--duration", type=_positive, help="stop after this many seconds (default: until SIGTERM)")
 
-    collect = sub.add_parser("collect", help="read a source and append to the DuckDB file, then exit")
+    collect = sub.add_parser("collect", help="read a source and append to the DuckDB file, then exit",
+                             description="Read --source --count times, --interval apart, append the samples to --db "
+                                         "and exit: for a cron job, or to try a source before serving it.")
     _add_common(collect)
     _add_source(collect)
     collect.add_argument("--count", type=int, default=1, help="number of reads (default 1)")
     collect.add_argument("--node", help=NODE_HELP)
 
-    report = sub.add_parser("report", help="write the weekly cost report (HTML for admins, a page and CSV per team)")
+    report = sub.add_parser("report", help="write the weekly cost report (HTML for admins, a page and CSV per team)",
+                            description="The week's cost per team and GPU model, idle waste, queues and outcomes, "
+                                        "inference cost per million tokens and the advice as of the week's end, as an "
+                                        "HTML page for admins and a page and CSV file per team under --out/<week>; "
+                                        "--pdf prints the admin page, --send mails it as [report.email] says.")
     _add_common(report)
     report.add_argument("--week", nargs="?", const="last", default="last", metavar="YYYY-Www",
                         help="ISO week to report, e.g. 2026-W48, 'last' (the default: the last complete week) or "
@@ -300,7 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_argument("--json", action="store_true", help="print the whole answer (GET /v1/capacity/forecast's) "
                                                               "as JSON")
 
-    dec = sub.add_parser("decide", help="record a decision on a stored recommendation (accept, reject, applied)")
+    dec = sub.add_parser("decide", help="record a decision on a stored recommendation (accept, reject, applied)",
+                         description="Accept or reject a proposed recommendation, or mark it applied once the "
+                                     "scheduler runs it (an applied quota becomes the guarantee in force). The "
+                                     "decision, who made it and why are kept with the recommendation and in the "
+                                     "audit log.")
     _add_common(dec)
     dec.add_argument("id", help="the recommendation's id (see `gpuledger recommend` or /v1/recommendations)")
     dec.add_argument("decision", choices=list(DECISIONS),
@@ -410,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
                            description="On --db when no server holds the file; else through --server with an "
                                        "admin token. A new token is printed once, on stdout; the store keeps a hash.")
     _add_admin_access(token)
-    token.add_argument("action", choices=["create", "list", "revoke"])
+    token.add_argument("action", choices=["create", "list", "revoke"],
+                       help="create a token (printed once), list them, or revoke one by id")
     token.add_argument("id", nargs="?", help="revoke: the token's id (see `gpuledger token list`)")
     token.add_argument("--role", help="create: admin, reader, team:<team> or agent:<node>; the team must be known "
                                       "(a share in the config's [teams], or GPU usage recorded), else refused")
@@ -464,10 +480,12 @@ def build_parser() -> argparse.ArgumentParser:
     scrape.add_argument("--config", type=Path, help="a site config whose [apps] aliases and triton_ensembles apply "
                                                     "(check a name you taught it)")
 
-    dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API")
-    dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL")
-    dash.add_argument("--host", default="127.0.0.1")
-    dash.add_argument("--port", type=_port, default=8501)
+    dash = sub.add_parser("dashboard", help="run the Streamlit dashboard against a running API",
+                          description="Serve the Streamlit dashboard on --host:--port, reading everything from the "
+                                      "API at --api (sign in with a token in its sidebar when reads need one).")
+    dash.add_argument("--api", default="http://127.0.0.1:8080", help="API base URL (default http://127.0.0.1:8080)")
+    dash.add_argument("--host", default="127.0.0.1", help="address to serve the dashboard on (default 127.0.0.1)")
+    dash.add_argument("--port", type=_port, default=8501, help="the dashboard's port (default 8501)")
     return parser
 
 
@@ -611,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from gpuledger.deploy.dashboard_proc import start_dashboard
+    from gpuledger.deploy.ports import require_free
+    require_free(args.host, args.port, "--port", any_port=False)
     proc, url = start_dashboard(args.api, host=args.host, port=args.port)
     print(f"dashboard: {url} (API {args.api}); Ctrl-C to stop")
     try:
@@ -1070,6 +1090,9 @@ def _import_jobs(args: argparse.Namespace, config: Config) -> int:
             if chunks > 1:
                 print(f"... {stored:,} GPU jobs stored so far", file=sys.stderr, flush=True)
     shown = ", ".join(f"{n:,} {why}" for why, n in sorted(skipped.items())) or "none"
+    if not stored and not labels and sum(skipped.values()):  # input, yet nothing of it kept: not a success
+        raise InputError(f"nothing imported from {args.path}: every line was skipped ({shown}). "
+                         + "; ".join(SKIP_REASONS[why] for why in sorted(skipped) if why in SKIP_REASONS))
     labelled = f", labels of {len(labels):,} node(s)" if labels else ""
     print(f"imported {args.trace}: {stored:,} GPU jobs, {events:,} events{labelled} into {args.db} "
           f"(skipped: {shown})")
@@ -1080,6 +1103,17 @@ def _import_jobs(args: argparse.Namespace, config: Config) -> int:
         print("states gpuledger does not know, kept as written: "
               + ", ".join(f"{state} ({n})" for state, n in sorted(unknown.items())))
     return 0
+
+
+# what each reason an import skips a line for means, for the refusal of an import that kept nothing
+SKIP_REASONS = {
+    "not_a_row": "not_a_row: lines that are no row (a prompt, prose, output without the '|' separator; sacct's "
+                 "fixed-width table is read with its header and the line of dashes under it)",
+    "malformed": "malformed: rows with another number of fields than the header names",
+    "step": "step: job steps (.batch, .extern, .N), kept only as part of their job",
+    "no_gpus": "no_gpus: jobs that asked for no GPU (AllocTRES or ReqTRES without gres/gpu)",
+    "bad_gpus": "bad_gpus: GPU counts that are no number",
+}
 
 
 def _input_lines(args: argparse.Namespace) -> Iterator[str]:
@@ -1172,9 +1206,11 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.analytics.store.access import list_tokens
     from gpuledger.analytics.store.ingest_writer import use_cross_thread_allocator
     from gpuledger.deploy.demo import with_demo_slos
+    from gpuledger.deploy.ports import require_free
     from gpuledger.deploy.server import ApiServer, Serving
     if args.read_only:
         return _serve_read_only(args, config)
+    require_free(args.host, args.port, "--port")  # before the store is opened and the backlog folded
     source = _make_source(args, config)
     tls = _tls(args)
     use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another

@@ -26,6 +26,7 @@ from gpuledger.deploy.app_loop import AppLoop, store_read
 from gpuledger.policies.whatif import SCHEDULER_RECLAIM
 from gpuledger.deploy.dashboard_proc import start_dashboard
 from gpuledger.deploy.lifecycle import wait_for_stop
+from gpuledger.deploy.ports import require_free
 from gpuledger.deploy.server import ApiServer, Serving, weekly_report
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,9 @@ def run_demo(db: Path, config: Config, days: float = 14.0, seed: int = 7, host: 
              duration_s: float | None = None, echo=print, trace: str | None = None,
              trace_data: Path | None = None) -> int:
     """The demo: the simulator's history and live collection, or (`trace`) a public trace's history, served."""
+    require_free(host, api_port, "--api-port")  # before the minute of backfill, not after it
+    if dashboard:
+        require_free(host, dashboard_port, "--dashboard-port", any_port=False)
     if not config.slo:
         config.slo = dict(DEMO_SLOS)
     if not config.budgets and not trace:

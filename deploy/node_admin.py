@@ -28,7 +28,8 @@ def add_parser(sub: Any) -> None:
     node.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
                       help="a token (an admin's for assign); default $GPULEDGER_TOKEN")
     node.add_argument("--ca", type=Path, metavar="PEM", help="with an https:// --server: its CA certificate")
-    node.add_argument("action", choices=["list", "assign"])
+    node.add_argument("action", choices=["list", "assign"],
+                      help="list the nodes and the GPUs each may report, or assign a GPU to a node")
     node.add_argument("gpu", nargs="?", help="assign: the GPU's UUID (as `node list` shows it)")
     node.add_argument("--to", metavar="NODE", help="assign: the node to register it to")
     node.add_argument("--model", help="assign: its model (default: as registered, else as its held rows say)")

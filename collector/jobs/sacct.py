@@ -1,4 +1,5 @@
-"""Slurm's `sacct --parsable2` (`-P`) output: one row per job allocation, step rows skipped.
+"""Slurm's `sacct --parsable2` (`-P`) output: one row per job allocation, step rows skipped. sacct's default
+fixed-width table is read too where its cells are whole (`as_parsable`); a column it cut is refused by name.
 
 Read by field name, never by position: the header line names the fields (`sacct -P -o ...`), or, for a dump taken
 with `--noheader`, the caller names them in the order given to `-o` (`fields`). Only the fields a job needs are
@@ -40,7 +41,10 @@ STATE_WORDS = {
     "COMPLETING": "running", "CONFIGURING": "running", "STAGE_OUT": "running", "SIGNALING": "running",
 }
 NO_TIME = {"", "Unknown", "None", "N/A"}
-_STEP = re.compile(r"^[^.]+\.(batch|extern|interactive|\d+)$", re.IGNORECASE)
+# a step: the job's id, a dot, and the step's name or number (cut by a fixed-width table: ends with '+')
+_STEP = re.compile(r"^[^.]+\.(batch|extern|interactive|\d+|[^.]*\+)$", re.IGNORECASE)
+_DASHES = re.compile(r"^\s*-+(\s+-+)*\s*$")  # the line under a fixed-width table's header
+CUT = "+"  # sacct's mark on a cell cut to its column's width
 _GPU_TRES = re.compile(r"^gres/gpu(?::(?P<type>[^=]+))?$", re.IGNORECASE)
 _MIG_TYPE = re.compile(r"^(?P<card>[a-z0-9]+?)[_-](?P<profile>\d+g\.\d+gb)$", re.IGNORECASE)
 
@@ -116,10 +120,67 @@ _COMMAND_FIELDS = re.compile(r"\bsacct\b.*?(?:\s-o\s*|--format[=\s]\s*|--fields[
 
 
 def _lines(text: str) -> Iterable[tuple[str, bool]]:
-    """(line, is_comment) for every non-blank line."""
-    for line in text.splitlines():
+    """(line, is_comment) for every non-blank line, a fixed-width table's rows as `-P` rows."""
+    for line in as_parsable(text.splitlines()):
         if line.strip():
             yield line.rstrip("\r\n"), line.lstrip().startswith("#")
+
+
+def _fixed_header(header: str, dashes: str) -> tuple[list[str], list[tuple[int, int]]] | None:
+    """A fixed-width table's field names and column spans, from its header and the dashes under it; None when the
+    header names no JobID first (not a sacct table)."""
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", dashes)]
+    names = [header[a:b].strip() for a, b in spans]
+    return (names, spans) if names and names[0].lower() in ("jobid", "jobidraw") else None
+
+
+def _read_cut(name: str, cell: str) -> str:
+    """A cell sacct cut to its column's width, read where it still says what it said: a step's id (still a step),
+    a state by the one state word it begins, a job name (a label); any other cut cell refuses the table."""
+    kept = cell[:-len(CUT)]
+    if name.lower() in ("jobid", "jobidraw") and "." in kept:
+        return cell
+    if name.lower() == "state":
+        words = [w for w in STATE_WORDS if w.startswith(kept.upper())]
+        if len(words) == 1:
+            return words[0]
+    if name.lower() == "jobname":
+        return cell
+    raise InputError(f"sacct's fixed-width table cuts its {name} column ({cell!r}): the value cannot be read. "
+                     f"Run sacct with -P (--parsable2), or widen the column: --format {name}%60")
+
+
+def as_parsable(lines: Iterable[str]) -> Iterator[str]:
+    """sacct's output lines as `-P` lines: '|' rows pass unchanged; a fixed-width table (sacct without -P: a
+    header, a line of dashes, rows cut to each column's width with '+') becomes a '|' header and rows, each cut cell
+    read where it can be (`_read_cut`) and refused, naming its column, where it cannot."""
+    names: list[str] | None = None
+    spans: list[tuple[int, int]] = []
+    held: str | None = None  # a line that may be a fixed-width header, until the next line says
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if names is not None and "|" not in line and line.strip() and not line.lstrip().startswith(("#", "$")):
+            cells = []
+            for k, ((a, b), name) in enumerate(zip(spans, names)):
+                raw_cell = line[a:] if k == len(spans) - 1 else line[a:b]
+                cell = raw_cell.strip()
+                cut = cell.endswith(CUT) and len(raw_cell.rstrip()) >= b - a and not raw_cell.startswith(" ")
+                cells.append(_read_cut(name, cell) if cut else cell)
+            yield "|".join(cells)
+            continue
+        if held is not None:
+            table = _fixed_header(held, line) if _DASHES.match(line) else None
+            if table is not None:
+                names, spans = table
+                held = None
+                yield "|".join(names)
+                continue
+            yield held
+        held = line if "|" not in line and line.strip() and names is None else None
+        if held is None:
+            yield line
+    if held is not None:
+        yield held
 
 
 def fields_in_command(line: str) -> list[str] | None:
@@ -138,7 +199,7 @@ def sacct_chunks(lines: Iterable[str], fields: Sequence[str] | None = None, zone
     names the fields of every chunk after it."""
     names: list[str] | None = [f.strip() for f in fields] if fields else None
     chunk: list[str] = []
-    for raw in lines:
+    for raw in as_parsable(lines):
         line = raw.rstrip("\r\n")
         if not line.strip():
             continue

@@ -681,6 +681,8 @@ class PlacementAnswer(BaseModel):
     keep_within: str = Field(description="what a multi-GPU task is kept inside ([topology] keep_within); 'node': "
                                          "islands are reported, not ranked by")
     annotations: dict[str, str] = Field(description="pod-set annotations for the scheduler asked ({} when none)")
+    annotations_note: str | None = Field(None, description="why `annotations` is empty although a scheduler was "
+                                                           "asked for (and what to set); null otherwise")
     reason: str | None = Field(None, description="why there is no candidate")
     gang: GangPlacement | None = Field(None, description="for `pods` > 1 (null otherwise): the gang's placement, "
                                                          "or why there is none (candidates are then the first "

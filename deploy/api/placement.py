@@ -93,8 +93,15 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, co
     level = config.topology.level_label()
     annotations = (podset_annotations(request.scheduler, config.topology, level)
                    if request.scheduler and config.topology.scheduler_objects and level else {})
+    note = None
+    if request.scheduler and not annotations:  # asked for, and none: say why rather than answer {} silently
+        note = (f"no {request.scheduler} annotations: [topology] scheduler_objects is off (set it to true so the "
+                f"plans carry the Topology and placements the annotations that keep a job inside one "
+                f"{config.topology.keep_within})" if not config.topology.scheduler_objects else
+                f"no {request.scheduler} annotations: [topology] levels name no node label for keep_within = "
+                f"{config.topology.keep_within!r}")
     answer = {"at": at, "request_gpu_milli": milli, "candidates": [], "feasible": 0, "within_island": 0,
-              "keep_within": config.topology.keep_within, "annotations": annotations}
+              "keep_within": config.topology.keep_within, "annotations": annotations, "annotations_note": note}
     reason = ("no node has reported in the last 10 minutes" if not nodes.names else
               f"no job held a GPU in the last {days:g} day(s): nothing to score against" if workload is None else None)
     if reason is not None:
