@@ -43,7 +43,9 @@ COLUMNS = (
     # the names the FinOps Foundation's validator (FOCUS 1.0 rules) checks for columns since renamed
     "Provider", "Publisher", "InvoiceIssuer", "ResourceID", "ChargeType",
     # gpuledger's own
-    "x_PeriodState", "x_RateCard", "x_LineKind", "x_SharedFrom", "x_Corrects", "x_MadeBy")
+    "x_PeriodState", "x_RateCard", "x_LineKind", "x_SharedFrom", "x_Corrects", "x_MadeBy",
+    # the period's coverage: hours holding samples over hours of the period (so far), and the note when it is short
+    "x_CoveredHours", "x_PeriodHours", "x_CoverageNote")
 
 
 def _common(found: dict[str, Any], team: str) -> dict[str, Any]:
@@ -58,6 +60,8 @@ def _common(found: dict[str, Any], team: str) -> dict[str, Any]:
         "ServiceCategory": "Compute", "ServiceName": "GPU compute", "ServiceSubcategory": "Other (Compute)",
         "SubAccountId": team, "SubAccountName": owner_label(team), "SubAccountType": "Team",
         "x_PeriodState": found["state"],
+        **({"x_CoveredHours": found["coverage"]["hours_with_data"], "x_PeriodHours": found["coverage"]["hours_elapsed"],
+            "x_CoverageNote": found["coverage"]["note"]} if found.get("coverage") else {}),
     }
 
 

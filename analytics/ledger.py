@@ -26,7 +26,7 @@ from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import Audit
 from gpuledger.analytics.store.ledger import book_adjustment, close_period
-from gpuledger.analytics.usage import measured
+from gpuledger.analytics.usage import covered_hours, measured
 from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.collector.errors import InputError, NotFoundError
 from gpuledger.collector.samples import IDLE_CAPACITY, UNATTRIBUTED
@@ -35,6 +35,7 @@ _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 CENT = Decimal("0.01")
 MAX_ADJUSTMENT_USD = Decimal("1e9")  # one correction of a billion dollars is a typo, not a GPU bill
+FULL_COVERAGE = 0.99  # a statement whose samples cover less of its hours says so (coverage.note)
 PERIOD_STATES = ("open", "closed")  # a period's state: open (its statement a draft), closed (stored, final)
 OPEN, CLOSED = PERIOD_STATES
 
@@ -186,6 +187,30 @@ def _usd(value: Any) -> float:
     return _cents(_cents_of(value or 0))
 
 
+def coverage_of(store: Store, start: datetime, end: datetime, now: datetime) -> dict[str, Any]:
+    """What a statement's numbers rest on: the clock hours of [start, end) holding at least one sample of any GPU,
+    over the period's hours (up to now while it runs), the first and last of them, and a note when that is less
+    than the period: a bill for a month whose samples begin on the 23rd must say so, not look like a quiet month."""
+    until = min(end, now)
+    found = covered_hours(store, start, until)
+    hours = sorted({pd.Timestamp(h) for listed in found["hours"] for h in listed}) if not found.empty else []
+    hours = [h.tz_localize("UTC") if h.tzinfo is None else h for h in hours]  # the rollups' hours are UTC, unmarked
+    elapsed = max(0.0, (until - start).total_seconds() / 3600.0)
+    period = (end - start).total_seconds() / 3600.0
+    share = len(hours) / elapsed if elapsed else None
+    note = None
+    if hours and share is not None and share < FULL_COVERAGE:
+        note = (f"samples cover {len(hours):,} of the {elapsed:,.0f} hours {'so far ' if until < end else ''}"
+                f"({share:.0%}), from {hours[0]:%Y-%m-%d %H:00} to {hours[-1]:%Y-%m-%d %H:00} UTC: the hours without "
+                "samples are not billed, not billed as idle")
+    elif not hours:
+        note = "no samples in the period: nothing is billed"
+    return {"hours_with_data": len(hours), "hours_elapsed": round(elapsed, 2), "hours_in_period": round(period, 2),
+            "share": round(share, 4) if share is not None else None,
+            "first_hour": hours[0].to_pydatetime() if hours else None,
+            "last_hour": hours[-1].to_pydatetime() if hours else None, "note": note}
+
+
 def statement(store: Store, config: LedgerConfig, name: str, now: datetime | None = None) -> dict[str, Any]:
     """A period's statement: the stored one of a closed period, else a draft computed now (state open). Lines,
     the adjustments booked into it, per-team totals (usage + adjustments) and the total, all in cents."""
@@ -214,7 +239,9 @@ def statement(store: Store, config: LedgerConfig, name: str, now: datetime | Non
     line_rows = [{**r, "cost_usd": _usd(r["cost_usd"])} for r in records(lines)]
     adjustment_rows = [{**r, "usd": _usd(r["usd"])} for r in records(adjustments)]
     return {"period": period.name, "start": period.start, "end": period.end,
-            "closes_at": closes_at(period, config), **state, "lines": line_rows, "adjustments": adjustment_rows,
+            "closes_at": closes_at(period, config), **state,
+            "coverage": coverage_of(store, period.start, period.end, now),
+            "lines": line_rows, "adjustments": adjustment_rows,
             "teams": team_totals(line_rows, adjustment_rows),
             "total_usd": _cents(sum(_cents_of(r["cost_usd"]) for r in line_rows)
                                 + sum(_cents_of(r["usd"]) for r in adjustment_rows))}

@@ -551,6 +551,15 @@ STATEMENT_COLUMNS = ["kind", "period", "state", "team", "shared_from", "gpu_mode
                      "gpu_hours", "used_gpu_hours", "cost_usd", "corrects", "reason", "made_by", "made_at"]
 
 
+def _statement_coverage(cover: dict | None) -> str:
+    """The statement's coverage in a line: hours with samples of the period's, and the note when it is short."""
+    if not cover:
+        return ""
+    line = f"Samples in {cover['hours_with_data']:,} of the period's {cover['hours_elapsed']:,.0f} hours"
+    return (f"<p><strong>Coverage</strong>: {html.escape(line)}"
+            + (f" — {html.escape(cover['note'])}" if cover.get("note") else "") + ".</p>")
+
+
 def write_statement(found: dict, out: Path, team: str | None = None) -> tuple[Path, Path]:
     """A period's statement (analytics/ledger.py `statement`, already narrowed to `team` when given) as CSV, its
     lines then its adjustments, each row saying which (`kind`: usage, idle share, shared cost, adjustment), and as
@@ -575,6 +584,7 @@ def write_statement(found: dict, out: Path, team: str | None = None) -> tuple[Pa
 <p>{pd.Timestamp(found['start']):%Y-%m-%d} to {pd.Timestamp(found['end']):%Y-%m-%d} (UTC, end exclusive).
 {html.escape(state) if found['state'] == 'closed' else state} Split: {html.escape(found['split'])}.
 Total <strong>${found['total_usd']:,.2f}</strong>.</p>
+{_statement_coverage(found.get('coverage'))}
 <h2>Per team</h2>
 {_table(pd.DataFrame(found['teams']), money=("usage_usd", "adjustments_usd", "total_usd"))}
 <h2>Lines (per team, GPU model and rate card version)</h2>

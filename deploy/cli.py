@@ -731,8 +731,11 @@ def statement_text(found: dict) -> str:
         return f"{pd.Timestamp(found[key]):{shown}}"
     state = (f"closed {when('closed_at')} by {found['closed_by']} (final)" if found["state"] == "closed"
              else f"DRAFT: open until {when('closes_at')}")
+    cover = found.get("coverage") or {}
+    covered = (f"samples in {cover['hours_with_data']:,} of {cover['hours_elapsed']:,.0f} hours"
+               + (f": {cover['note']}" if cover.get("note") else "")) if cover else ""
     out = [f"statement {found['period']} ({when('start', '%Y-%m-%d')} to {when('end', '%Y-%m-%d')}), {state}; "
-           f"{found['split']}",
+           f"{found['split']}", *([f"coverage: {covered}"] if covered else []),
            f"{'team':<24} {'GPU model':<14} {'rate card':<26} {'USD/GPU-h':>9} {'GPU-hours':>11} {'cost USD':>12}"]
     for line in found["lines"]:
         rate = "-" if line["usd_per_gpu_hour"] is None else f"{line['usd_per_gpu_hour']:.4g}"

@@ -261,6 +261,17 @@ class PeriodState(BaseModel):
     total_usd: float | None = Field(description="a closed period's statement total (usage and adjustments)")
 
 
+class StatementCoverage(BaseModel):
+    """What a statement rests on: the hours of its period that hold samples."""
+    hours_with_data: int = Field(description="clock hours of the period holding at least one sample of any GPU")
+    hours_elapsed: float = Field(description="hours of the period up to now (all of them once it ended)")
+    hours_in_period: float = Field(description="hours of the whole period")
+    share: float | None = Field(description="hours_with_data / hours_elapsed; null before the period began")
+    first_hour: datetime | None = Field(description="the first hour with samples (UTC); null: none")
+    last_hour: datetime | None = Field(description="the last hour with samples (UTC); null: none")
+    note: str | None = Field(description="set when the samples cover under 99% of the hours: which and how many")
+
+
 class Statement(BaseModel):
     period: str = Field(description="2026-11 (a month) or 2026-W48 (an ISO week)")
     start: datetime = Field(description="inclusive, UTC")
@@ -271,6 +282,7 @@ class Statement(BaseModel):
     closed_by: str | None = Field(description="what closed it")
     split: str = Field(description="how idle capacity and shared-cost teams were split ([ledger] idle, idle_by, "
                                    "shared_teams, share_by); a closed statement keeps the split it closed with")
+    coverage: StatementCoverage = Field(description="the hours of the period its samples cover")
     lines: list[StatementLine] = Field(description="per bill line, GPU model and rate card version")
     adjustments: list[Adjustment] = Field(description="the corrections booked into this period")
     teams: list[StatementTeam] = Field(description="per bill line: usage, adjustments and total, in cents")
