@@ -47,12 +47,25 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
+MONEY_DECIMALS = 2  # amounts in a CSV: cents (a statement's are whole cents already)
+QUANTITY_DECIMALS = 6  # GPU-hours, shares, prices per GPU-hour: a microhour, past any float noise
+FOCUS_AMOUNTS = ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "PricingCurrencyEffectiveCost")
+
+
+def is_money(column: str) -> bool:
+    """An amount of dollars (not a price per unit): `*_usd` columns and FOCUS's cost columns."""
+    return column.endswith("_usd") or column in FOCUS_AMOUNTS
+
+
 def write_csv(frame: pd.DataFrame, path: Any) -> None:
-    """The one way gpuledger writes a CSV: text cells neutralised by `csv_cell`, number columns as numbers.
-    Names in these files come from telemetry, and the files are opened in spreadsheets."""
+    """The one way gpuledger writes a CSV: text cells neutralised by `csv_cell`, number columns as numbers, floats
+    rounded (amounts to the cent, quantities to six decimals: `2226.425`, not `2226.4250000001957`). Names in these
+    files come from telemetry, and the files are opened in spreadsheets."""
     safe = frame.copy()
     for column in safe.columns:
-        if not pd.api.types.is_numeric_dtype(safe[column]) and not pd.api.types.is_datetime64_any_dtype(safe[column]):
+        if pd.api.types.is_float_dtype(safe[column]):  # exact in storage, rounded where people read it
+            safe[column] = safe[column].round(MONEY_DECIMALS if is_money(str(column)) else QUANTITY_DECIMALS)
+        elif not pd.api.types.is_numeric_dtype(safe[column]) and not pd.api.types.is_datetime64_any_dtype(safe[column]):
             safe[column] = safe[column].map(csv_cell)
     safe.columns = [csv_cell(str(c)) for c in safe.columns]
     # CRLF rows, as RFC 4180 has them: a cell holding a bare CR is then quoted too (with "\n" rows it was not, and a

@@ -500,7 +500,9 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
                 else "Open advice as of now.")
     body = f"""<h1>GPU cost report — week {html.escape(label)}</h1>
 <p>{html.escape(start.strftime('%Y-%m-%d'))} to {html.escape(end.strftime('%Y-%m-%d'))} (UTC).{unfinished}
-Total <strong>${total:,.2f}</strong>, of which idle cluster capacity <strong>${idle_cost:,.2f}</strong>.</p>
+Cost of the GPUs present <strong>${total:,.2f}</strong> (every GPU at the rate card, held by a job or not), of which idle
+capacity (GPUs no job held) <strong>${idle_cost:,.2f}</strong>; GPUs jobs held but left idle are the idle allocations
+below, part of the teams' cost.</p>
 <p>{coverage}</p>
 <h2>Cost per day</h2>
 {chart}

@@ -67,7 +67,8 @@ _OWNS = {
 def check_page(text: str, aliases: Mapping[str, Mapping[str, str]] | None = None, *,
                ensembles: Collection[str] = (), at: datetime | None = None) -> dict[str, Any]:
     """{kind: [kinds recognised, in page order], rows: [what would be stored, one dict each, with its kind],
-    skipped: {reason: count}, examples: [a few "reason: example" lines]}. `aliases` and `ensembles` as in
+    skipped: {reason: count}, examples: [a few "reason: example" lines], costing: what stops a server's figures
+    being costed (None when nothing does)}. `aliases` and `ensembles` as in
     read_page; `at`: the time rows of exporters without their own timestamps are stamped with (default now)."""
     at = at or datetime.now(timezone.utc)
     page = read_families(text)
@@ -108,7 +109,20 @@ def check_page(text: str, aliases: Mapping[str, Mapping[str, str]] | None = None
     if not kinds and page.sample_count:
         skipped[NOTHING] += page.sample_count
         note_example(examples, NOTHING, f"{len(names)} families, none of {', '.join(KINDS)}")
-    return {"kind": kinds, "rows": rows, "skipped": dict(skipped), "examples": examples}
+    return {"kind": kinds, "rows": rows, "skipped": dict(skipped), "examples": examples, "costing": _costing(rows)}
+
+
+def _costing(rows: list[dict[str, Any]]) -> str | None:
+    """Whether an inference server's rows can be costed: its figures join the GPU cost by pod, so series naming no
+    pod cannot be, and what to add says so (None when every server row names its pod, or there is none)."""
+    served = [r for r in rows if r["kind"] in SERVER_KINDS]
+    unplaced = sorted({r["service"] or "?" for r in served if not r.get("pod")})
+    if not unplaced:
+        return None
+    return (f"{len(unplaced)} service(s) ({', '.join(unplaced[:5])}{', ...' if len(unplaced) > 5 else ''}) name no "
+            "pod or namespace on this page, so their tokens cannot be joined to the GPU cost of the pods they run in: "
+            "list the endpoint under [[apps.targets]] with its namespace and pod (or job_id for a Slurm job), or read "
+            "it through Prometheus (serve --apps-from prometheus), which adds the namespace and pod labels")
 
 
 def _app_row(row: Any) -> dict[str, Any]:
@@ -245,6 +259,8 @@ def summary(answer: Mapping[str, Any], source: str = "") -> list[str]:
         text = ", ".join(f"{n:,} {part}" for part, n in sorted(parts.items()))
         lines.append(f"  {kind:<18} {figure:<22} {text}  ({len(series[(kind, figure)]):,} series)")
     skipped = answer["skipped"]
+    if answer.get("costing"):
+        lines.append(f"cost: {answer['costing']}")
     lines.append(f"skipped: {sum(skipped.values()):,}" + ("" if skipped else " (nothing)"))
     for reason, count in sorted(skipped.items(), key=lambda item: (-item[1], item[0])):
         lines.append(f"  {reason:<40} {count:>8,}")

@@ -64,6 +64,8 @@ ADVICE_KINDS = {
     "separate": "Give a latency-sensitive job a GPU of its own",
     "efficiency": "Fix what keeps a job's SMs waiting (input pipeline, communication, memory, tensor cores idle)",
 }
+TOTAL_LABEL = "Cost of GPUs present"  # the header's figures: what they are, in their names
+IDLE_LABEL = "Idle capacity (no job) cost"
 GLOSSARY = {
     "allocated": "held by a job, busy or not",
     "busy": "allocated and at or over the idle threshold of utilisation ([waste] idle_util_pct), as /metrics' "
@@ -195,14 +197,16 @@ def usd_change(now: float, then: float) -> str:
 had_before = costs_before["total_usd"] > 0
 col1, col2, col3, col4, col5 = st.columns(5)
 col1.metric(
-    "Total cost",
+    TOTAL_LABEL,
     f"${costs['total_usd']:,.0f}",
-    help=f"last {days} day(s), rate card prices; the change is against the {days} day(s) before",
+    help=f"every GPU present x the rate card, last {days} day(s), whether a job held it or not: it moves only when "
+    f"GPUs are added, removed or repriced, or samples are missing (the change is against the {days} day(s) before). "
+    "What jobs held is the teams' lines (Cost & waste); what no job held is the idle capacity beside it",
     delta=usd_change(costs["total_usd"], costs_before["total_usd"]) if had_before else None,
     delta_color="inverse",
 )
 col2.metric(
-    "Idle capacity cost",
+    IDLE_LABEL,
     f"${float(idle_line['cost_usd'].sum()):,.0f}",
     help=GLOSSARY["idle capacity"],
     delta=usd_change(float(idle_line["cost_usd"].sum()), idle_before) if had_before else None,
@@ -738,6 +742,11 @@ with tab_cost:
             waste_df["team"] = waste_df["team"].map(owner_label)
         show_table(waste_df)
         st.subheader("Longest idle allocations")
+        st.caption(
+            f"Idle allocations: {GLOSSARY['idle allocation']}. Not the header's idle capacity ("
+            f"{GLOSSARY['idle capacity'].split(':')[0]}): the two never overlap, so together they are all the idle "
+            "GPU cost."
+        )
         runs = frame(waste["idle_runs"], ("start_ts", "end_ts")).drop(columns="gpu_uuids", errors="ignore")
         first = [
             c

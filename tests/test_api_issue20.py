@@ -39,7 +39,8 @@ def test_recommend_prints_what_get_recommendations_answers(api_url, small_db, ca
     assert code == 0, err
     printed = json.loads(out)
     served = requests.get(f"{api_url}/v1/recommendations", params={"end": at}, timeout=120).json()
-    assert set(printed) == set(served) == {"generated_at", "as_of", "policy_window", "recommendations"}
+    assert set(printed) == set(served) == {"generated_at", "as_of", "policy_window", "recommendations",
+                                           "potential_savings"}
     assert set(printed["policy_window"]) == set(served["policy_window"]) == {"start", "end"}
     assert printed["recommendations"] and served["recommendations"]
     fields = {frozenset(r) for r in served["recommendations"]}

@@ -528,13 +528,25 @@ def test_scrape_a_file_as_json_and_from_stdin():
     done = run("scrape", str(path), "--json")
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
-    assert set(answer) == {"kind", "rows", "skipped", "examples"}
+    assert set(answer) == {"kind", "rows", "skipped", "examples", "costing"}
     assert answer["kind"] == ["vllm"] and answer["rows"]
+    # a server's own page names no pod: what to add so its tokens can be costed (issue 45 item 8)
+    assert "[[apps.targets]] with its namespace and pod" in answer["costing"]
     assert all({"kind", "figure", "part", "le", "service", "instance", "value"} <= set(r) for r in answer["rows"])
     piped = run("scrape", "-", "--json", stdin=path.read_text())
     assert piped.returncode == 0 and json.loads(piped.stdout) == answer
     human = run("scrape", str(path))
     assert human.returncode == 0 and "kinds: vllm" in human.stdout and "rows: " in human.stdout
+    assert "\ncost: " in human.stdout
+
+
+def test_a_page_whose_series_name_their_pod_needs_nothing_added_to_be_costed():
+    from gpuledger.collector.page_check import check_page
+    page = ('# TYPE vllm:prompt_tokens_total counter\n'
+            'vllm:prompt_tokens_total{model_name="m",namespace="nlp",pod="llama-0"} 12\n')
+    answer = check_page(page)
+    assert answer["kind"] == ["vllm"] and answer["rows"] and answer["costing"] is None
+    assert check_page("# TYPE up gauge\nup 1\n")["costing"] is None  # no server: nothing to cost
 
 
 class _Pages(SimpleHTTPRequestHandler):

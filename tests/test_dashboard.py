@@ -54,9 +54,9 @@ def test_app_shows_cost_utilization_fairshare_and_recommendations(monkeypatch, a
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "gpuledger" in at.title[0].value
     metrics = {m.label: m.value for m in at.metric}
-    assert set(metrics) == {"Total cost", "Idle capacity cost", "GPUs allocated", "GPUs busy",
+    assert set(metrics) == {"Cost of GPUs present", "Idle capacity (no job) cost", "GPUs allocated", "GPUs busy",
                             "Utilisation-weighted"}  # the header
-    assert metrics["Total cost"].startswith("$") and float(metrics["Total cost"][1:].replace(",", "")) > 0
+    assert metrics["Cost of GPUs present"].startswith("$") and float(metrics["Cost of GPUs present"][1:].replace(",", "")) > 0
     assert [t.label for t in at.tabs] == PAGES
     assert "Cluster utilization over time" in [s.value for s in at.subheader]
     assert "Cost per team" not in [s.value for s in at.subheader]  # another page: not run, not fetched
@@ -79,7 +79,7 @@ def test_overview_teams_and_jobs_pages(monkeypatch, api_url):
     assert not at.exception
     assert "Cost per day by team" in [s.value for s in at.subheader]
     deltas = {m.label: m.delta for m in at.metric}
-    assert deltas["Total cost"] is not None  # against the previous period (the simulated store has 3 days)
+    assert deltas["Cost of GPUs present"] is not None  # against the previous period (the simulated store has 3 days)
     show(at, "Jobs")
     jobs = next(d.value for d in at.dataframe if "job_id" in d.value.columns and "idle_share" in d.value.columns)
     assert len(jobs) > 0 and jobs["waste"].dtype == bool and (jobs["cost_usd"].diff().dropna() <= 1e-9).all()
@@ -351,8 +351,8 @@ def test_dashboard_in_headless_chromium(api_url, tmp_path):
             page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
             page.goto(url)
             page.get_by_text("Cluster utilization over time").wait_for(timeout=90_000)
-            page.get_by_text("Total cost").first.wait_for(state="visible", timeout=30_000)
-            page.get_by_text("Idle capacity cost").first.wait_for(state="visible", timeout=30_000)
+            page.get_by_text("Cost of GPUs present").first.wait_for(state="visible", timeout=30_000)
+            page.get_by_text("Idle capacity (no job) cost").first.wait_for(state="visible", timeout=30_000)
             every_page = {"Overview": "Cost per day by team", "Teams": "Cost by GPU model", "Jobs": "Search job id",
                           "Cost & waste": "Waste per team", "Fairshare": "Fairshare factor per team",
                           "Recommendations": "Decision history", "GPU health": "GPU health events",

@@ -131,6 +131,8 @@ def scenario(request, tmp_path):
     app = create_app(store, CONFIG, open_reads=True)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield name, store, client
+    if app.state.audit is not None:  # its flush thread must not outlive the store (a POST is audited)
+        app.state.audit.close()
     store.close()
 
 
