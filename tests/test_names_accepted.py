@@ -38,3 +38,40 @@ def test_with_scheduler_objects_the_annotations_come_and_no_note(file_store):
     with _cluster(file_store, config) as client:
         got = client.post("/v1/placement", json={"gpus": 1, "scheduler": "kueue"}).json()
         assert got["annotations"] and got["annotations_note"] is None, got
+
+
+def test_the_whatif_reads_flavor_names_in_edits_and_capacity():
+    from gpuledger.policies.model_names import ModelNames
+    names = ModelNames(["H100", "A100-80GB", "Site-Card-X"])
+    assert names.resolve("h100") == "H100" and names.resolve("a100-80gb") == "A100-80GB"
+    assert names.resolve("h200") == "H200"  # in the catalogue, not present: a model to buy
+    assert names.resolve("site-card-x") == "Site-Card-X"  # a model present outside the catalogue
+    assert names.resolve("nosuch") == "nosuch"  # left for the caller to refuse with its own reason
+    import pytest
+
+    from gpuledger.collector.errors import InputError
+    with pytest.raises(InputError, match="the models present are A100-80GB, H100, Site-Card-X"):
+        names.require(["h100", "nosuch"])
+
+
+def test_whatif_set_takes_the_flavor_name_it_prints(tmp_path):
+    """`whatif --set nlp:h100=N` (the flavor name `emit` writes) replays as H100, not 'no h100 GPU is present'."""
+    import subprocess
+
+    import pandas as pd
+
+    from gpuledger.analytics.store import Store
+    from tests.procs import GPULEDGER
+    db = tmp_path / "w.duckdb"
+    start = utc_now().replace(second=0, microsecond=0) - timedelta(hours=3)
+    with Store(db) as store:
+        store.upsert_teams(pd.DataFrame({"team": ["nlp", "cv"], "share": [1.0, 1.0], "quota_gpus": [2, 2]}))
+        store.append_samples(table(*[gpu_rows("h", g, "H100", 180, start=start, util=70.0, job=f"nlp/j{g}",
+                                              team="nlp") for g in range(4)]))
+        store.upsert_jobs(pd.DataFrame([{"job_id": f"nlp/j{g}", "team": "nlp", "gpu_model": "H100", "gpus": 1,
+                                         "state": "running", "submit_ts": start, "start_ts": start,
+                                         "source": "test"} for g in range(4)]))
+    out = subprocess.run([GPULEDGER, "whatif", "--db", str(db), "--set", "nlp:h100=2", "--no-recommendations",
+                          "--days", "0.1"], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "proposal: nlp H100 guarantee" in out.stdout, out.stdout

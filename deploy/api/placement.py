@@ -15,7 +15,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.collector.errors import InputError
-from gpuledger.collector.gpu_catalog import MODELS, mig_fraction, models_with_profile
+from gpuledger.collector.gpu_catalog import mig_fraction, models_with_profile
 from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.analytics import topology as topo
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
@@ -24,7 +24,7 @@ from gpuledger.policies.placers import ClusterState, Task
 from gpuledger.policies.emitters.topology import podset_annotations
 from gpuledger.policies.placers.fgd import rank
 from gpuledger.policies.placers.gang import GangSearch, place_gang
-from gpuledger.policies.quota_plan import k8s_name
+from gpuledger.policies.model_names import ModelNames
 from gpuledger.policies.placers.topology import keep_within_islands
 
 router = APIRouter(tags=["placement"], dependencies=[CaughtUp])  # deps.caught_up
@@ -85,7 +85,8 @@ def placement(request: PlacementRequest, caller: ReadCaller, store: StoreDep, co
         raise InputError("a gang of pods takes whole GPUs: no gpu_fraction or mig_profile with pods > 1")
     at, nodes, workload = frag.current_state(store, None, days)
     # the models asked are read against those present too: a model outside the catalogue is kept verbatim
-    models = _asked_models(request.gpu_model, {str(m) for m in nodes.model}) if request.gpu_model else frozenset()
+    models = (ModelNames(str(m) for m in nodes.model).require(request.gpu_model) if request.gpu_model
+              else frozenset())
     if request.gpu_fraction is not None:
         milli = max(1, round(request.gpu_fraction * 1000))
     elif request.mig_profile:
@@ -132,38 +133,6 @@ def _gpu_names(state: ClusterState, node: int, slots: tuple[int, ...]) -> list[s
     """The GPUs (UUIDs) of a node's slots; a slot's number where the state does not know its GPU."""
     ids = state.gpu_ids[node] if state.gpu_ids else []
     return [ids[s] if s < len(ids) else str(s) for s in slots]
-
-
-def _flavor(name: str) -> str | None:
-    """The Kueue flavor name gpuledger emits for a model (policies/emitters/kueue.py); None for a name with no
-    character a Kubernetes name can use."""
-    try:
-        return k8s_name(name)
-    except InputError:
-        return None
-
-
-def _asked_models(asked: list[str], present: set[str]) -> frozenset[str]:
-    """The models asked, as nodes report them: each a catalogue model or one present, named as the rate card does
-    or as the Kueue flavor gpuledger emits for it, in any case ("h100", "a100-80gb"). A name that is neither is a
-    422 naming the models present: a typo must not silently place on nothing (or, unfiltered, on anything)."""
-    known: dict[str, str] = {}
-    for name in [*MODELS, *sorted(present)]:  # the catalogue's name wins a clash
-        for key in (name.lower(), _flavor(name)):
-            if key:
-                known.setdefault(key, name)
-    found, unknown = set(), []
-    for name in asked:
-        model = known.get(name.strip().lower()) or known.get(_flavor(name) or "")
-        if model is None:
-            unknown.append(name)
-        else:
-            found.add(model)
-    if unknown:
-        raise InputError(f"unknown GPU model {', '.join(repr(n) for n in unknown)}: the models present are "
-                         f"{', '.join(sorted(present)) or 'none (no node has reported)'}; name one as the rate card "
-                         f"does (H100, A100-80GB) or as its Kueue flavor (h100, a100-80gb)")
-    return frozenset(found)
 
 
 def _no_gang(config: Config, request: PlacementRequest, reason: str) -> dict:

@@ -24,6 +24,7 @@ from gpuledger.analytics.job_replay import prior_usage, replay_jobs
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import capacity_by_model, covered_hours
 from gpuledger.collector.errors import InputError
+from gpuledger.policies.model_names import ModelNames
 from gpuledger.policies.quota import QuotaAdvice
 from gpuledger.policies.quota_plan import QuotaPlan, build_plan
 from gpuledger.policies.recommendation import APPLIED, OPEN, stored
@@ -302,7 +303,12 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
     if not end > start:
         raise InputError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
     present = present_capacity(store, end)
-    proposed_capacity = {**present, **(capacity or {})}
+    # models named as the product prints them anywhere (h100, the Kueue flavor) read as the rate card's (H100)
+    names = ModelNames([*present, *(capacity or {})])
+    capacity = {names.resolve(m): n for m, n in (capacity or {}).items()}
+    edits = {team: {names.resolve(m): v for m, v in models.items()} if isinstance(models, dict) else models
+             for team, models in (edits or {}).items()}
+    proposed_capacity = {**present, **capacity}
     proposed_capacity = {m: int(n) for m, n in proposed_capacity.items() if n >= 0}
     if not present and not capacity:
         raise InputError(f"no GPU is present at {end:%Y-%m-%d %H:%M} UTC to replay the jobs on: give the capacity")
