@@ -732,8 +732,8 @@ def statement_text(found: dict) -> str:
     state = (f"closed {when('closed_at')} by {found['closed_by']} (final)" if found["state"] == "closed"
              else f"DRAFT: open until {when('closes_at')}")
     cover = found.get("coverage") or {}
-    covered = (f"samples in {cover['hours_with_data']:,} of {cover['hours_elapsed']:,.0f} hours"
-               + (f": {cover['note']}" if cover.get("note") else "")) if cover else ""
+    covered = (cover.get("note") or f"samples in {cover['hours_with_data']:,} of {cover['hours_elapsed']:,.0f} "
+               "hours") if cover else ""
     out = [f"statement {found['period']} ({when('start', '%Y-%m-%d')} to {when('end', '%Y-%m-%d')}), {state}; "
            f"{found['split']}", *([f"coverage: {covered}"] if covered else []),
            f"{'team':<24} {'GPU model':<14} {'rate card':<26} {'USD/GPU-h':>9} {'GPU-hours':>11} {'cost USD':>12}"]

@@ -11,7 +11,8 @@ What an advice claims (read from its action and evidence, one reader per kind in
   GPUs no job holds: those GPUs);
 - the free GPUs it needs, per node: a consolidation's moves land on other nodes, a co-location fills the target
   island's free GPUs, a separation takes one;
-- the nodes it clears: a consolidation empties its node for the waiting job.
+- the nodes it clears: only a consolidation stored before it recorded the node's free GPUs (taken as wanting the
+  node whole); otherwise a consolidation takes every GPU free on its node, beside those its moves leave.
 Quota advice claims a guarantee, not GPUs at an instant: one GPU model's quota changes are one proposal replayed
 together (policies/whatif/effects.py), never alternatives to each other, so they belong to no group.
 
@@ -46,7 +47,7 @@ class Claim:
 
     def as_dict(self) -> dict[str, Any]:
         """The claim as evidence a team may read: nodes and GPU counts (no job names; those are in the advice)."""
-        return {"free_gpus_taken": dict(sorted(self.takes.items())), "clears_nodes": sorted(self.clears),
+        return {"free_gpus_taken": dict(sorted(self.takes.items())), "wants_whole_nodes": sorted(self.clears),
                 "free_gpus_seen": {n: self.free[n] for n in sorted(self.free) if n in self.takes or n in self.clears},
                 "jobs_changed": len(self.jobs)}
 
@@ -81,11 +82,15 @@ def _consolidate(rec: dict[str, Any]) -> Claim:
     free = {str(n): c for n, v in (evidence.get("free_gpus_on_targets") or {}).items()
             if (c := _count(v)) is not None}
     node = str(action.get("node"))
-    if (here := _count(evidence.get("free_gpus_on_node"))) is not None:
-        free[node] = here
     waiting = evidence.get("waiting_job") or rec.get("job_id")
-    return Claim(jobs=frozenset({str(waiting)} | {str(m["job_id"]) for m in moves}), takes=takes,
-                 clears=frozenset({node}), free=free)
+    here = _count(evidence.get("free_gpus_on_node"))
+    if here is None:  # stored before it was recorded: the node is taken as wanted whole
+        return Claim(jobs=frozenset({str(waiting)} | {str(m["job_id"]) for m in moves}), takes=takes,
+                     clears=frozenset({node}), free=free)
+    # the waiting job takes every GPU free on the node, beside those the moved jobs leave
+    takes[node] = takes.get(node, 0) + here
+    free[node] = here
+    return Claim(jobs=frozenset({str(waiting)} | {str(m["job_id"]) for m in moves}), takes=takes, free=free)
 
 
 def _colocate(rec: dict[str, Any]) -> Claim:
@@ -233,7 +238,9 @@ def potential_savings(shown: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "counted": [r["id"] for r in counted],
         "left_out": [r["id"] for r in priced if not r["alternatives"]["counted"]],
         "basis": ("per group of alternatives, the most valuable set of its advice that can all be done together, "
-                  "counted once, at each advice's effect_usd_per_week (colocate's is an upper bound); quota advice "
+                  "counted once, at each advice's effect_usd_per_week: upper bounds (a reclaim or resize prices "
+                  "a whole week of the freed GPUs at the rate card, however long they were idle so far; colocate "
+                  "assumes no communication overlaps compute); quota advice "
                   "is judged by waits, not dollars, and is not in the total"
                   + ("" if priced or not placed else "; no advice shown prices its effect, so no total is stated")),
     }

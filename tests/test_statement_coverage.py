@@ -33,7 +33,7 @@ def test_a_statement_whose_samples_start_late_says_so_everywhere(file_store, tmp
     assert cover["hours_with_data"] == 8 * 24 and cover["share"] == round(192 / 720, 4)
     assert pd.Timestamp(cover["first_hour"]) == pd.Timestamp("2026-11-23", tz="UTC")
     assert "192 of the 720 hours (27%), from 2026-11-23 00:00 to 2026-11-30 23:00 UTC" in cover["note"]
-    assert "coverage: samples in 192 of 720 hours: samples cover 192" in statement_text(found)
+    assert "coverage: samples cover 192 of the 720 hours (27%)" in statement_text(found)
     _, page = write_statement(found, tmp_path / "st")
     assert "<strong>Coverage</strong>: Samples in 192 of the period" in page.read_text()
     rows = focus_rows(found)

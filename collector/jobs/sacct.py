@@ -295,8 +295,9 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, zone: tzinfo = t
             "name": (row.get("jobname") or "").strip() or None, "source": SOURCE, "gres_type": types,
         })
     if names is None:
-        raise InputError("no sacct -P output found: expected rows of fields separated by '|', with a header line "
-                         "(JobID|...) or the fields given in the order of sacct's -o")
+        raise InputError("no sacct output found: expected sacct -P rows of fields separated by '|', with a header "
+                         "line (JobID|...) or the fields given in the order of sacct's -o, or sacct's fixed-width "
+                         "table with its header and the line of dashes under it")
     jobs = jobs_frame(records, skipped)
     return JobBatch(jobs, events_of(jobs), skipped, unknown)
 

@@ -410,7 +410,8 @@ class Alternatives(BaseModel):
     counted: bool = Field(description="whether potential_savings counts it: it is priced and in the most "
                                       "valuable set of its group's advice that can all be done")
     claims: dict[str, Any] = Field(description="what it needs: free_gpus_taken and free_gpus_seen per node, "
-                                               "clears_nodes (emptied for a waiting job), jobs_changed")
+                                               "wants_whole_nodes (a consolidation stored before it recorded "
+                                               "the node's free GPUs), jobs_changed")
 
 
 class PotentialSavings(BaseModel):
