@@ -834,6 +834,8 @@ def whatif_text(answer: dict) -> str:
     util = [f"{c}: {'-' if u is None else f'{u:.0%}'}" for c, u in
             (("current", now["utilisation"]), ("proposed", then["utilisation"]))]
     out.append("GPU utilisation (served / present, in the window): " + ", ".join(util))
+    out.append("waits above: submission to first start, replayed until the queue drains (past the window's end); "
+               "the backtest below cuts every wait at the window's end, as the record can only show it")
     out += [f"assumed: {n['jobs']} jobs {n['meaning']}" for n in answer["assumptions"]]
     out += backtest_text(answer.get("backtest"))
     out += [f"note: {n}" for n in answer["notes"]]
@@ -851,7 +853,7 @@ def backtest_text(tested: dict | None) -> list[str]:
     for row in tested["teams"]:
         p95 = row["wait_p95_minutes"]
         verdict = ("ok" if row.get("within_tolerance") else "OFF") if row["judged"] else "not judged (few jobs)"
-        out.append(f"  backtest {row['team']:<16}{row['jobs']['measured']:>6} jobs  p95 wait measured "
+        out.append(f"  backtest {row['team']:<16}{row['jobs']['measured']:>6} jobs  p95 wait (min) measured "
                    f"{_minutes(p95['measured']):>7} replayed {_minutes(p95['replayed']):>7}  {verdict}")
     return out
 
