@@ -478,9 +478,10 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     top_idle = _idle_by_job(found.runs).head(15)
     daily = daily_cost_by_team(store, start, end)
     chart = _cost_chart(daily)
-    total = float(summary["cost_usd"].sum())
+    # the page's total is the sum of the cents summary.csv shows per team, so the two never differ by a cent
+    total = round(float(summary["cost_usd"].round(2).sum()), 2)
     idle_line = summary[summary["team"] == IDLE_CAPACITY]
-    idle_cost = float(idle_line["cost_usd"].sum()) if not idle_line.empty else 0.0
+    idle_cost = round(float(idle_line["cost_usd"].round(2).sum()), 2) if not idle_line.empty else 0.0
     now = utc_now()
     unfinished = (f" <strong>This week is not over</strong>: figures cover up to {now:%Y-%m-%d %H:%M} UTC."
                   if end > now else "")
