@@ -5,6 +5,7 @@ DataFrames carry numpy scalars, pandas timestamps and NaN, none of which JSON ta
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from datetime import datetime
 from typing import Any
 
@@ -53,18 +54,63 @@ FOCUS_AMOUNTS = ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "P
 
 
 def is_money(column: str) -> bool:
-    """An amount of dollars (not a price per unit): `*_usd` columns and FOCUS's cost columns."""
-    return column.endswith("_usd") or column in FOCUS_AMOUNTS
+    """An amount of dollars (not a price per unit): `usd`, `*_usd` and `*_usd_per_day|week|month` (an amount a
+    period), and FOCUS's cost columns. `usd_per_gpu_hour` and `cost_per_million_tokens` are prices: quantities."""
+    return (column == "usd" or column.endswith("_usd") or column in FOCUS_AMOUNTS
+            or column.endswith(("usd_per_day", "usd_per_week", "usd_per_month")))
+
+
+def rounded_figure(value: float, money: bool) -> float:
+    """One figure as people read it: an amount to the cent; a quantity to six decimals, or to six significant
+    digits below 1 (a fair-share usage of 1.2e-07 is not zero). NaN and infinities are left to `json_safe`."""
+    if not math.isfinite(value):
+        return value
+    if money:
+        return round(value, MONEY_DECIMALS)
+    return round(value, QUANTITY_DECIMALS) if abs(value) >= 1 else float(f"{value:.{QUANTITY_DECIMALS}g}")
+
+
+def rounded(value: Any, key: str = "") -> Any:
+    """A JSON answer with every float rounded by `rounded_figure`, judged money or quantity by the name of the
+    field that holds it (a list's items by the list's name): the API's answers, like the CSVs, carry `2226.425`,
+    not `2226.4250000001957`. Storage stays exact; this runs only where an answer leaves the server, so it is
+    written for answers of 100,000 rows (one test of the key per field name, not per value)."""
+    if isinstance(value, dict):
+        return {k: _rounded_in(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded_in(v, key) for v in value]
+    return _rounded_in(value, key)
+
+
+@lru_cache(maxsize=4096)
+def _money(key: Any) -> bool:
+    return isinstance(key, str) and is_money(key)
+
+
+def _rounded_in(value: Any, key: Any) -> Any:
+    kind = type(value)
+    if kind is float:
+        return rounded_figure(value, _money(key))
+    if kind is dict:
+        return {k: _rounded_in(v, k) for k, v in value.items()}
+    if kind is list:
+        return [_rounded_in(v, key) for v in value]
+    if isinstance(value, float):  # a float subclass (numpy's float64)
+        return rounded_figure(float(value), _money(key))
+    if isinstance(value, (dict, list)):
+        return rounded(value, key)
+    return value
 
 
 def write_csv(frame: pd.DataFrame, path: Any) -> None:
     """The one way gpuledger writes a CSV: text cells neutralised by `csv_cell`, number columns as numbers, floats
-    rounded (amounts to the cent, quantities to six decimals: `2226.425`, not `2226.4250000001957`). Names in these
-    files come from telemetry, and the files are opened in spreadsheets."""
+    rounded by `rounded_figure` (`2226.425`, not `2226.4250000001957`). Names in these files come from telemetry,
+    and the files are opened in spreadsheets."""
     safe = frame.copy()
     for column in safe.columns:
         if pd.api.types.is_float_dtype(safe[column]):  # exact in storage, rounded where people read it
-            safe[column] = safe[column].round(MONEY_DECIMALS if is_money(str(column)) else QUANTITY_DECIMALS)
+            money = is_money(str(column))
+            safe[column] = safe[column].map(lambda v, m=money: rounded_figure(v, m), na_action="ignore")
         elif not pd.api.types.is_numeric_dtype(safe[column]) and not pd.api.types.is_datetime64_any_dtype(safe[column]):
             safe[column] = safe[column].map(csv_cell)
     safe.columns = [csv_cell(str(c)) for c in safe.columns]

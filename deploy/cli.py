@@ -27,7 +27,7 @@ from gpuledger.collector.apps.targets import APP_SOURCES
 from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
-from gpuledger.deploy import node_admin
+from gpuledger.deploy import import_parser, node_admin
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import DEFAULT_STATUS, FORMATS
@@ -361,45 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="first rebuild the rollups from the raw samples kept (after a change of "
                               "[waste] idle_util_pct, or to check them)")
 
-    imp = sub.add_parser(
-        "import", help="load a public cluster trace, or a site's jobs (sacct, squeue, kube-state-metrics), into the store",
-        description="Loads a trace's history (../shared/traces) so every analytic, the dashboard and the weekly "
-                    "report run on it: openb (Alibaba GPU-sharing, QoS classes as teams, fractional GPUs billed in "
-                    "milli-GPU, pods placed with FGD as scheduled), philly (Microsoft, VCs as teams), helios "
-                    "(SenseTime Earth, VCs as teams, hourly allocation and quotas), genai (Alibaba inference pods, "
-                    "real per-minute GPU utilisation). Times are moved so the trace ends now. Each import says what "
-                    "the history is evidence of. `import sacct FILE|-` loads the GPU jobs of `sacct -P` output "
-                    "(e.g. `sacct -aP -S now-14days -o JobID,State,Submit,Eligible,Start,End,Account,User,"
-                    "Partition,QOS,NodeList,AllocTRES,ReqTRES,Reason,ExitCode,JobName`, plus Restarts where sacct "
-                    "has it) as they are: "
-                    "states, queue waits, GPUs and outcomes, with their events; a job read again replaces itself. "
-                    "`import squeue FILE|-` loads what waits now, with Slurm's reason, from `squeue -a -o "
-                    "\"%i|%T|%V|%a|%u|%P|%q|%b|%r|%j|%D|%S\"` (sacct shows a job held for a later begin time only "
-                    "once eligible). `import kube-state FILE|-` loads the GPU pods of a kube-state-metrics page "
-                    "(e.g. `curl -s http://kube-state-metrics:8080/metrics`) as jobs: created, scheduled, started, "
-                    "completed, phase and reason, restarts, owner. `import kueue|kai FILE|-` stores the queue state "
-                    "a Kueue controller's or KAI's /metrics page shows (quota in force, usage, waiting workloads), "
-                    "compared with gpuledger's plan at /v1/workloads/queues.")
-    _add_common(imp)
-    imp.add_argument("trace", choices=TRACE_NAMES + JOB_FORMATS + QUEUE_FORMATS,
-                     help="which trace, or a job format: " + ", ".join(JOB_FORMATS) + ", or a queue page: "
-                     + ", ".join(QUEUE_FORMATS))
-    imp.add_argument("path", nargs="?",
-                     help="the trace's folder (default: ../shared/traces/<trace> beside the checkout); for a job "
-                          "format the file of its output, or - for standard input")
-    imp.add_argument("--days", type=_positive,
-                     help="only the trace's last N days (default: openb 7, the others all of it)")
-    imp.add_argument("--fields", help="sacct only: the -o field list of output taken with --noheader (comma "
-                                      "separated, in its order); a header line or a pasted sacct command wins")
-    imp.add_argument("--timezone", default="UTC",
-                     help="sacct and squeue: the time zone they printed their times in, their host's (default UTC)")
-    imp.add_argument("--team-field", default="Account", choices=["Account", "Partition", "QOS"],
-                     help="sacct and squeue: the field that names the team (default Account, as sshare groups usage)")
-    imp.add_argument("--team-label", help="kube-state: the pod label naming the team (default: the namespace)")
-    imp.add_argument("--class-label", help="kube-state: the pod label or annotation naming the workload class "
-                                           "(training, fine_tuning, batch_inference, online_inference, interactive, "
-                                           "agentic, or a usual alias; default: from the priority class, the pod's "
-                                           "owner and name)")
+    import_parser.add_parser(sub, _add_common, _positive)
 
     replay = sub.add_parser(
         "replay", help="replay a public cluster trace through a placement policy (allocation, fragmentation)",

@@ -39,3 +39,17 @@ def test_host_and_port_say_their_default():
         text = " ".join(out.stdout.split())
         assert "--host HOST address to serve" in text and "(default 127.0.0.1" in text, text
         assert "(default 8080" in text or "(default 8501" in text, text
+
+
+def test_each_import_format_has_its_own_help():
+    """`import sacct --help` printed every format's help, traces and kube-state-metrics included (issue 45 item 7):
+    each format now says only what it reads and takes only its options."""
+    sacct = subprocess.run([GPULEDGER, "import", "sacct", "--help"], capture_output=True, text=True, timeout=60)
+    assert sacct.returncode == 0
+    text = " ".join(sacct.stdout.split())
+    assert "sacct -aP" in text and "--timezone" in text and "--fields" in text
+    for other in ("kube-state-metrics", "--team-label", "Philly", "--days"):
+        assert other not in text, other
+    kai = subprocess.run([GPULEDGER, "import", "kai", "x", "--fields", "a"], capture_output=True, text=True,
+                         timeout=60)
+    assert kai.returncode == 2 and "unrecognized arguments: --fields" in kai.stderr, kai.stderr

@@ -9,7 +9,8 @@ import pandas as pd
 
 from gpuledger.analytics.records import write_csv
 
-NOISE = re.compile(r"\d+\.\d{7,}")  # a float written with more than six decimals
+# a float written with more than six decimals, or below 1 with more than six significant digits
+NOISE = re.compile(r"(?<![\d.])(?:[1-9]\d*\.\d{7,}|0\.0*[1-9]\d{6,})")
 
 
 def test_a_csv_rounds_amounts_to_cents_and_quantities_to_six_decimals(tmp_path):
@@ -51,3 +52,50 @@ def test_the_weekly_report_and_focus_csvs_carry_no_float_noise(tmp_path):
         text = path.read_text()
         assert not NOISE.search(text), (path, NOISE.search(text).group(0))
     store.close()
+
+
+MONEY_NOISE = re.compile(r'"(?:usd|[a-z_]*_usd(?:_per_(?:day|week|month))?)":-?\d+\.\d{3,}')  # an amount past cents
+
+
+def test_every_api_answer_rounds_amounts_to_cents_and_quantities_to_six_decimals(tmp_path):
+    """Every GET route that needs no path parameter, over samples whose figures are long binary fractions: no
+    answer carries a float written with more than six decimals, and no amount carries more than cents."""
+    from datetime import timedelta
+
+    from gpuledger.analytics.config import Config
+    from gpuledger.analytics.store import Store
+    from gpuledger.analytics.windows import utc_now
+    from tests.helpers import api_client, gpu_rows, table
+    store = Store(tmp_path / "a.duckdb")
+    store.set_rates(Config().rates)
+    began = (utc_now() - timedelta(hours=20)).replace(microsecond=0)
+    rows = [gpu_rows("h", g, "H100", 90, step_s=7.0, start=began, util=33.3 + g / 7, job=f"t{g}/j", team=f"t{g}")
+            for g in range(3)]
+    store.append_samples(table(*rows))
+    store.fold()
+    checked = 0
+    with api_client(store, Config(), open_reads=True) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+        for path, operations in paths.items():
+            if "get" not in operations or "{" in path or path in ("/v1/backup", "/metrics"):
+                continue
+            answer = client.get(path)
+            if answer.headers.get("content-type", "").startswith("application/json") and answer.status_code == 200:
+                checked += 1
+                assert not NOISE.search(answer.text), (path, NOISE.search(answer.text).group(0))
+                assert not MONEY_NOISE.search(answer.text), (path, MONEY_NOISE.search(answer.text).group(0))
+        costs = client.get("/v1/costs").json()
+    assert checked >= 20, checked  # the walk reached the routes, not only errors
+    assert any(isinstance(v, float) and v != round(v) for v in _floats(costs)), costs  # figures with decimals were seen
+    store.close()
+
+
+def _floats(value):
+    if isinstance(value, float):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _floats(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _floats(v)

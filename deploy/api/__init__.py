@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CollectorRegistry
 
 from gpuledger.analytics.config import Config
-from gpuledger.analytics.records import json_safe
+from gpuledger.analytics.records import json_safe, rounded
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import AuditLog
 from gpuledger.analytics.store.ingest_writer import IngestWriter
@@ -41,6 +41,14 @@ from gpuledger.policies.recommender import RecommendationService
 ASSETS = "/static/swagger-ui"
 
 
+class RoundedJSON(JSONResponse):
+    """Every JSON answer with its floats rounded where they leave the server (analytics/records.py `rounded`):
+    amounts to the cent, quantities to six decimals, so a caller reads `2226.425`, not `2226.4250000001957`."""
+
+    def render(self, content: object) -> bytes:
+        return super().render(rounded(content))
+
+
 def _version() -> str:
     try:
         return version("gpuledger")
@@ -59,6 +67,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
         version=_version(),
         description="GPU usage, cost, waste and fairshare, and quota/placement recommendations for schedulers.",
         docs_url=None, redoc_url=None,  # served below from the Swagger UI files shipped with the package
+        default_response_class=RoundedJSON,
     )
     _offline_docs(app)
     app.state.store = store

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import datetime
 
+import pandas as pd
 from fastapi import APIRouter, Query
 
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
+from gpuledger.analytics.cost_split import in_cents
 from gpuledger.analytics.energy import complete_from, energy
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
@@ -23,13 +25,20 @@ router = APIRouter(tags=["cost"], dependencies=[CaughtUp])  # deps.caught_up
 def costs(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> dict:
     """Cost per team, plus the unattributed and idle-capacity lines, with the rates used."""
     start, stop, span = window(days, end)
-    every = records(cost_by_team(store, start, stop))
+    every = records(with_cents(cost_by_team(store, start, stop)))
     lines = caller.visible(every)
     # the total of the lines shown, so a team token's table adds up to its total too (its own line and the shared
-    # unattributed and idle-capacity lines); the cluster's cost beside it, without the other teams' names
+    # unattributed and idle-capacity lines); the cluster's cost beside it, without the other teams' names. Each in
+    # whole cents, summed as cents: the answer's amounts are rounded to the cent and still add up
     return {"window": span, "rates": rates_in(store, start, stop), "teams": lines,
-            "total_usd": round(sum(line["cost_usd"] or 0.0 for line in lines), 6),
-            "cluster_total_usd": round(sum(line["cost_usd"] or 0.0 for line in every), 6)}
+            "total_usd": sum(round(line["cost_usd"] * 100) for line in lines) / 100,
+            "cluster_total_usd": sum(round(line["cost_usd"] * 100) for line in every) / 100}
+
+
+def with_cents(frame: pd.DataFrame) -> pd.DataFrame:
+    """Bill lines whose `cost_usd` is whole cents adding up to the total rounded once (analytics/cost_split.py
+    `in_cents`): the API answers amounts to the cent, and a table rounded line by line could miss its total."""
+    return frame.assign(cost_usd=in_cents(frame["cost_usd"]) / 100.0) if len(frame) else frame
 
 
 def rates_in(store: Store, start: datetime, stop: datetime) -> list[dict]:
@@ -78,7 +87,7 @@ def waste_view(caller: ReadCaller, store: StoreDep, config: ConfigDep, days: flo
 def daily_costs(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime | None = End) -> list[dict]:
     """Cost per UTC day and bill line: each team, the unattributed bucket and the idle capacity."""
     start, stop, _ = window(days, end)
-    return caller.visible(records(daily_cost_by_team(store, start, stop)))
+    return caller.visible(records(with_cents(daily_cost_by_team(store, start, stop))))
 
 
 @router.get("/v1/jobs", response_model=list[JobRow])
