@@ -19,7 +19,8 @@ from gpuledger.analytics.store import Store
 
 # the per-queue figures a snapshot shows, in this order (collector/jobs/queues.py QUEUE_FIGURES, the gauges)
 SNAPSHOT_FIGURES = ("quota_gpus", "borrowing_limit_gpus", "lending_limit_gpus", "fair_share_gpus", "usage_gpus",
-                    "reserved_gpus", "pending_workloads", "inadmissible_workloads", "admitted_workloads")
+                    "reserved_gpus", "pending_workloads", "inadmissible_workloads", "admitted_workloads",
+                    "limit_gpus", "fairshare_shares")
 
 
 def scheduler_queues(store: Store, at: datetime) -> pd.DataFrame:

@@ -997,15 +997,21 @@ def _check_input(args: argparse.Namespace) -> None:
 
 
 def _import_queues(args: argparse.Namespace, config: Config) -> int:
-    """`import kueue|kai FILE|-`: the queue state a Kueue controller's or KAI's /metrics page shows, taken now."""
+    """`import kueue|kai|sacctmgr FILE|-`: the queue state a Kueue controller's or KAI's /metrics page shows, or
+    Slurm's association limits, taken now."""
     from gpuledger.collector.jobs.kai import parse_kai
     from gpuledger.collector.jobs.kueue import parse_kueue
+    from gpuledger.collector.jobs.sacctmgr import FIELDS, parse_sacctmgr
+    readers = {"kueue": (parse_kueue, "the /metrics page of Kueue's controller manager"),
+               "kai": (parse_kai, "the /metrics page of KAI's queue controller or scheduler"),
+               "sacctmgr": (parse_sacctmgr, f"the output of `sacctmgr -P show assoc format={','.join(FIELDS)}` "
+                                            "(account associations with a Fairshare or a gres/gpu GrpTRES)")}
+    read, what = readers[args.trace]
     text = _read_input(args)
-    batch = (parse_kueue if args.trace == "kueue" else parse_kai)(text, utc_now())
+    batch = read(text, utc_now())
     if batch.rows.empty:
-        raise InputError(f"no {args.trace} queue figures in {args.path}: is it the /metrics page of "
-                         + ("Kueue's controller manager?" if args.trace == "kueue" else
-                            "KAI's queue controller or scheduler?"))
+        skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "nothing"
+        raise InputError(f"no {args.trace} queue figures in {args.path} (skipped: {skipped}): is it {what}?")
     with _open_store(args, config) as store:
         stored = store.record_queue_metrics(batch.rows)
     skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "none"

@@ -40,6 +40,13 @@ FORMATS = {
             "Stores the queue state KAI's queue controller or scheduler /metrics page shows (quota, limit, usage, "
             "waiting workloads), compared with gpuledger's plan at /v1/workloads/queues and used as the quotas in "
             "force by the what-if."),
+    "sacctmgr": ("Slurm's association limits and shares",
+                 "Stores what Slurm runs as each account's GPU limit and share, from `sacctmgr -P show assoc format="
+                 "Account,User,ParentName,Fairshare,GrpTRES` (with or without -n; any field order under sacctmgr's "
+                 "header): GrpTRES gres/gpu[:type]=N per account as its limit per GPU type, Fairshare as its shares. "
+                 "The what-if then replays a Slurm site under the limits in force (accounts named like teams, "
+                 "types as the site's sacct names them); /v1/workloads/queues compares them with gpuledger's plan. "
+                 "User associations are skipped."),
 }
 
 

@@ -41,6 +41,7 @@ class TeamPlan:
     limit: dict[str, float] = field(default_factory=dict)  # GPU model -> most GPUs it may hold
     source: dict[str, str] = field(default_factory=dict)  # GPU model -> "config", "decision ID", "recommendation ID"
     always_busy: dict[str, float] = field(default_factory=dict)  # GPU model -> GPUs busy in 95% of the hours
+    share_source: str = "config"  # where `share` comes from: the config, or the scheduler's report (whatif/reported.py)
 
     def total_guarantee(self) -> float:
         return sum(self.guarantee.values())
@@ -194,7 +195,7 @@ def applicable_plan(store: Store, config: Config, statuses: tuple[str, ...] = (A
     plan.mig = {}
     for row in mig_profiles(store, at).itertuples(index=False):
         plan.mig.setdefault(row.gpu_model, {})[row.mig_profile] = int(row.instances)
-    plan.gres = _gres(plan, config, gres_types(store, start, at))
+    plan.gres = site_gres(store, config, plan, at)
     shapes = job_shapes(store, start, at)
     keep_shapes(plan, shapes)
     problems = fill_stranded(plan, fill)
@@ -229,6 +230,12 @@ def _namespaces(plan: QuotaPlan, config: Config, seen: pd.DataFrame) -> tuple[di
         else:
             out[team.team], basis[team.team] = (k8s_name(team.team),), "none seen: the team's name"
     return out, basis
+
+
+def site_gres(store: Store, config: Config, plan: QuotaPlan, at: datetime) -> dict[str, tuple[str, str]]:
+    """Per GPU model of the plan: the Slurm GPU type the site names it by, and why (`_gres`), from the sacct
+    records of the policy window before `at`."""
+    return _gres(plan, config, gres_types(store, at - timedelta(days=config.quota.window_days), at))
 
 
 _MIG_GRES = re.compile(r"^(?P<card>[A-Za-z0-9]+?)[_-]\d+g\.\d+gb", re.IGNORECASE)  # `a100_3g.20gb`: card a100

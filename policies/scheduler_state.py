@@ -3,7 +3,9 @@ plan would write (the Kueue and KAI emitters' names: a ClusterQueue per team wit
 queue per team and a leaf `<team>-<model>`), the quota in force, what the plan says, the difference, and what the
 queue holds and has waiting. A queue the scheduler runs that the plan does not know, and a planned queue the
 scheduler does not have, are listed too (`status`), so drift is seen before an export is applied. Each team's whole
-queue is a row too (flavor null): KAI's parent queue, or a ClusterQueue's flavors summed.
+queue is a row too (flavor null): KAI's parent queue, or a ClusterQueue's flavors summed. Slurm (`gpuledger import
+sacctmgr`): an account per team with a GrpTRES limit per GPU type (the site's type names), compared with the plan's
+limit, since Slurm has no guarantee.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pandas as pd
 
 from gpuledger.analytics.queues import scheduler_queues
 from gpuledger.analytics.store import Store
-from gpuledger.policies.quota_plan import QuotaPlan, k8s_name
+from gpuledger.policies.quota_plan import QuotaPlan, gres_type, k8s_name
 
 # how a queue's quota compares: the closed set of the comparison's `status`
 COMPARISON_STATUSES = ("matches", "differs", "not_in_scheduler", "not_in_plan", "unlimited")
@@ -25,6 +27,12 @@ def _planned(plan: QuotaPlan, scheduler: str) -> dict[tuple[str, str | None], tu
     """(queue, flavor) -> (team, GPU model or None for a team's whole queue, planned guarantee), as the emitter for
     `scheduler` names them."""
     out: dict[tuple[str, str | None], tuple[str, str | None, float]] = {}
+    if scheduler == "slurm":  # an account per team, a GrpTRES limit per GPU type; Slurm has no guarantee
+        for team in plan.teams:
+            for model in team.models():
+                kind = plan.gres[model][0] if model in plan.gres else gres_type(model)
+                out[(team.team, kind)] = (team.team, model, float(plan.limit_of(team, model)))
+        return out
     for team in plan.teams:
         for model in team.models():
             guarantee = float(team.guarantee.get(model, 0.0))
@@ -63,14 +71,18 @@ def compare_with_scheduler(store: Store, plan: QuotaPlan, at: datetime) -> pd.Da
     queues = scheduler_queues(store, at)
     rows = []
     for scheduler, running in queues.groupby("scheduler"):
-        running = _with_queue_totals(running)
+        figure = "limit_gpus" if scheduler == "slurm" else "quota_gpus"  # what the plan's number compares with
+        if scheduler == "slurm":  # an account's share is no limit: only its GrpTRES GPU limits compare
+            running = running[running["limit_gpus"].notna()]
+        else:
+            running = _with_queue_totals(running)
         planned = _planned(plan, scheduler)
         seen = set()
         for q in running.itertuples(index=False):
             key = (q.queue, q.flavor if isinstance(q.flavor, str) else None)
             seen.add(key)
             team, model, want = planned.get(key, (None, None, None))
-            have = None if pd.isna(q.quota_gpus) else float(q.quota_gpus)
+            have = None if pd.isna(getattr(q, figure)) else float(getattr(q, figure))
             if bool(q.unlimited):
                 status = "unlimited"
             elif want is None:

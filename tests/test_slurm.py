@@ -17,6 +17,7 @@ from gpuledger.analytics.store import Store
 from gpuledger.analytics.workloads import outcomes, waiting_now, workload_summary
 from gpuledger.collector.jobs.sacct import parse_sacct
 from gpuledger.collector.jobs.squeue import parse_squeue
+from gpuledger.collector.jobs.sacctmgr import parse_sacctmgr
 from gpuledger.policies.emitters import emitter_for
 from gpuledger.policies.emitters.slurm import CURRENT_FORMAT, parse_current
 from gpuledger.policies.fairshare.slurm_fair_tree import tree_from_associations, tree_rows
@@ -62,6 +63,15 @@ def test_the_emitted_sacctmgr_script_applies_and_reads_back(slurm):
     assert accounts["vision"]["grp_tres"] == {"gres/gpu:h100": "2", "gres/gpu:l4": "1"}
     assert accounts["research"]["grp_tres"] == {"gres/gpu:l4": "1"}
     assert emitter_for("slurm").emit(PLAN, associations(slurm)).objects == []  # applied: nothing left to change
+    # `gpuledger import sacctmgr` reads the real sacctmgr's output, with -n and with its own header, the same
+    with_header = slurm.run("sacctmgr", "-P", "show", "assoc", f"format={CURRENT_FORMAT}").stdout
+    for text in (associations(slurm), with_header):
+        rows = parse_sacctmgr(text, datetime.now(timezone.utc)).rows
+        limits = {(r.queue, r.flavor): r.value for r in rows[rows["figure"] == "limit_gpus"].itertuples()}
+        assert limits == {("vision", "h100"): 2.0, ("vision", "l4"): 1.0, ("nlp", "h100"): 1.0,
+                          ("research", "l4"): 1.0}, limits
+        shares = rows[rows["figure"] == "fairshare_shares"].set_index("queue")["value"]
+        assert (shares["vision"], shares["ml"]) == (30.0, 40.0)
 
 
 def test_a_changed_plan_modifies_only_what_differs_and_slurm_enforces_it(slurm):

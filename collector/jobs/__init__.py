@@ -4,7 +4,8 @@ own (sacct.py, ...) behind the small interface in lifecycle.py."""
 
 # the job record formats `gpuledger import` reads, one parser module each (sacct.py, squeue.py, kube_state.py)
 JOB_FORMATS = ("sacct", "squeue", "kube-state")
-# the scheduler queue pages it reads (kueue.py, kai.py): quotas in force, usage, waiting workloads
-QUEUE_FORMATS = ("kueue", "kai")
+# the scheduler queue state it reads (kueue.py, kai.py: their /metrics pages; sacctmgr.py: Slurm's association
+# limits): quotas and limits in force, usage, waiting workloads
+QUEUE_FORMATS = ("kueue", "kai", "sacctmgr")
 # where `serve --jobs-from` reads job lifecycle and queues continuously (prometheus_jobs.py)
 JOB_SOURCES = ("none", "prometheus")

@@ -15,13 +15,15 @@ from datetime import datetime
 
 import pandas as pd
 
-SCHEDULERS = ("kueue", "kai")
+SCHEDULERS = ("kueue", "kai", "slurm")
 # gpuledger's names for what the schedulers publish, GPUs in devices; `_total` figures are cumulative counters
 QUEUE_FIGURES = (
     "quota_gpus",            # Kueue nominalQuota / KAI deserved: the guarantee in force
     "borrowing_limit_gpus",  # Kueue: most it may borrow above its quota
     "lending_limit_gpus",    # Kueue: most of its quota others may borrow
     "fair_share_gpus",       # KAI: the fair share the scheduler computed this cycle
+    "limit_gpus",            # Slurm: GrpTRES gres/gpu, the most GPUs the account's jobs hold at once
+    "fairshare_shares",      # Slurm: the account's raw shares (Fairshare); `detail` "parent" where it has its parent's
     "usage_gpus",            # GPUs its admitted workloads hold
     "reserved_gpus",         # Kueue: GPUs reserved (quota reservation, before admission checks)
     "pending_workloads",     # waiting to be admitted (Kueue status=active)

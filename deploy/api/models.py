@@ -875,14 +875,17 @@ class ClassUsage(BaseModel):
 
 class SchedulerQueue(BaseModel):
     scheduler: str = Field(description=f"the scheduler that published it: {', '.join(SCHEDULERS)}")
-    queue: str = Field(description="its queue: a Kueue ClusterQueue, a KAI queue")
-    flavor: str | None = Field(description="Kueue's ResourceFlavor (a GPU model in gpuledger's plan); null for KAI")
+    queue: str = Field(description="its queue: a Kueue ClusterQueue, a KAI queue, a Slurm account")
+    flavor: str | None = Field(description="Kueue's ResourceFlavor (a GPU model in gpuledger's plan), Slurm's GPU "
+                                           "type (gres/gpu:<type>); null for KAI")
     team: str | None = Field(description="the team gpuledger's plan gives this queue; null: not in the plan")
     gpu_model: str | None = Field(description="the GPU model of that plan entry; null: a team's whole queue")
     quota_in_force_gpus: float | None = Field(description="the quota the scheduler runs (Kueue nominalQuota, KAI "
-                                                          "deserved); null: not published or unlimited")
-    planned_gpus: float | None = Field(description="the guarantee in gpuledger's plan (accepted advice, else the "
-                                                   "numbers in force in the config); null: not in the plan")
+                                                          "deserved, Slurm GrpTRES GPU limit); null: not published "
+                                                          "or unlimited")
+    planned_gpus: float | None = Field(description="the guarantee in gpuledger's plan (Slurm: its limit; accepted "
+                                                   "advice, else the numbers in force in the config); null: not in "
+                                                   "the plan")
     difference_gpus: float | None = Field(description="planned minus in force; null where either is unknown")
     usage_gpus: float | None = Field(description="GPUs the queue's admitted workloads hold, as the scheduler says")
     pending_workloads: float | None = Field(description="workloads waiting for admission (Kueue)")

@@ -16,7 +16,7 @@ from gpuledger.deploy.api.access import ReadCaller
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, Days, End, StoreDep, window
 from gpuledger.deploy.api.models import ExportStatus, SchedulerCoverage, SchedulerQueues, Workloads
 from gpuledger.policies.exporting import DEFAULT_STATUS, STATUSES
-from gpuledger.policies.quota_plan import build_plan
+from gpuledger.policies.quota_plan import build_plan, site_gres
 from gpuledger.policies.scheduler_state import compare_with_scheduler
 
 router = APIRouter(tags=["workloads"], dependencies=[CaughtUp])  # deps.caught_up
@@ -45,12 +45,14 @@ def scheduler_queue_state(caller: ReadCaller, store: StoreDep, config: ConfigDep
                           status: ExportStatus = Query(DEFAULT_STATUS, description="the plan compared: accepted (advice "
                                                        "an admin accepted) or open (proposed too)")) -> dict:
     """The queues Kueue and KAI run, as their metrics say (read through `serve --jobs-from prometheus` or `gpuledger
-    import kueue|kai`): the quota in force beside gpuledger's plan, what each queue holds and has waiting, and
+    import kueue|kai`), and Slurm's account limits (`gpuledger import sacctmgr`): the quota in force beside
+    gpuledger's plan (Slurm: the GrpTRES GPU limit beside the plan's limit), what each queue holds and has waiting, and
     Kueue's admission waits over the window. Empty where no scheduler's metrics were read. A team token sees its
     own team's queues and no admission waits (those are per queue, not per team)."""
     start, stop, span = window(days, end)
     at = min(stop, utc_now())
     plan = build_plan(store, config, STATUSES[status], at=at)
+    plan.gres = site_gres(store, config, plan, at)  # Slurm's GPU types as the site's sacct names them
     return {"window": span, "at": json_safe(at),
             "queues": caller.visible(records(compare_with_scheduler(store, plan, at)), shared=False),
             "admission_waits": records(admission_waits(store, start, stop)) if caller.team is None else []}

@@ -23,6 +23,7 @@ import shlex
 from typing import Any
 
 from gpuledger.collector.errors import InputError
+from gpuledger.collector.jobs.sacctmgr import associations
 from gpuledger.policies.emitters import Emitted, comment, plan_header
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, gres_type
 
@@ -39,21 +40,12 @@ def fairshare(share: float) -> int:
 
 
 def parse_current(text: str) -> dict[str, dict[str, Any]]:
-    """Account associations (rows with no user) from `sacctmgr -nP show assoc format=<CURRENT_FORMAT>`."""
-    accounts: dict[str, dict[str, Any]] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.startswith("Account|"):
-            continue
-        fields = line.split("|")
-        if len(fields) < 5:
-            raise InputError(f"current associations, line {number}: expected {CURRENT_FORMAT} separated by '|', "
-                             f"got {line!r}")
-        account, user, parent, share, grp = (f.strip() for f in fields[:5])
-        if user:
-            continue
-        tres = dict(item.split("=", 1) for item in grp.split(",") if "=" in item)
-        accounts[account] = {"parent": parent or None, "fairshare": share, "grp_tres": tres}
-    return accounts
+    """Account associations (rows with no user) from `sacctmgr -nP show assoc format=<CURRENT_FORMAT>`, or any
+    order under sacctmgr's header (collector/jobs/sacctmgr.py reads both)."""
+    try:
+        return associations(text)
+    except ValueError as exc:
+        raise InputError(f"current associations, {exc}") from exc
 
 
 # sacctmgr splits a value on "," (a list of names) and reads "=" as the next key: a name holding one would act on

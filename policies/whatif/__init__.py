@@ -63,7 +63,8 @@ def quotas_of(plan: QuotaPlan) -> Quotas:
 def edited_plan(plan: QuotaPlan, edits: dict[str, dict[str, dict[str, float]]]) -> QuotaPlan:
     """`plan` with edits {team: {GPU model: {"guarantee": N, "limit": N}}} applied (either key may be left out)."""
     by_team = {t.team: t for t in plan.teams}
-    teams = {t.team: type(t)(t.team, t.share, t.parent, dict(t.guarantee), dict(t.limit), dict(t.source))
+    teams = {t.team: type(t)(t.team, t.share, t.parent, dict(t.guarantee), dict(t.limit), dict(t.source),
+                             share_source=t.share_source)
              for t in plan.teams}
     for team, models in edits.items():
         if team not in by_team:
@@ -288,7 +289,7 @@ def merged(notes: list[str]) -> list[str]:
 def current_plan(store: Store, config: Config, at: datetime) -> QuotaPlan:
     """The quotas in force at `at`: the config and every applied decision, and over them whatever the scheduler
     reports running (policies/whatif/reported.py)."""
-    return with_reported(store, build_plan(store, config, statuses=(APPLIED,), at=at), at, READ_MAX_AGE)
+    return with_reported(store, build_plan(store, config, statuses=(APPLIED,), at=at), at, READ_MAX_AGE, config)
 
 
 def run_whatif(store: Store, config: Config, start: datetime, end: datetime, model: str | None = None,
@@ -369,7 +370,7 @@ def advised_plan(store: Store, config: Config, at: datetime) -> tuple[QuotaPlan,
     """The quotas in force with the open recommendations; where none is stored yet (a server refreshes them every
     [quota] refresh_minutes), the quota changes the policy advises at `at`, evaluated now and not stored."""
     # the open advice over the quotas in force as the scheduler reports them (never over the advice itself)
-    plan = with_reported(store, build_plan(store, config, statuses=OPEN, at=at), at, READ_MAX_AGE)
+    plan = with_reported(store, build_plan(store, config, statuses=OPEN, at=at), at, READ_MAX_AGE, config)
     if any(r.kind == "quota" for r in stored(store, statuses=OPEN)):
         return plan, []
     from gpuledger.policies.recommender import evaluate  # the recommender simulates effects with this package
