@@ -236,7 +236,7 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "gpu_health": ("/v1/health", {"days": days, "limit": 200, "end": end}),
         "coverage": ("/v1/nodes/telemetry", {}),
         "fragments": ("/v1/fragmentation", {"days": days, "end": end}),
-        "topology": ("/v1/topology", {"at": end}),
+        "topology": ("/v1/topology", {}),  # as the nodes are now (the window ends at a whole minute)
         "inventory": ("/v1/nodes/inventory", {}),
         "costs_before": ("/v1/costs", {"days": days, "end": before}),
         "util_before": ("/v1/cluster/utilization", {"days": days, "bucket_minutes": bucket, "end": before}),

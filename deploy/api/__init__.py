@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files
 from typing import Sequence
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -35,6 +35,7 @@ from gpuledger.analytics.store.deadline import INTERRUPTED
 from gpuledger.deploy.api.read_limits import ReadLimits, answer_interrupted
 from gpuledger.deploy.api.access import Gate, audit_writes, trusted_networks
 from gpuledger.deploy.api.limits import RequestLimits
+from gpuledger.deploy.api.query_check import known_query_only
 from gpuledger.deploy.api.live_metrics import StoreGauges
 from gpuledger.policies.recommender import RecommendationService
 
@@ -68,6 +69,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
         description="GPU usage, cost, waste and fairshare, and quota/placement recommendations for schedulers.",
         docs_url=None, redoc_url=None,  # served below from the Swagger UI files shipped with the package
         default_response_class=RoundedJSON,
+        dependencies=[Depends(known_query_only)],  # a misspelt filter is refused, not ignored (query_check.py)
     )
     _offline_docs(app)
     app.state.store = store

@@ -12,6 +12,7 @@ from gpuledger.analytics.store.gpu_inventory import inventory_rows, reported
 from gpuledger.collector.errors import NotFoundError, UnavailableError
 from gpuledger.deploy.api.access import AdminCaller, ReadCaller, audit_of
 from gpuledger.deploy.api.deps import StoreDep
+from gpuledger.deploy.api.models import RequestBody
 
 router = APIRouter(tags=["inventory"])
 NodeName = Path(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:-]+$")
@@ -43,7 +44,7 @@ class Inventory(BaseModel):
     held: list[HeldRows] = Field(description="rows not billed, kept until an admin moves the GPU")
 
 
-class Assignment(BaseModel):
+class Assignment(RequestBody):
     gpu_uuid: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$",
                           description="the GPU to register to the node")
     gpu_model: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._ -]+$",

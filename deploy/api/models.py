@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from gpuledger.analytics.config import WHATIF_MODELS
 from gpuledger.analytics.efficiency import EFFICIENCY_FLAGS
@@ -58,6 +58,13 @@ RATE_VARIANT = Field("", description="which rate: '' the model's own; 'pool <nam
                                      "GPU-hour of the card's share)")
 RATE_CARD = ("the rate card version's label, as bill lines name it: '[rates]' or 'from <start>', with the variant "
              "in brackets where it is a node pool's or MIG profile's")
+
+
+class RequestBody(BaseModel):
+    """A request's body: a field it does not know is refused (422 naming it), never dropped. A misspelt `limt` in a
+    what-if edit or a `period` on a budget was answered 200 with the default in its place (issue 45's silent
+    successes)."""
+    model_config = ConfigDict(extra="forbid")
 
 class Window(BaseModel):
     start: datetime = Field(description="inclusive")
@@ -231,7 +238,7 @@ class Adjustment(BaseModel):
     made_at: datetime = Field(description="when it was booked")
 
 
-class AdjustmentRequest(BaseModel):
+class AdjustmentRequest(RequestBody):
     team: str = Field(min_length=1, max_length=253, description="a team of the config, the store or a statement")
     usd: float = Field(strict=True, allow_inf_nan=False, description="USD, to the cent (no finer): positive "
                                                                      "charges, negative credits; not zero")
@@ -465,7 +472,7 @@ class Recommendations(BaseModel):
     potential_savings: PotentialSavings = Field(description="the advice shown, each group of alternatives once")
 
 
-class Decision(BaseModel):
+class Decision(RequestBody):
     decision: DecisionName = Field(
         description="accept: agreed, to be applied; reject: not to be applied; applied: the scheduler now runs it "
                     "(a quota's guarantee becomes the current one)")
@@ -607,7 +614,7 @@ class Fragmentation(BaseModel):
     history: list[FragmentationPoint] = Field(description="the cluster's fragmentation as the server recorded it")
 
 
-class PlacementRequest(BaseModel):
+class PlacementRequest(RequestBody):
     gpus: int = Field(1, ge=1, le=64, description="GPUs the task needs (per pod, for a gang of pods)")
     pods: int = Field(1, ge=1, le=512, description="pods of a gang, each of `gpus` whole GPUs, placed all at once "
                                                    "inside one group of [topology] keep_within (clique or rack), "
@@ -774,7 +781,7 @@ class Gpus(BaseModel):
     series: list[GpuPoint] = Field(description="per GPU and bucket over the window")
 
 
-class TokenRequest(BaseModel):
+class TokenRequest(RequestBody):
     name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:@-]+$",
                       description="what the token is for, e.g. the agent's node or the person's name")
     role: str = Field(min_length=1, max_length=260, description="admin, reader, team:<team> or agent:<node>")
@@ -1135,7 +1142,7 @@ class AllocationAnswer(BaseModel):
                                                                   "name -> allocation")
 
 
-class BudgetRequest(BaseModel):
+class BudgetRequest(RequestBody):
     usd: float = Field(strict=True, gt=0, le=1e12, allow_inf_nan=False,
                        description="the team's budget per ledger period, USD, to the cent (as [budgets] takes it)")
 
@@ -1189,12 +1196,12 @@ WhatIfModel = Literal[WHATIF_MODELS]
 Policy = Literal[POLICIES]
 
 
-class QuotaEdit(BaseModel):
+class QuotaEdit(RequestBody):
     guarantee: float | None = Field(None, ge=0, le=1_000_000, description="GPUs promised")
     limit: float | None = Field(None, ge=0, le=1_000_000, description="most GPUs the team may hold")
 
 
-class WhatIfRequest(BaseModel):
+class WhatIfRequest(RequestBody):
     model: WhatIfModel | None = Field(None, description="the scheduler model (default: [whatif] model)")
     start: datetime | None = Field(None, description="the window's start (default: end - [quota] window_days)")
     end: datetime | None = Field(None, description="the window's end (default: now)")
@@ -1237,7 +1244,7 @@ class WhatIfAnswer(BaseModel):
                                                         "error, the tolerance and the worst team")
 
 
-class PlacementWhatIfRequest(BaseModel):
+class PlacementWhatIfRequest(RequestBody):
     start: datetime | None = Field(None, description="the window's start (default: end - [quota] window_days)")
     end: datetime | None = Field(None, description="the window's end (default: now)")
     placers: list[Policy] = Field(default_factory=lambda: list(POLICIES), min_length=1, max_length=len(POLICIES),
