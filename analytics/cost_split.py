@@ -83,12 +83,14 @@ def spread_shared(lines: pd.DataFrame, shared: tuple[str, ...], share_by: str) -
     return lines
 
 
-def in_cents(costs: pd.Series) -> pd.Series:
-    """Exact costs as whole cents whose sum is the total rounded once: each floored, and the cents left over given
-    to the largest remainders (Hamilton's method), so no line is off by more than a cent and the bill adds up."""
+def in_cents(costs: pd.Series, total_cents: int | None = None) -> pd.Series:
+    """Exact costs as whole cents whose sum is the total rounded once (or `total_cents`, a total already shown
+    elsewhere in whole cents): each floored, and the cents left over given to the largest remainders (Hamilton's
+    method), so no line is off by more than a cent and the bill adds up."""
     cents = costs.fillna(0.0).astype(float) * 100.0
     floors = cents.apply(math.floor)
-    left = int(round(float(cents.sum()))) - int(floors.sum())
+    total = int(round(float(cents.sum()))) if total_cents is None else int(total_cents)
+    left = total - int(floors.sum())
     order = (cents - floors).sort_values(ascending=False, kind="stable").index
     floors.loc[order[:max(left, 0)]] += 1
     return floors.astype("int64")

@@ -39,9 +39,11 @@ def health_events(store: Store, start: datetime, end: datetime, node: str | None
     return frame
 
 
-def health_by_job(store: Store, start: datetime, end: datetime, team: str | None = None) -> pd.DataFrame:
-    """Per job that held a GPU when an event hit it: events per kind, the XID codes, GPUs affected, and the job's
-    final state as the scheduler recorded it (failed jobs next to the XIDs that may explain them)."""
+def health_by_job(store: Store, start: datetime, end: datetime, team: str | None = None,
+                  node: str | None = None) -> pd.DataFrame:
+    """Per job that held a GPU when an event hit it (on `node`, where given): events per kind, the XID codes, GPUs
+    affected, and the job's final state as the scheduler recorded it (failed jobs next to the XIDs that may explain
+    them)."""
     counts = ", ".join(f"count(*) FILTER (WHERE kind = '{k}') AS {k}" for k in KINDS)
     return store.query(f"""
         SELECT e.job_id, any_value(e.team) AS team, count(*) AS events, {counts},
@@ -51,18 +53,20 @@ def health_by_job(store: Store, start: datetime, end: datetime, team: str | None
         FROM health_events e LEFT JOIN jobs j USING (job_id)
         WHERE {_where('e.')}
           AND e.job_id IS NOT NULL
-        GROUP BY e.job_id ORDER BY events DESC, e.job_id""", _params(start, end, None, team, None))
+        GROUP BY e.job_id ORDER BY events DESC, e.job_id""", _params(start, end, node, team, None))
 
 
-def health_by_gpu(store: Store, start: datetime, end: datetime, node: str | None = None) -> pd.DataFrame:
-    """Per GPU with events in [start, end): events per kind, the last XID, and the jobs hit."""
+def health_by_gpu(store: Store, start: datetime, end: datetime, node: str | None = None,
+                  team: str | None = None) -> pd.DataFrame:
+    """Per GPU with events in [start, end) (those while `team`'s jobs held it, where given): events per kind, the
+    last XID, and the jobs hit."""
     counts = ", ".join(f"count(DISTINCT ts) FILTER (WHERE kind = '{k}') AS {k}" for k in KINDS)
     return store.query(f"""
         SELECT node, gpu_uuid, any_value(gpu_index) AS gpu_index, any_value(gpu_model) AS gpu_model, {counts},
                arg_max(code, ts) FILTER (WHERE kind = '{XID}') AS last_xid, count(DISTINCT job_id) AS jobs_hit,
                max(ts) AS last_event
         FROM health_events WHERE {_where()} GROUP BY node, gpu_uuid ORDER BY last_event DESC""",
-                       _params(start, end, node, None, None))
+                       _params(start, end, node, team, None))
 
 
 def health_totals(store: Store) -> pd.DataFrame:

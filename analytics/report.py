@@ -17,6 +17,7 @@ import pandas as pd
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
+from gpuledger.analytics.cost_split import in_cents
 from gpuledger.analytics.records import write_csv
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.team_scope import redact_for_team
@@ -438,6 +439,8 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     out = Path(out_dir) / label
     out.mkdir(parents=True, exist_ok=True)
     costs = cost_by_team(store, start, end)
+    # whole cents by largest remainder: the lines add up to the week's total, and each team's CSV to its line
+    costs["cost_usd"] = in_cents(costs["cost_usd"]) / 100.0 if len(costs) else costs["cost_usd"]
     found = waste(store, start, end, config.waste, oversized=False)
     per_team = found.by_team
     summary = costs.merge(per_team[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
@@ -447,6 +450,11 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     summary["efficiency"] = summary["used_gpu_hours"] / measured.where(measured > 0)
     unmeasured = (summary["util_coverage"].fillna(0.0) <= 0) & (summary["team"] != IDLE_CAPACITY)
     summary.loc[unmeasured, ["idle_gpu_hours", "idle_cost_usd"]] = float("nan")
+    # the idle-capacity line is GPUs no job held: all of it is idle, none of it an idle allocation of a job (the
+    # waste table's rule), so it read "0 idle GPU-hours" beside its whole cost
+    capacity = summary["team"] == IDLE_CAPACITY
+    summary.loc[capacity, "idle_gpu_hours"] = summary.loc[capacity, "gpu_hours"]
+    summary.loc[capacity, "idle_cost_usd"] = summary.loc[capacity, "cost_usd"]
     prev_start = start - (end - start)
     before = cost_by_team(store, prev_start, start)[["team", "cost_usd"]]
     summary = summary.merge(before.rename(columns={"cost_usd": "cost_prev_week_usd"}), on="team", how="left")
@@ -470,8 +478,10 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     files = ReportFiles(label=label, html=out / f"gpuledger-{label}.html", summary_csv=out / "summary.csv")
     write_csv(summary, files.summary_csv)
     by_model = cost_by_team_and_model(store, start, end)
+    line_cents = dict(zip(summary["team"], (summary["cost_usd"] * 100).round()))
     for team, frame in by_model.groupby("team"):
         path = out / f"team-{_safe(str(team))}.csv"
+        frame = frame.assign(cost_usd=in_cents(frame["cost_usd"], line_cents.get(team)) / 100.0)
         frame.insert(0, "week", label)
         write_csv(frame, path)
         files.team_csvs[str(team)] = path

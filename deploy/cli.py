@@ -950,11 +950,12 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_decide(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.deploy.token_admin import local_audit
-    from gpuledger.policies.recommender import decide
+    from gpuledger.policies.recommender import decide, evaluate
     with _open_existing(args, config) as store:
         with local_audit(store, "decide", args.id, {"recommendation": args.id, "decision": args.decision,
                                                     "by": args.by, "note": args.note}) as audit:
-            rec = decide(store, args.id, args.decision, args.by, args.note, audit=audit)
+            rec = decide(store, args.id, args.decision, args.by, args.note, audit=audit,
+                         shown=lambda: evaluate(store, config).insufficient())
     print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
     return 0
 

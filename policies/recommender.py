@@ -11,6 +11,7 @@ trail: every recommendation with its evidence, and who decided what, when, and w
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -145,15 +146,25 @@ def refresh(store: Store, config: Config, now: datetime | None = None,
 
 
 def decide(store: Store, rec_id: str, decision: str, by: str, note: str | None = None,
-           now: datetime | None = None, audit: Audit | None = None) -> Recommendation:
+           now: datetime | None = None, audit: Audit | None = None,
+           shown: Callable[[], Iterable[Recommendation]] = list) -> Recommendation:
     """Record a decision on a stored recommendation: accept, reject, or applied (the scheduler now runs it).
     With `audit`, the decision and its audit entry commit in one transaction, so neither is stored without the
-    other whatever fails afterwards."""
+    other whatever fails afterwards. `shown`: what the last evaluation listed without storing (held back, not
+    enough data), asked only for an id that is not stored, so a decision on one of those says why it cannot be
+    taken rather than that the id is unknown."""
     if decision not in DECISIONS:
         raise InputError(f"decision must be one of {', '.join(DECISIONS)}, got {decision!r}")
+    if not by.strip():
+        raise InputError("a decision needs who takes it: --by NAME (the audit log and the advice's history show it)")
     found = stored(store, ids=[rec_id])
     if not found:
-        raise UnknownRecommendation(f"no recommendation {rec_id!r}")
+        listed = next((r for r in shown() if r.id == rec_id), None)
+        if listed is not None:
+            raise DecisionError(f"recommendation {rec_id} is {listed.status}, shown and never stored, so it cannot "
+                                f"be decided: {listed.reason}")
+        raise UnknownRecommendation(f"no recommendation {rec_id!r}: `gpuledger recommend` (or GET "
+                                    "/v1/recommendations) lists the ids that can be decided")
     rec, status = found[0], DECISIONS[decision]
     if status not in NEXT_STATUSES.get(rec.status, set()):
         raise DecisionError(f"recommendation {rec_id} is {rec.status}; it cannot become {status}")
@@ -193,6 +204,10 @@ class RecommendationService:
             else:
                 open_recs = stored(self.store, statuses=OPEN)
             return self._evaluation, open_recs + self._evaluation.insufficient()
+
+    def listed(self) -> list[Recommendation]:
+        """What the last refresh showed without storing (held back, not enough data); none before a refresh."""
+        return self._evaluation.insufficient() if self._evaluation is not None else []
 
     def preview(self, at: datetime) -> tuple[Evaluation, list[Recommendation]]:
         """What the policy says at `at`, not stored (to look back, or at a window with no data)."""

@@ -64,6 +64,11 @@ def test_xid_and_ecc_changes_become_events_of_the_job_holding_the_gpu(open_store
         assert free.iloc[0]["meaning"] == xid_meaning(48) == "double-bit ECC error"
         job = health_by_job(s, T0, T0 + timedelta(hours=1)).set_index("job_id").loc["j1"]
         assert (job["xid"], job["ecc_sbe"], list(job["xid_codes"]), job["gpus_affected"]) == (2, 1, [13, 79], 1)
+        # every part of an answer holds to its filters: another node's jobs and GPUs are not in a node's answer
+        # (/v1/health?node=bogus listed every node's jobs)
+        assert health_by_job(s, T0, T0 + timedelta(hours=1), node="no-such-node").empty
+        assert not health_by_job(s, T0, T0 + timedelta(hours=1), node="n1").empty
+        assert health_by_gpu(s, T0, T0 + timedelta(hours=1), team="no-such-team").empty
 
 
 def test_throttling_starts_count_once_per_spell_and_shared_gpus_name_every_holder(open_store):

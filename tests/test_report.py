@@ -34,7 +34,15 @@ def test_weekly_report_html_and_csv_per_team_add_up(sim_store, tmp_path):
         assert rows and {r["team"] for r in rows} == {team} and rows[0]["week"] == week
         team_total += sum(float(r["cost_usd"]) for r in rows)
     idle = sum(float(r["cost_usd"]) for r in summary if r["team"] == IDLE_CAPACITY)
-    assert team_total + idle == pytest.approx(total)
+    assert abs(team_total + idle - total) < 0.005  # to the cent: each team's CSV adds up to its summary line
+    for line in summary:
+        team_rows = files.team_csvs.get(line["team"])
+        if team_rows is not None:
+            cents = sum(round(float(r["cost_usd"]) * 100) for r in csv.DictReader(team_rows.open()))
+            assert cents == round(float(line["cost_usd"]) * 100), line["team"]
+    idle_line = next(r for r in summary if r["team"] == IDLE_CAPACITY)  # GPUs no job held: all of it idle
+    assert float(idle_line["idle_gpu_hours"]) == float(idle_line["gpu_hours"]) > 0
+    assert float(idle_line["idle_cost_usd"]) == float(idle_line["cost_usd"])
     assert set(files.team_csvs) == {r["team"] for r in summary} - {IDLE_CAPACITY}
 
 

@@ -24,10 +24,11 @@ def gpu_health(caller: ReadCaller, store: StoreDep, days: float = Days, end: dat
                kind: Kind | None = Query(None, description="only this kind of event"),
                limit: int = Query(500, ge=1, le=10000, description="most events listed")) -> dict:
     """Health events of the window (XID codes, throttling starts, ECC and row-remap increases), each with the job
-    that held the GPU, plus per-job and per-GPU counts: the failed jobs and sick GPUs to look at next to cost."""
+    that held the GPU, plus per-job and per-GPU counts: the failed jobs and sick GPUs to look at next to cost. Every
+    part of the answer holds to the same filters (node, team)."""
     start, stop, span = window(days, end)
     team = caller.own(team, store)
     return {"window": span, "events_until": json_safe(events_until(store)),
             "events": records(health_events(store, start, stop, node, team, kind, limit)),
-            "by_job": records(health_by_job(store, start, stop, team)),
-            "by_gpu": records(health_by_gpu(store, start, stop, node))}
+            "by_job": records(health_by_job(store, start, stop, team, node)),
+            "by_gpu": records(health_by_gpu(store, start, stop, node, team))}

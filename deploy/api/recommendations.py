@@ -101,8 +101,8 @@ def decision(rec_id: str, body: Decision, request: Request, caller: AdminCaller,
     """Record a decision on a recommendation: accept, reject, or applied. Needs an admin token."""
     request.state.audit = {"recommendation": rec_id, "decision": body.decision, "by": body.by, "note": body.note}
     try:
-        return decide(store, rec_id, body.decision, body.by, body.note,
-                      audit=audit_of(request, caller, 200)).to_dict()
+        return decide(store, rec_id, body.decision, body.by, body.note, audit=audit_of(request, caller, 200),
+                      shown=request.app.state.recommender.listed).to_dict()
     except UnknownRecommendation as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from exc
     except DecisionError as exc:

@@ -166,7 +166,9 @@ def changes(desired: list[dict[str, Any]], current_text: str | None,
     changes it. Server-side fields of a dump (status, resourceVersion, uid, managedFields) are dropped."""
     if current_text is None:
         return desired
-    current = {_key(o): o for o in load_objects(current_text)}
+    loaded = load_objects(current_text)
+    _check_current(loaded, desired)
+    current = {_key(o): o for o in loaded}
     out = []
     for obj in desired:
         existing = current.get(_key(obj))
@@ -177,6 +179,22 @@ def changes(desired: list[dict[str, Any]], current_text: str | None,
         if merged != _clean(existing):
             out.append(merged)
     return out
+
+
+def _check_current(current: list[dict[str, Any]], desired: list[dict[str, Any]]) -> None:
+    """`--current` that holds no object of a kind the plan writes compared nothing, and the plan came out as if the
+    flag were absent (a wrong file, another scheduler's dump): refused, naming what it holds and what was wanted.
+    An empty dump (`kind: List` with no items: none exist yet) is the cluster as it is, and is taken."""
+    for obj in current:
+        if not isinstance(obj, dict) or not obj.get("kind") or not isinstance(obj.get("metadata"), dict) \
+                or not obj["metadata"].get("name"):
+            raise InputError("the current objects must be Kubernetes objects, each with kind and metadata.name "
+                             f"(as `kubectl get ... -o yaml` dumps them); got {ascii(obj)[:120]}")
+    wanted = sorted({o.get("kind", "") for o in desired})
+    found = sorted({o["kind"] for o in current})
+    if current and wanted and not set(found) & set(wanted):
+        raise InputError(f"the current objects hold no {', '.join(wanted)} (they hold {', '.join(found)[:200]}): "
+                         f"give a dump of `kubectl get {','.join(k.lower() for k in wanted)} -A -o yaml`")
 
 
 def _name_only(obj: dict[str, Any]) -> dict[str, Any]:
