@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuledger.collector.errors import InputError
-from gpuledger.collector.gpu_catalog import MODELS
+from gpuledger.collector.gpu_catalog import MODELS, normalize_model
 from gpuledger.policies.quota_plan import k8s_name
 
 
@@ -32,8 +32,13 @@ class ModelNames:
                     self._known.setdefault(key, name)
 
     def find(self, name: str) -> str | None:
-        """The model `name` names, or None."""
-        return self._known.get(name.strip().lower()) or self._known.get(_flavor(name) or "")
+        """The model `name` names, or None. A driver's or node label's product name (`NVIDIA-H100-80GB-HBM3`, the
+        `nvidia.com/gpu.product` value the Kueue plan's flavors select on) reads as its catalogue model."""
+        found = self._known.get(name.strip().lower()) or self._known.get(_flavor(name) or "")
+        if found is None:
+            product = normalize_model(name)
+            found = product if product != name.strip() and product in MODELS else None
+        return found
 
     def resolve(self, name: str) -> str:
         """The model `name` names, or the name as given (a model neither known nor present: the caller says so)."""
@@ -51,5 +56,6 @@ class ModelNames:
         if unknown:
             raise InputError(f"unknown GPU model {', '.join(repr(n) for n in unknown)}: the models present are "
                              f"{', '.join(self.present) or 'none (no node has reported)'}; name one as the rate "
-                             f"card does (H100, A100-80GB) or as its Kueue flavor (h100, a100-80gb)")
+                             f"card does (H100, A100-80GB), as its Kueue flavor (h100, a100-80gb) or as its "
+                             f"product name (NVIDIA-H100-80GB-HBM3)")
         return frozenset(found)

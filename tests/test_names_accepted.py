@@ -75,3 +75,18 @@ def test_whatif_set_takes_the_flavor_name_it_prints(tmp_path):
                           "--days", "0.1"], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert "proposal: nlp H100 guarantee" in out.stdout, out.stdout
+
+
+def test_the_product_name_the_kueue_plan_selects_on_reads_as_its_model_and_a_typo_is_refused():
+    """`--capacity NVIDIA-H100-80GB-HBM3=0` (the nvidia.com/gpu.product value the Kueue flavors select on) was added
+    as a new model and changed nothing; `--capacity H1OO=8` added 8 GPUs no job could use, without a word."""
+    import pytest
+
+    from gpuledger.collector.errors import InputError
+    from gpuledger.policies.model_names import ModelNames
+    names = ModelNames(["H100", "A100-80GB"])
+    assert names.find("NVIDIA-H100-80GB-HBM3") == "H100" and names.find("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert names.find("h100") == "H100" and names.find("H1OO") is None
+    with pytest.raises(InputError, match="H1OO.*product name"):
+        names.require(["H1OO"])
+    assert names.require(["H200"]) == {"H200"}  # a catalogue model not present yet: "buy 16 H200s"

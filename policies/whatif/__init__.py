@@ -305,7 +305,9 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
         raise InputError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
     present = present_capacity(store, end)
     # models named as the product prints them anywhere (h100, the Kueue flavor) read as the rate card's (H100)
-    names = ModelNames([*present, *(capacity or {})])
+    names = ModelNames(present)
+    if capacity:  # a name no model goes by (a typo) was added as GPUs no job could use, without a word
+        names.require(capacity)
     capacity = {names.resolve(m): n for m, n in (capacity or {}).items()}
     edits = {team: {names.resolve(m): v for m, v in models.items()} if isinstance(models, dict) else models
              for team, models in (edits or {}).items()}
@@ -318,7 +320,7 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
     records = replay_jobs(store, start, end)
     if records.empty:
         raise InputError(f"no job records between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC: a what-if "
-                         "replays the scheduler's recorded jobs (gpuledger import-jobs, or serve --jobs-from)")
+                         "replays the scheduler's recorded jobs (gpuledger import sacct|squeue|kube-state, or serve --jobs-from)")
     start, clipped = evidence_start(store, records, start, end)
     union = {m: max(present.get(m, 0), proposed_capacity.get(m, 0)) for m in {*present, *proposed_capacity}}
     workload = workload_of(records, start, end, union)
