@@ -32,7 +32,7 @@ import pandas as pd
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.usage import capacity_by_model, covered_hours, hourly_demand
 from gpuledger.analytics.windows import as_utc, utc_now
-from gpuledger.analytics.workloads import job_records_between, waiting_demand
+from gpuledger.analytics.workloads import first_job_record, job_records_between, waiting_demand
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 
@@ -112,10 +112,15 @@ def weekly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: f
 
     queue_known = job_records_between(store, start, end) > 0
     unplaced = any_queued = 0.0
+    queue_weeks: set[int] = set()  # the weeks from the first job record on: only their queue is known
+    first = first_job_record(store)
     if queue_known:
         at = min(end, utc_now())  # a job still open waits until now, or until the end asked if that is earlier
         for week in range(weeks):
             lo = start + week * WEEK
+            if first is None or lo + WEEK <= first:
+                continue  # before the first job record: no scheduler's records were loaded, the queue is unknown
+            queue_weeks.add(week)
             waits = waiting_demand(store, lo, lo + WEEK, at)
             for team, model, hours in zip(waits["team"], waits["gpu_model"], waits["waiting_gpu_hours"]):
                 if model == "any":
@@ -129,7 +134,8 @@ def weekly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: f
     rows = [{"gpu_model": model, "week": week, **cell} for (model, week), cell in grid.items()]
     frame = pd.DataFrame(rows, columns=["gpu_model", "week", *columns])
     return (frame.sort_values(["gpu_model", "week"]).reset_index(drop=True),
-            {"queue_known": queue_known, "unplaced_queued": unplaced, "any_queued": any_queued})
+            {"queue_known": queue_known, "unplaced_queued": unplaced, "any_queued": any_queued,
+             "queue_weeks": frozenset(queue_weeks)})
 
 
 def _weeks_to(capacity: float, level: float, growth: float) -> float | None:
@@ -163,7 +169,8 @@ def _basis(model: str, fitted: pd.DataFrame, queue_known: bool) -> tuple[str, st
     return basis, "; ".join(reasons) or None, use_busy
 
 
-def _series(mine: pd.DataFrame, start: datetime, weeks: int, use_busy: bool, queue_known: bool) -> list[dict]:
+def _series(mine: pd.DataFrame, start: datetime, weeks: int, use_busy: bool, queue_known: bool,
+            queue_weeks: frozenset[int] | None = None) -> list[dict]:
     """The window's weeks, oldest first, with what is known of each: a week without any sample of the model has
     no use figure (null), a week without job records no queue figure; `fitted`: whole, so in the trend."""
     by_week = mine.set_index("week")
@@ -175,7 +182,8 @@ def _series(mine: pd.DataFrame, start: datetime, weeks: int, use_busy: bool, que
         allocated = float(cell["allocated"]) if cell is not None else 0.0
         measured = float(cell["measured"]) if cell is not None else 0.0
         busy = float(cell["busy"]) if cell is not None and (measured > 0 or allocated <= 0) else None
-        queued = (float(cell["queued"]) if cell is not None else 0.0) if queue_known else None
+        known = queue_known and (queue_weeks is None or week in queue_weeks)
+        queued = (float(cell["queued"]) if cell is not None else 0.0) if known else None
         use = (busy if use_busy else allocated) if seen else None
         out.append({"week_start": start + week * WEEK, "week_end": start + (week + 1) * WEEK,
                     "covered_hours": covered, "fitted": covered >= MIN_COVERAGE * HOURS_PER_WEEK,
@@ -187,12 +195,12 @@ def _series(mine: pd.DataFrame, start: datetime, weeks: int, use_busy: bool, que
 
 
 def model_forecast(model: str, gpus: float, mine: pd.DataFrame, start: datetime, end: datetime, weeks: int,
-                   queue_known: bool) -> dict[str, Any]:
+                   queue_known: bool, queue_weeks: frozenset[int] | None = None) -> dict[str, Any]:
     """One model's weekly demand, its trend and the weeks until it fills `gpus` GPUs (see the module's doc)."""
     capacity = gpus * HOURS_PER_WEEK
     fitted = mine[mine["covered_hours"] >= MIN_COVERAGE * HOURS_PER_WEEK]
     basis, why, use_busy = _basis(model, fitted, queue_known)
-    series = _series(mine, start, weeks, use_busy, queue_known)
+    series = _series(mine, start, weeks, use_busy, queue_known, queue_weeks)
     points = [(float((s["week_start"] - start) / WEEK), s["demand_gpu_hours"]) for s in series if s["fitted"]]
     row: dict[str, Any] = {
         "gpu_model": model, "gpus": gpus, "capacity_gpu_hours_per_week": capacity, "basis": basis,
@@ -261,7 +269,8 @@ def demand_forecast(store: Store, end: datetime, weeks: int = DEFAULT_WEEKS,
     weekly, queue = weekly_demand(store, start, stop, idle)
     columns = list(weekly.columns)
     models = [model_forecast(model, gpus[model], weekly[weekly["gpu_model"] == model] if len(weekly)
-                             else pd.DataFrame(columns=columns), start, stop, weeks, queue["queue_known"])
+                             else pd.DataFrame(columns=columns), start, stop, weeks, queue["queue_known"],
+                             queue["queue_weeks"])
               for model in sorted(gpus)]
     notes = []
     gone = weekly[~weekly["gpu_model"].isin(list(gpus))].groupby("gpu_model")[["allocated", "queued"]].sum()

@@ -60,6 +60,13 @@ def waiting_demand(store: Store, start: datetime, end: datetime, at: datetime) -
                              "held": list(HELD_REASONS)})
 
 
+def first_job_record(store: Store) -> datetime | None:
+    """When the earliest job record with GPUs entered the system (submitted, else started): before it no scheduler's
+    records were loaded, so a queue there is unknown; from it on, a week with no record had none waiting."""
+    value = store.scalar("SELECT min(coalesce(submit_ts, start_ts)) FROM jobs WHERE coalesce(gpus, 0) > 0", {})
+    return None if value is None or pd.isna(value) else pd.Timestamp(value).to_pydatetime()
+
+
 def job_records_between(store: Store, start: datetime, end: datetime) -> int:
     """Job records with GPUs that were in the system at some point of [start, end). None at all means the queue is
     not known there (no scheduler's records were loaded), which waiting_demand's empty answer cannot tell apart

@@ -107,7 +107,9 @@ def test_a_growing_model_saturates_when_the_arithmetic_says_and_a_flat_one_does_
     weekly = [w["demand_gpu_hours"] for w in h100["weeks"]]
     assert weekly == pytest.approx(demand)
     assert [w["allocated_gpu_hours"] for w in h100["weeks"]] == pytest.approx([b + H100_IDLE_HELD for b in H100_BUSY])
-    assert [w["queued_gpu_hours"] for w in h100["weeks"]] == pytest.approx([QUEUED.get(w, 0.0) for w in range(WEEKS)])
+    # the weeks before the first job record (q1, week 3) have an unknown queue: null, never 0 GPU-hours queued
+    assert [w["queued_gpu_hours"] for w in h100["weeks"]][:3] == [None, None, None]
+    assert [w["queued_gpu_hours"] for w in h100["weeks"]][3:] == pytest.approx([QUEUED[3], QUEUED[4]])
     assert h100["basis"] == "busy + queued" and h100["basis_reason"] is None
     assert h100["gpus"] == 8 and h100["capacity_gpu_hours_per_week"] == 8 * 168
 
@@ -290,6 +292,9 @@ def test_a_model_already_over_capacity_is_saturated_and_every_status_is_a_valid_
     unknown_queue = model_forecast("X", 2.0, weeks_of([10, 20, 30, 40]), start, END, 4, False)
     assert unknown_queue["basis"] == "busy only" and "queued demand is unknown" in unknown_queue["basis_reason"]
     assert [w["queued_gpu_hours"] for w in unknown_queue["weeks"]] == [None] * 4
+    # job records in weeks 2 and 3 only: the first two weeks' queue is unknown (null), not 0 GPU-hours queued
+    partly = model_forecast("X", 2.0, weeks_of([10, 20, 30, 40]), start, END, 4, True, frozenset({2, 3}))
+    assert [w["queued_gpu_hours"] for w in partly["weeks"]] == [None, None, 0.0, 0.0]
     answers = [full, unknown_queue,
                model_forecast("X", 2.0, weeks_of([40, 30, 20, 10]), start, END, 4, True),
                model_forecast("X", 2.0, weeks_of([40, 400]), start, END, 4, True)]
