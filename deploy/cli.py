@@ -1337,6 +1337,13 @@ def cmd_token(args: argparse.Namespace, config: Config) -> int:
         raise InputError("token create needs --role (admin, reader, team:<team> or agent:<node>)")
     if args.action == "revoke" and not args.id:
         raise InputError("token revoke needs the token's id (see `gpuledger token list`)")
+    # what each action reads: a flag of another action was ignored (`token list --role admin` listed every token)
+    takes = {"create": {"role", "name"}, "list": {"revoked", "json"}, "revoke": {"id"}}[args.action]
+    given = {"role": args.role, "name": args.name, "revoked": args.revoked, "json": args.json, "id": args.id}
+    stray = sorted(k for k, v in given.items() if v and k not in takes)
+    if stray:
+        raise InputError(f"token {args.action} does not take {', '.join('--' + s if s != 'id' else 'an id' for s in stray)}"
+                         f" (it takes {', '.join('--' + t if t != 'id' else 'an id' for t in sorted(takes))})")
     with _token_admin(args) as admin:
         return run_token(admin, args.action, args.name, args.role, args.id, args.revoked, args.json,
                          note=lambda text: print(text, file=sys.stderr))

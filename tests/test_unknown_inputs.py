@@ -89,3 +89,15 @@ def test_a_decision_on_held_back_advice_says_why_and_a_decision_needs_its_decide
     file_store.close()
     assert main(["decide", proposed.id, "reject", "--by", " ", "--db", str(tmp_path / "file.duckdb")]) == 2
     assert "--by NAME" in capsys.readouterr().err
+
+
+def test_token_refuses_a_flag_of_another_action(tmp_path, capsys):
+    """`token list --role admin` listed every token (the flag was ignored); `token create --revoked` created one."""
+    from gpuledger.deploy.cli import main
+    db = str(tmp_path / "t.duckdb")
+    assert main(["token", "create", "--role", "reader", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["token", "list", "--role", "admin", "--db", db]) == 2
+    assert "token list does not take --role" in capsys.readouterr().err
+    assert main(["token", "create", "--role", "reader", "--revoked", "--db", db]) == 2
+    assert main(["token", "list", "--db", db]) == 0
