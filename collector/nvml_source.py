@@ -99,6 +99,11 @@ class NvmlSource(Source):
                 raise SourceError(f"NVML init failed: {exc}") from exc
             self._initialised = True
 
+    def check(self) -> None:
+        """Initialise NVML now (a SourceError where it cannot be: no driver, no GPU), so a server says at start
+        that it cannot collect here instead of claiming to and failing at every interval."""
+        self._init()
+
     def close(self) -> None:
         if self._initialised:
             for key in list(self._gpm_prev):  # before nvmlShutdown, while NVML can still free them

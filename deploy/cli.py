@@ -1186,6 +1186,9 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         return _serve_read_only(args, config)
     require_free(args.host, args.port, "--port")  # before the store is opened and the backlog folded
     source = _make_source(args, config)
+    unable = _unable_to_collect(source)
+    if unable:
+        source = None
     tls = _tls(args)
     use_cross_thread_allocator()  # this process decodes agents' bodies in one thread and frees them in another
     if not args.create and not is_lake(args.db) and not Path(args.db).exists():
@@ -1204,12 +1207,32 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     what = f"collecting from {source.name} every {args.interval:g}s" if source else "collecting nothing itself"
     pushes = "reads open to all" if args.open_reads else "reads need a token"
     print(f"serving {url} (docs {url}/docs), {what}, {pushes}, into {args.db}; Ctrl-C to stop", flush=True)
+    if unable:
+        print(unable, flush=True)
     if not args.token and list_tokens(store).empty:
-        print("no API tokens yet, so nobody can push or read: stop the server and run `gpuledger token create "
+        nobody = "nobody can push (agents) or use the admin routes" if args.open_reads else \
+            "nobody can push or read"
+        print(f"no API tokens yet, so {nobody}: stop the server and run `gpuledger token create "
               f"--role admin --db {args.db}`, or start it with --token (a bootstrap admin token)", flush=True)
     wait_for_stop()
     serving.stop()
     return 0
+
+
+def _unable_to_collect(source: Source | None) -> str | None:
+    """Why `serve`'s NVML source cannot collect on this machine (no driver, no GPU), in words with what to pass
+    instead; None where it can (or another source was asked for: those report failures as they read)."""
+    from gpuledger.collector.nvml_source import NvmlSource
+    from gpuledger.collector.source import SourceError
+    if not isinstance(source, NvmlSource):
+        return None
+    try:
+        source.check()
+    except SourceError as exc:
+        return (f"not collecting: {exc} (no NVIDIA driver or GPU on this machine). Serving the API for agents "
+                "and reads only; to collect, pass --source dcgm --dcgm-url URL, --source prometheus "
+                "--prometheus-url URL, or --source simulator; --source none says this on purpose")
+    return None
 
 
 def _job_loop(args: argparse.Namespace, store: Store) -> Any:
