@@ -12,10 +12,12 @@ import sys
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 from gpuledger.analytics import fragmentation
 from gpuledger.analytics.config import Config, Slo
 from gpuledger.analytics.store import Store, StoreError
+from gpuledger.analytics.store.access import AuditFiles, audited_actions
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.apps.simulated import MODELS, SimulatedApps
@@ -68,11 +70,20 @@ def _check_is_demo_db(path: Path) -> None:
         raise DemoError(f"{path} is not a gpuledger demo database; refusing to overwrite it. Use another --db.")
 
 
-def _fresh_demo_store(path: Path, config: Config) -> Store:
-    """The demo's database rebuilt from nothing (only over a file the demo made), marked and priced."""
+def _fresh_demo_store(path: Path, config: Config, echo: Callable[[str], None] = print) -> Store:
+    """The demo's database rebuilt from nothing (only over a file the demo made), marked and priced. What people
+    did to the old file (decisions, tokens, imports the audit log records) is named before it goes, and its audit
+    key and head anchor go with it, so the new log's chain and head start together (a head left from the old log
+    made the first `gpuledger audit` of the new one report a truncation)."""
     _check_is_demo_db(path)
+    done = audited_actions(path) if path.exists() else {}
+    if done:
+        echo(f"gpuledger demo: rebuilding {path} from nothing discards what was done to it since its last run: "
+             + ", ".join(f"{n} {action}" for action, n in done.items())
+             + " (its audit log goes with it); give another --db to keep a file")
     for stale in (path, path.with_name(path.name + ".wal")):
         stale.unlink(missing_ok=True)
+    AuditFiles.of(path).discard()
     store = Store(path)
     store.set_meta(DEMO_MARK, "true")
     config.price(store)
@@ -81,7 +92,7 @@ def _fresh_demo_store(path: Path, config: Config) -> Store:
 
 def build_demo_store(path: Path, config: Config, days: float, seed: int, step_s: float,
                      echo=print) -> tuple[Store, ClusterSimulator]:
-    store = _fresh_demo_store(path, config)  # refuses a database it did not make before simulating anything
+    store = _fresh_demo_store(path, config, echo)  # refuses a database it did not make before simulating anything
     now = utc_now()
     sim = default_simulator(days=days, seed=seed, now=now)
     store.upsert_teams(sim.team_frame())  # the simulated site's teams, then the config's over them
@@ -132,7 +143,7 @@ def backfill_apps(store: Store, sim: ClusterSimulator, config: Config, start: da
 def build_trace_store(path: Path, config: Config, trace: str, data: Path | None, echo=print) -> Store:
     """A demo database holding a public trace's history instead of the simulator's."""
     from gpuledger.deploy.trace_import import import_trace
-    store = _fresh_demo_store(path, config)
+    store = _fresh_demo_store(path, config, echo)
     import_trace(store, trace, data, echo=echo)
     return store
 

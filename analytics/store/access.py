@@ -215,6 +215,14 @@ class AuditFiles:
         return cls(Path(env) if env else base.with_name(base.name + ".audit-key"),
                    base.with_name(base.name + ".audit-head"))
 
+    def discard(self) -> None:
+        """Remove the head anchor, and the key where it lives beside the database (not a shared
+        $GPULEDGER_AUDIT_KEY_FILE): for a database that is itself removed and made anew (the demo's), so its new
+        chain starts with a head of its own rather than one that names entries the new log never had."""
+        self.head.unlink(missing_ok=True)
+        if not os.environ.get(KEY_ENV):
+            self.key.unlink(missing_ok=True)
+
     def read_key(self) -> bytes | None:
         """The key, or None when its file does not exist."""
         try:
@@ -714,3 +722,20 @@ def verify_audit(store: "Store", files: AuditFiles | None = None) -> int | None:
     if check.intact:
         return None
     return check.first_broken if check.first_broken is not None else 0
+
+
+def audited_actions(path: str | Path) -> dict[str, int]:
+    """Entries of a database file's audit log per action (decide, token create, ...), read without opening it for
+    writing: what people did to it, for a caller about to discard it (the demo's re-run) to say so. Empty where the
+    file has no audit log."""
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return {}
+    try:
+        rows = con.execute("SELECT action, count(*) FROM audit_log GROUP BY action ORDER BY action").fetchall()
+    except duckdb.Error:
+        rows = []
+    finally:
+        con.close()
+    return {str(action): int(n) for action, n in rows}
