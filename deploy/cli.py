@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 import os
@@ -10,7 +9,6 @@ import re
 import socket
 import sys
 import tomllib
-from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -961,6 +959,8 @@ def cmd_decide(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_import(args: argparse.Namespace, config: Config) -> int:
+    if getattr(args, "server", None):
+        return _import_through(args)
     if args.trace in JOB_FORMATS:
         return _import_jobs(args, config)
     if args.trace in QUEUE_FORMATS:
@@ -997,97 +997,59 @@ def _check_input(args: argparse.Namespace) -> None:
         raise InputError(f"{path} not found: give the file of {args.trace}'s output, or - for standard input")
 
 
+def _import_through(args: argparse.Namespace) -> int:
+    """`import FORMAT FILE --server URL`: the input pushed to a running server's POST /v1/jobs, its summary printed
+    as the file path prints it; the server keeps collecting meanwhile."""
+    from gpuledger.deploy.api.limits import JOBS_BODY_BYTES
+    from gpuledger.deploy.token_admin import RemoteAdmin
+    if not args.token:
+        raise InputError("import --server needs an admin --token (or $GPULEDGER_TOKEN)")
+    text = _read_input(args)
+    if len(text.encode()) > JOBS_BODY_BYTES:
+        raise InputError(f"{args.path} is over the {JOBS_BODY_BYTES // 2**20} MiB a server takes in one push: "
+                         "split it (sacct -S/-E windows), or import it into a stopped server's --db")
+    params = {k: v for k, v in {"format": args.trace, "fields": args.fields, "timezone": args.timezone,
+                                "team_field": args.team_field, "team_label": args.team_label,
+                                "class_label": args.class_label}.items() if v is not None}
+    if args.trace in QUEUE_FORMATS:
+        params = {"format": args.trace}
+    elif args.trace != "kube-state":
+        params.pop("team_label", None), params.pop("class_label", None)
+    answer = RemoteAdmin(args.server, args.token, args.ca).call(
+        "POST", "/v1/jobs", params=params, data=text.encode(), headers={"Content-Type": "text/plain; charset=utf-8"},
+        timeout=600)
+    print("\n".join(line.replace("the server's store", args.server) for line in answer["summary"]))
+    return 0
+
+
+def _import_options(args: argparse.Namespace) -> Any:
+    from gpuledger.deploy.job_import import ImportOptions
+    return ImportOptions(fields=args.fields.split(",") if args.fields else None, timezone=args.timezone,
+                         team_field=args.team_field, team_label=args.team_label, class_label=args.class_label)
+
+
 def _import_queues(args: argparse.Namespace, config: Config) -> int:
     """`import kueue|kai|sacctmgr FILE|-`: the queue state a Kueue controller's or KAI's /metrics page shows, or
-    Slurm's association limits, taken now."""
-    from gpuledger.collector.jobs.kai import parse_kai
-    from gpuledger.collector.jobs.kueue import parse_kueue
-    from gpuledger.collector.jobs.sacctmgr import FIELDS, parse_sacctmgr
-    readers = {"kueue": (parse_kueue, "the /metrics page of Kueue's controller manager"),
-               "kai": (parse_kai, "the /metrics page of KAI's queue controller or scheduler"),
-               "sacctmgr": (parse_sacctmgr, f"the output of `sacctmgr -P show assoc format={','.join(FIELDS)}` "
-                                            "(account associations with a Fairshare or a gres/gpu GrpTRES)")}
-    read, what = readers[args.trace]
-    text = _read_input(args)
-    batch = read(text, utc_now())
-    if batch.rows.empty:
-        skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "nothing"
-        raise InputError(f"no {args.trace} queue figures in {args.path} (skipped: {skipped}): is it {what}?")
+    Slurm's association limits, taken now (deploy/job_import.py)."""
+    from gpuledger.deploy.job_import import queue_batch, store_queues
+    batch = queue_batch(args.trace, _read_input(args), args.path)
     with _open_store(args, config) as store:
-        stored = store.record_queue_metrics(batch.rows)
-    skipped = ", ".join(f"{n:,} {why}" for why, n in sorted(batch.skipped.items())) or "none"
-    print(f"imported {args.trace}: {stored:,} figures of {batch.rows['queue'].nunique():,} queue(s) into {args.db} "
-          f"(skipped: {skipped})")
+        result = store_queues(store, args.trace, batch)
+    print("\n".join(result.lines(args.db)))
     return 0
 
 
 def _import_jobs(args: argparse.Namespace, config: Config) -> int:
     """`import sacct|squeue|kube-state FILE|-`: the GPU jobs of Slurm's job history or queue, or of a
-    kube-state-metrics page, with what was skipped and why."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    from gpuledger.collector.jobs.kube_state import parse_kube_state
-    from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
-    from gpuledger.collector.jobs.sacct import SOURCE, sacct_chunks
-    from gpuledger.collector.jobs.squeue import parse_squeue
-    try:
-        zone = ZoneInfo(args.timezone)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise InputError(f"--timezone {args.timezone!r} is not a time zone (e.g. UTC, Europe/Oslo)") from exc
-    if args.trace == "sacct":  # streamed: a chunk of rows parsed and stored at a time (sacct_chunks)
-        batches = sacct_chunks(_input_lines(args), args.fields.split(",") if args.fields else None, zone,
-                               args.team_field)
-    elif args.trace == "squeue":
-        batches = iter([parse_squeue(_read_input(args), zone, args.team_field)])
-    else:
-        batch = parse_kube_state(_read_input(args), args.team_label, class_label=args.class_label)
-        if batch.jobs.empty and not (batch.skipped["no_gpus"] or batch.skipped["bad_gpus"] or batch.node_labels):
-            raise InputError(f"no kube-state-metrics pod series (kube_pod_*) in {args.path}: is it kube-state-metrics' "
-                             "/metrics page?")
-        batches = iter([batch])
-    first = next(batches, None)  # a file that cannot be read refuses the import before any store is made
-    stored = events = left = chunks = 0
-    skipped: Counter = Counter()
-    unknown: Counter = Counter()
-    labels: dict = {}
+    kube-state-metrics page, with what was skipped and why (deploy/job_import.py)."""
+    from gpuledger.deploy.job_import import job_batches, store_jobs
+    batches = job_batches(args.trace, _input_lines(args), _import_options(args), args.path)
     with _open_store(args, config) as store:
-        for batch in itertools.chain([first] if first is not None else [], batches):
-            store.record_restarts(batch.jobs, utc_now(), batch.jobs["source"].iloc[0] if len(batch.jobs) else "")
-            store.set_node_labels(batch.node_labels, utc_now())
-            stored += store.record_jobs(batch.jobs, batch.events)
-            if args.trace == "squeue":
-                left = store.close_left_queue(SOURCE, list(batch.jobs["job_id"]), utc_now(), LEFT_QUEUE)
-            events, chunks = events + len(batch.events), chunks + 1
-            skipped.update(batch.skipped)
-            unknown.update(batch.unknown_states)
-            labels.update(batch.node_labels)
-            if chunks > 1:
-                print(f"... {stored:,} GPU jobs stored so far", file=sys.stderr, flush=True)
-    shown = ", ".join(f"{n:,} {why}" for why, n in sorted(skipped.items())) or "none"
-    if not stored and not labels and sum(skipped.values()):  # input, yet nothing of it kept: not a success
-        raise InputError(f"nothing imported from {args.path}: every line was skipped ({shown}). "
-                         + "; ".join(SKIP_REASONS[why] for why in sorted(skipped) if why in SKIP_REASONS))
-    labelled = f", labels of {len(labels):,} node(s)" if labels else ""
-    print(f"imported {args.trace}: {stored:,} GPU jobs, {events:,} events{labelled} into {args.db} "
-          f"(skipped: {shown})")
-    if left:
-        print(f"{left:,} job(s) stored as waiting or running are no longer in the queue: marked {LEFT_QUEUE} (import "
-              "sacct for how they ended)")
-    if unknown:
-        print("states gpuledger does not know, kept as written: "
-              + ", ".join(f"{state} ({n})" for state, n in sorted(unknown.items())))
+        result = store_jobs(store, args.trace, batches, args.path,
+                            progress=lambda n: print(f"... {n:,} GPU jobs stored so far", file=sys.stderr,
+                                                     flush=True))
+    print("\n".join(result.lines(args.db)))
     return 0
-
-
-# what each reason an import skips a line for means, for the refusal of an import that kept nothing
-SKIP_REASONS = {
-    "not_a_row": "not_a_row: lines that are no row (a prompt, prose, output without the '|' separator; sacct's "
-                 "fixed-width table is read with its header and the line of dashes under it)",
-    "malformed": "malformed: rows with another number of fields than the header names",
-    "step": "step: job steps (.batch, .extern, .N), kept only as part of their job",
-    "no_gpus": "no_gpus: jobs that asked for no GPU (AllocTRES or ReqTRES without gres/gpu)",
-    "bad_gpus": "bad_gpus: GPU counts that are no number",
-}
 
 
 def _input_lines(args: argparse.Namespace) -> Iterator[str]:

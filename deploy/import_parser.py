@@ -4,6 +4,7 @@ or kube-state-metrics. The command itself runs in deploy/cli.py (`cmd_import`)."
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, Callable
 
 from gpuledger.collector.jobs import JOB_FORMATS, QUEUE_FORMATS
@@ -78,6 +79,12 @@ def add_parser(sub: Any, add_common: Callable[[argparse.ArgumentParser], None],
         page = formats.add_parser(name, help=f"{kind}: {short}", description=long)
         add_common(page)
         page.add_argument("path", nargs="?", metavar="FILE", help=FILE_HELP)
+        page.add_argument("--server", metavar="URL", default=os.environ.get("GPULEDGER_SERVER"),
+                          help="push it to this running server (POST /v1/jobs) instead of opening --db: the server "
+                               "keeps collecting (default $GPULEDGER_SERVER)")
+        page.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
+                          help="with --server: an admin token (default $GPULEDGER_TOKEN)")
+        page.add_argument("--ca", metavar="PEM", help="with an https:// --server: its CA certificate")
         if name in ("sacct", "squeue"):
             _slurm_options(page, name)
         if name == "kube-state":

@@ -134,10 +134,13 @@ class RemoteAdmin:
     token: str
     ca: str | None = None
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def call(self, method: str, path: str, timeout: float = 30, headers: dict[str, str] | None = None,
+             **kwargs: Any) -> Any:
         try:
-            response = requests.request(method, self.server.rstrip("/") + path, timeout=30, verify=self.ca or True,
-                                        headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+            response = requests.request(method, self.server.rstrip("/") + path, timeout=timeout,
+                                        verify=self.ca or True,
+                                        headers={**(headers or {}), "Authorization": f"Bearer {self.token}"},
+                                        **kwargs)
         except requests.RequestException as exc:
             raise GpuledgerError(f"cannot reach {self.server}: {exc}") from exc
         if not response.ok:

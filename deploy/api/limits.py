@@ -39,7 +39,10 @@ INGEST_BODY_BYTES = 64 * 1024 * 1024  # an agent's backlog of 360 batches is ~0.
 DEFAULT_BODY_BYTES = 1024 * 1024  # every other route takes a small JSON body (a placement question, a decision)
 # a node's topology: 256 GPUs' places and their 32,640 pairs as JSON are about 4 MiB
 TOPOLOGY_BODY_BYTES = 6 * 1024 * 1024
-ROUTE_BODY_BYTES: Mapping[str, int] = {INGEST_PATH: INGEST_BODY_BYTES, TOPOLOGY_PATH: TOPOLOGY_BODY_BYTES}
+# job records and queue pages pushed as the commands print them (deploy/api/job_records.py: JOBS_BODY_BYTES)
+JOBS_PATH, JOBS_BODY_BYTES = "/v1/jobs", 32 * 1024 * 1024
+ROUTE_BODY_BYTES: Mapping[str, int] = {INGEST_PATH: INGEST_BODY_BYTES, TOPOLOGY_PATH: TOPOLOGY_BODY_BYTES,
+                                       JOBS_PATH: JOBS_BODY_BYTES}
 PUBLIC = frozenset({"/", "/healthz", "/livez", "/readyz", "/docs", "/openapi.json"})  # answered without a token
 MAX_TOKEN_CHARS = 1024
 READS = frozenset({"GET", "HEAD"})
