@@ -53,7 +53,7 @@ def test_import_server_pushes_to_a_running_server_while_it_holds_the_file(file_s
         pushed = subprocess.run([GPULEDGER, "import", "sacct", str(tmp_path / "sacct.txt"), "--server", url,
                                  "--token", ADMIN], capture_output=True, text=True, timeout=120)
         assert pushed.returncode == 0, pushed.stderr
-        assert pushed.stdout.startswith(f"imported sacct: 2 GPU jobs, ") and url in pushed.stdout, pushed.stdout
+        assert pushed.stdout.startswith("imported sacct: 2 GPU jobs, ") and url in pushed.stdout, pushed.stdout
         assert _jobs(file_store) == 2
         (tmp_path / "junk.txt").write_text("nothing here\n")
         refused = subprocess.run([GPULEDGER, "import", "sacct", str(tmp_path / "junk.txt"), "--server", url,
