@@ -490,7 +490,8 @@ def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:
         p.add_argument("--jobs-from", choices=JOB_SOURCES, default="none",
                        help="where to read job lifecycle and scheduler queues continuously (default none; "
                             "prometheus: kube-state-metrics pods, Kueue and KAI queue metrics from --prometheus-url, "
-                            "history from --since on the first read)")
+                            "history from --since on the first read; slurm: squeue, sacct and sacctmgr run on this "
+                            "host each --jobs-interval, sacct from --since back on the first read)")
         p.add_argument("--jobs-interval", type=_positive, default=60.0,
                        help="with --jobs-from: seconds between reads (default 60)")
         p.add_argument("--class-label", help="with --jobs-from prometheus: the pod label or annotation naming the "
@@ -1198,11 +1199,14 @@ def _unable_to_collect(source: Source | None) -> str | None:
 
 
 def _job_loop(args: argparse.Namespace, store: Store) -> Any:
-    """The loop reading job lifecycle and queues (`--jobs-from prometheus`), or None."""
+    """The loop reading job lifecycle and queues (`--jobs-from prometheus|slurm`), or None."""
     if args.jobs_from == "none":
         return None
-    from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
     from gpuledger.deploy.job_loop import JobLoop
+    if args.jobs_from == "slurm":
+        from gpuledger.collector.jobs.slurm_commands import SlurmLifecycle
+        return JobLoop(SlurmLifecycle(since=args.since), store, args.jobs_interval)
+    from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
     return JobLoop(PrometheusLifecycle(args.prometheus_url, args.team_label, since=args.since,
                                        class_label=args.class_label), store, args.jobs_interval)
 

@@ -1,24 +1,33 @@
-"""Read the schedulers' job lifecycle and queues on an interval (collector/jobs/prometheus_jobs.py) and store
-them: the pods as jobs with their events, the pods no longer listed as left the queue, the queue metrics. A failed
-read is logged and retried on the next interval, like the sample collect loop; it never stops the server."""
+"""Read the schedulers' job lifecycle and queues on an interval (collector/jobs/prometheus_jobs.py, or Slurm's own
+commands: collector/jobs/slurm_commands.py) and store them: the pods or Slurm jobs as jobs with their events, those
+no longer listed as left the queue, the queue metrics. A failed read is logged and retried on the next interval,
+like the sample collect loop; it never stops the server."""
 from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
 from gpuledger.analytics.store import Store
 from gpuledger.collector.jobs.lifecycle import LEFT_QUEUE
-from gpuledger.collector.jobs.prometheus_jobs import PrometheusLifecycle
+from gpuledger.collector.jobs.prometheus_jobs import LifecycleRead
 from gpuledger.deploy.collect_loop import PollingLoop
 
 log = logging.getLogger(__name__)
+
+
+class LifecycleSource(Protocol):
+    name: str
+    source_name: str
+
+    def read(self) -> LifecycleRead: ...
 
 
 class JobLoop(PollingLoop):
     silence = "no job lifecycle read from"
     failing = "reading jobs from"
 
-    def __init__(self, source: PrometheusLifecycle, store: Store, interval_s: float = 60.0) -> None:
+    def __init__(self, source: LifecycleSource, store: Store, interval_s: float = 60.0) -> None:
         super().__init__(f"jobs-{source.name}", source.name, interval_s)
         self.source = source
         self.store = store

@@ -18,12 +18,14 @@ from gpuledger.analytics.workloads import outcomes, waiting_now, workload_summar
 from gpuledger.collector.jobs.sacct import parse_sacct
 from gpuledger.collector.jobs.squeue import parse_squeue
 from gpuledger.collector.jobs.sacctmgr import parse_sacctmgr
+from gpuledger.collector.jobs.slurm_commands import SlurmLifecycle
 from gpuledger.policies.emitters import emitter_for
 from gpuledger.policies.emitters.slurm import CURRENT_FORMAT, parse_current
 from gpuledger.policies.fairshare.slurm_fair_tree import tree_from_associations, tree_rows
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
 from gpuledger.policies.whatif import replay
 from gpuledger.policies.whatif.workload import workload_of
+from gpuledger.deploy.job_loop import JobLoop
 from tests.procs import GPULEDGER, wait_until
 from tests.slurm_cluster import SlurmCluster, require_slurm
 
@@ -158,12 +160,19 @@ def test_sacct_history_gives_states_waits_gpus_and_reasons(slurm, tmp_path):
         return slurm.run("sbatch", "-A", account, f"--gres=gpu:{gres}", "-c", "1", "-o", "/dev/null", "--parsable",
                          *args).stdout.strip()
 
+    # the continuous source (`serve --jobs-from slurm`) reads while the jobs are submitted, run, fail and are
+    # cancelled; at the end its store must hold what sacct's final record says (issue 41 item 3)
+    live = Store(tmp_path / "live.duckdb")
+    loop = JobLoop(SlurmLifecycle(since=timedelta(hours=2), env=slurm.env), live, 1.0)
+    loop.read_once()
     done = submit("vision", "h100:1", "--wrap", "true")
     failed = submit("vision", "h100:1", "--wrap", "exit 3")
     cancelled = submit("vision", "h100:1", "--wrap", "sleep 300")
     held = submit("nlp", "h100:1", "--begin=now+1hour", "--wrap", "true")  # waits for its begin time
+    loop.read_once()
     wait_until(lambda: slurm.run("squeue", "-h", "-j", cancelled, "-o", "%T", check=False).stdout.strip()
                == "RUNNING", 60, "the job to be cancelled to run")
+    loop.read_once()
     slurm.run("scancel", cancelled)
     def ended() -> bool:
         states = parse_sacct(_sacct(slurm)).jobs.set_index("job_id")["state"]
@@ -198,6 +207,24 @@ def test_sacct_history_gives_states_waits_gpus_and_reasons(slurm, tmp_path):
     assert got[cancelled]["state"] == "cancelled" and got[cancelled]["start_ts"] <= got[cancelled]["end_ts"]
     for job in (done, failed):  # AllocTRES gres/gpu=1 beside gres/gpu:h100=1: one GPU, an H100
         assert got[job]["gpus"] == 1 and got[job]["gpu_model"] == "H100" and got[job]["team"] == "vision"
+    # the continuous source's store, read by read, ends where sacct's final record is
+    loop.read_once()
+    final = parse_sacct(_sacct(slurm)).jobs.set_index("job_id")
+    ids = [f"slurm:{job}" for job in (done, failed, cancelled, slurm.timeout_job, held)]
+    stored = live.query("SELECT job_id, state, start_ts, end_ts, gpus, gpu_model, team FROM jobs "
+                        "WHERE job_id IN (SELECT unnest($ids))", {"ids": ids}).set_index("job_id")
+    assert sorted(stored.index) == sorted(ids), stored
+    if f"slurm:{held}" not in final.index:  # cancelled before eligible: sacct may never list it; squeue did
+        assert stored.loc[f"slurm:{held}", "state"] in ("left_queue", "cancelled"), stored.loc[f"slurm:{held}"]
+    for job_id in [i for i in ids if i in final.index]:
+        for column in ("state", "gpus", "gpu_model", "team", "start_ts", "end_ts"):
+            want, have = final.loc[job_id, column], stored.loc[job_id, column]
+            assert (pd.isna(want) and pd.isna(have)) or want == have, (job_id, column, want, have)
+    limits = live.query("SELECT queue, flavor, value FROM queue_metrics WHERE scheduler = 'slurm' "
+                        "AND figure = 'limit_gpus'")
+    assert {"vision", "research"} <= set(limits["queue"]), limits  # the association limits in force, read too
+    assert loop.failures == 0
+    live.close()
     assert got[slurm.timeout_job]["gpu_model"] == "L4" and got[slurm.timeout_job]["team"] == "research"
     ran = got[slurm.timeout_job]
     assert 55 <= (ran["end_ts"] - ran["start_ts"]).total_seconds() <= 180  # its one-minute limit, as sacct says

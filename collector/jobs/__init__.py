@@ -7,5 +7,6 @@ JOB_FORMATS = ("sacct", "squeue", "kube-state")
 # the scheduler queue state it reads (kueue.py, kai.py: their /metrics pages; sacctmgr.py: Slurm's association
 # limits): quotas and limits in force, usage, waiting workloads
 QUEUE_FORMATS = ("kueue", "kai", "sacctmgr")
-# where `serve --jobs-from` reads job lifecycle and queues continuously (prometheus_jobs.py)
-JOB_SOURCES = ("none", "prometheus")
+# where `serve --jobs-from` reads job lifecycle and queues continuously (prometheus_jobs.py; slurm_commands.py:
+# squeue, sacct and sacctmgr run on the server's host)
+JOB_SOURCES = ("none", "prometheus", "slurm")
