@@ -391,6 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--role", help="create: admin, reader, team:<team> or agent:<node>; the team must be known "
                                       "(a share in the config's [teams], or GPU usage recorded), else refused")
     token.add_argument("--name", help="create: what the token is for (default: the role)")
+    token.add_argument("--expires", type=_duration, metavar="DURATION",
+                       help="create: it stops working after this long, e.g. 90d, 12h (default: never; `token list` "
+                            "shows each token's expiry and last use for access reviews)")
     token.add_argument("--revoked", action="store_true", help="list: include revoked tokens")
     token.add_argument("--json", action="store_true", help="list: as JSON")
 
@@ -1327,15 +1330,16 @@ def cmd_token(args: argparse.Namespace, config: Config) -> int:
     if args.action == "revoke" and not args.id:
         raise InputError("token revoke needs the token's id (see `gpuledger token list`)")
     # what each action reads: a flag of another action was ignored (`token list --role admin` listed every token)
-    takes = {"create": {"role", "name"}, "list": {"revoked", "json"}, "revoke": {"id"}}[args.action]
-    given = {"role": args.role, "name": args.name, "revoked": args.revoked, "json": args.json, "id": args.id}
+    takes = {"create": {"role", "name", "expires"}, "list": {"revoked", "json"}, "revoke": {"id"}}[args.action]
+    given = {"role": args.role, "name": args.name, "revoked": args.revoked, "json": args.json, "id": args.id,
+             "expires": args.expires}
     stray = sorted(k for k, v in given.items() if v and k not in takes)
     if stray:
         raise InputError(f"token {args.action} does not take {', '.join('--' + s if s != 'id' else 'an id' for s in stray)}"
                          f" (it takes {', '.join('--' + t if t != 'id' else 'an id' for t in sorted(takes))})")
     with _token_admin(args) as admin:
         return run_token(admin, args.action, args.name, args.role, args.id, args.revoked, args.json,
-                         note=lambda text: print(text, file=sys.stderr))
+                         note=lambda text: print(text, file=sys.stderr), expires_in=args.expires)
 
 
 def cmd_audit(args: argparse.Namespace, config: Config) -> int:

@@ -12,11 +12,12 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterator, Protocol
 
 import requests
 
+from gpuledger.analytics.windows import utc_now
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import (
@@ -90,7 +91,7 @@ def refusal(response: requests.Response) -> str:
 class TokenAdmin(Protocol):
     """Where tokens and the audit log are kept: the file itself or a server's API."""
 
-    def create(self, name: str, role: str) -> dict[str, Any]: ...
+    def create(self, name: str, role: str, expires_in: timedelta | None = None) -> dict[str, Any]: ...
 
     def list(self, revoked: bool) -> list[dict[str, Any]]: ...
 
@@ -105,10 +106,11 @@ class LocalAdmin:
 
     store: Store
 
-    def create(self, name: str, role: str) -> dict[str, Any]:
+    def create(self, name: str, role: str, expires_in: timedelta | None = None) -> dict[str, Any]:
         with local_audit(self.store, "token create", name, {"name": name, "role": role}) as audit:
             try:
-                identity, token = create_token(self.store, name, Role.parse(role), LOCAL_ACTOR, audit=audit)
+                identity, token = create_token(self.store, name, Role.parse(role), LOCAL_ACTOR, audit=audit,
+                                               expires=utc_now() + expires_in if expires_in else None)
             except AccessError as exc:
                 raise InputError(str(exc)) from exc
         return {**token_info(self.store, identity.id), "token": token}
@@ -147,8 +149,11 @@ class RemoteAdmin:
             raise GpuledgerError(f"{self.server} refused ({response.status_code}): {refusal(response)}")
         return response.json()
 
-    def create(self, name: str, role: str) -> dict[str, Any]:
-        return self.call("POST", "/v1/tokens", json={"name": name, "role": role})
+    def create(self, name: str, role: str, expires_in: timedelta | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "role": role}
+        if expires_in:
+            body["expires_in_days"] = expires_in.total_seconds() / 86400
+        return self.call("POST", "/v1/tokens", json=body)
 
     def list(self, revoked: bool) -> list[dict[str, Any]]:
         return self.call("GET", "/v1/tokens", params={"revoked": revoked})
@@ -164,11 +169,13 @@ class RemoteAdmin:
 
 
 def run_token(admin: TokenAdmin, action: str, name: str | None, role: str | None, token_id: str | None,
-              revoked: bool, as_json: bool, echo: Any = print, note: Any = print) -> int:
+              revoked: bool, as_json: bool, echo: Any = print, note: Any = print,
+              expires_in: timedelta | None = None) -> int:
     """One `gpuledger token` action; `echo` gets what a script reads (the token, the table), `note` the rest."""
     if action == "create":
-        made = admin.create(name or role.replace(":", "-"), role)
-        note(f"token {made['id']} ({made['name']}, role {made['role']}); shown once, stored as a hash:")
+        made = admin.create(name or role.replace(":", "-"), role, expires_in)
+        until = f", expires {made['expires']}" if made.get("expires") else ""
+        note(f"token {made['id']} ({made['name']}, role {made['role']}{until}); shown once, stored as a hash:")
         echo(made["token"])
     elif action == "list":
         rows = admin.list(revoked)
@@ -178,7 +185,10 @@ def run_token(admin: TokenAdmin, action: str, name: str | None, role: str | None
             note("no tokens yet: `gpuledger token create --role admin --name you`")
         for r in [] if as_json else rows:
             state = f"revoked {r['revoked']}" if r.get("revoked") else "live"
-            echo(f"{r['id']}  {r['role']:<24} {r['name']:<24} made {r['created']} by {r['created_by']}  {state}")
+            until = f", expires {r['expires']}" if r.get("expires") else ""
+            used = f", last used {r['last_used']}" if r.get("last_used") else ", never used"
+            echo(f"{r['id']}  {r['role']:<24} {r['name']:<24} made {r['created']} by {r['created_by']}  "
+                 f"{state}{until}{used}")
     else:
         gone = admin.revoke(token_id)
         note(f"revoked {gone['id']} ({gone['name']}, role {gone['role']})")

@@ -51,6 +51,9 @@ DDL = [
     seq BIGINT NOT NULL, ts TIMESTAMPTZ NOT NULL, actor VARCHAR NOT NULL, role VARCHAR NOT NULL,
     action VARCHAR NOT NULL, target VARCHAR NOT NULL, status INTEGER NOT NULL, remote VARCHAR,
     detail JSON, prev_sha256 VARCHAR NOT NULL, sha256 VARCHAR NOT NULL)""",
+    # access reviews: when a token stops working (null: never) and when it was last used (null: never)
+    "ALTER TABLE api_tokens ADD COLUMN IF NOT EXISTS expires TIMESTAMPTZ",
+    "ALTER TABLE api_tokens ADD COLUMN IF NOT EXISTS last_used TIMESTAMPTZ",
 ]
 
 log = logging.getLogger(__name__)
@@ -98,6 +101,7 @@ class Identity:
     id: str
     name: str
     role: Role
+    expires: datetime | None = None  # after this the token is refused like a revoked one
 
 
 class UnknownTeam(NotFoundError):
@@ -118,38 +122,53 @@ def _sha256(text: str) -> str:
 
 
 def create_token(store: "Store", name: str, role: Role, created_by: str,
-                 audit: "Audit | None" = None) -> tuple[Identity, str]:
+                 audit: "Audit | None" = None, expires: datetime | None = None) -> tuple[Identity, str]:
     """A new token: its identity and the token text, which exists only in this return value. With `audit`, its
-    entry commits with it."""
+    entry commits with it. `expires`: when it stops working (regulated sites review and rotate access)."""
+    if expires is not None and expires <= utc_now():
+        raise AccessError(f"a token's expiry must be in the future, got {expires.isoformat()}")
     if not NAME.match(name):
         raise AccessError(f"token name {name!r}: letters, digits, . _ : @ - and at most 253 characters")
     if role.kind == "team":
         require_team(store, role.scope)  # a token for a misspelt team would see nothing, silently
     token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     with audited_write(store, audit) as tx:
-        tx.cursor.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-                          [token_id, name, str(role), _sha256(secret), utc_now(), created_by])
-        tx.record(token=token_id, name=name, role=str(role))
-    return Identity(token_id, name, role), f"{PREFIX}_{token_id}_{secret}"
+        tx.cursor.execute("INSERT INTO api_tokens (id, name, role, secret_sha256, created, created_by, expires) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          [token_id, name, str(role), _sha256(secret), utc_now(), created_by, expires])
+        tx.record(token=token_id, name=name, role=str(role),
+                  **({"expires": expires.isoformat()} if expires is not None else {}))
+    return Identity(token_id, name, role, expires), f"{PREFIX}_{token_id}_{secret}"
 
 
 def find_token(store: "Store", text: str) -> Identity | None:
-    """The live token `text` is, or None (malformed, unknown, wrong secret or revoked)."""
+    """The live token `text` is, or None (malformed, unknown, wrong secret, revoked or expired)."""
     match = _TOKEN.match(text)
     if not match:
         return None
     token_id, secret = match.groups()
-    rows = store.query("SELECT name, role, secret_sha256 FROM api_tokens WHERE id = ? AND revoked IS NULL",
-                       [token_id])
+    rows = store.query("SELECT name, role, secret_sha256, expires FROM api_tokens WHERE id = ? AND revoked IS NULL "
+                       "AND (expires IS NULL OR expires > ?)", [token_id, utc_now()])
     if rows.empty or not secrets.compare_digest(rows["secret_sha256"].iloc[0], _sha256(secret)):
         return None
-    return Identity(token_id, rows["name"].iloc[0], Role.parse(rows["role"].iloc[0]))
+    expires = rows["expires"].iloc[0]
+    return Identity(token_id, rows["name"].iloc[0], Role.parse(rows["role"].iloc[0]),
+                    None if pd.isna(expires) else pd.Timestamp(expires).to_pydatetime())
+
+
+def record_use(store: "Store", token_id: str, at: datetime) -> None:
+    """Note that a token was used at `at` (the API does so at most once per token per cache period): an access
+    review lists the tokens nobody uses."""
+    with store.transaction() as cur:
+        cur.execute("UPDATE api_tokens SET last_used = ? WHERE id = ? AND (last_used IS NULL OR last_used < ?)",
+                    [at, token_id, at])
 
 
 def list_tokens(store: "Store", revoked: bool = False) -> pd.DataFrame:
     """Every token (without its hash), newest first; revoked ones only when asked."""
-    return store.query("""SELECT id, name, role, created, created_by, revoked, revoked_by FROM api_tokens
-                          WHERE $revoked OR revoked IS NULL ORDER BY created DESC, id""", {"revoked": revoked})
+    return store.query("""SELECT id, name, role, created, created_by, revoked, revoked_by, expires, last_used
+                          FROM api_tokens WHERE $revoked OR revoked IS NULL ORDER BY created DESC, id""",
+                       {"revoked": revoked})
 
 
 def token_info(store: "Store", token_id: str) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from starlette.responses import Response
 
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
-from gpuledger.analytics.store.access import Audit, AuditEntry, AuditLog, Identity, Role, find_token, require_team
+from gpuledger.analytics.store.access import (Audit, AuditEntry, AuditLog, Identity, Role, find_token, record_use,
+                                              require_team)
 from gpuledger.analytics.store.metrics import AUDIT_DEFERRED
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import InputError
@@ -34,6 +35,7 @@ from gpuledger.collector.wire import INGEST_PATH
 logger = logging.getLogger(__name__)
 BOOTSTRAP = Identity("bootstrap", "bootstrap", Role("admin"))
 ANONYMOUS = "anonymous"
+log = logging.getLogger(__name__)
 CACHE_S = 30.0  # a token found stays trusted this long; a revocation through the API takes effect at once
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 QUESTIONS = frozenset({"/v1/placement", "/v1/whatif", "/v1/whatif/placement"})  # POSTs that change nothing
@@ -101,12 +103,18 @@ class Gate:
         if self.bootstrap and secrets.compare_digest(given.encode(), self.bootstrap.encode()):
             return BOOTSTRAP
         cached = self._cache.get(given)
-        if cached and cached[1] > time.monotonic():
+        now = utc_now()
+        if cached and cached[1] > time.monotonic() and (cached[0].expires is None or cached[0].expires > now):
             return cached[0]
         found = find_token(self.store, given)
         if found is None:
-            raise _unauthorized("unknown or revoked token")
+            raise _unauthorized("unknown, revoked or expired token")
         self._cache[given] = (found, time.monotonic() + CACHE_S)
+        if not self.store.read_only:  # once per token per CACHE_S: the access review's "last used"
+            try:
+                record_use(self.store, found.id, now)
+            except Exception as exc:  # noqa: BLE001 - a busy store must not refuse a valid token
+                log.debug("could not note the use of token %s: %s", found.id, exc)
         return found
 
     def forget(self, token_id: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
@@ -22,6 +22,7 @@ from gpuledger.analytics.store.access import (
     token_info,
 )
 from gpuledger.analytics.store.backup import BackupError, snapshot, stamp
+from gpuledger.analytics.windows import utc_now
 from gpuledger.deploy.api.access import AdminCaller, Caller, audit_of
 from gpuledger.deploy.api.deps import StoreDep
 from gpuledger.deploy.api.models import AuditLog, NewToken, TokenInfo, TokenRequest, WhoAmI
@@ -47,7 +48,12 @@ def make_token(body: TokenRequest, request: Request, caller: AdminCaller, store:
     except AccessError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
     request.state.audit = {"name": body.name, "role": str(role)}  # for the entry of a refusal
-    identity, token = create_token(store, body.name, role, caller.actor, audit=audit_of(request, caller, 201))
+    expires = utc_now() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
+    try:
+        identity, token = create_token(store, body.name, role, caller.actor, audit=audit_of(request, caller, 201),
+                                       expires=expires)
+    except AccessError as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from exc
     return {**token_info(store, identity.id), "token": token}
 
 

@@ -785,6 +785,8 @@ class TokenRequest(RequestBody):
     name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9._:@-]+$",
                       description="what the token is for, e.g. the agent's node or the person's name")
     role: str = Field(min_length=1, max_length=260, description="admin, reader, team:<team> or agent:<node>")
+    expires_in_days: float | None = Field(None, gt=0, le=3650, description="it stops working this many days from "
+                                                                         "now; null: never (review and rotate)")
 
 
 class TokenInfo(BaseModel):
@@ -795,6 +797,9 @@ class TokenInfo(BaseModel):
     created_by: str = Field(description="who made it")
     revoked: datetime | None = Field(None, description="when it was revoked (UTC); null while live")
     revoked_by: str | None = Field(None, description="who revoked it; null while live")
+    expires: datetime | None = Field(None, description="when it stops working (UTC); null: never")
+    last_used: datetime | None = Field(None, description="when a request last used it (UTC, to within a minute); "
+                                                         "null: never used")
 
 
 class NewToken(TokenInfo):
