@@ -158,16 +158,19 @@ def _key(obj: dict[str, Any]) -> tuple[str, str, str, str]:
 
 def changes(desired: list[dict[str, Any]], current_text: str | None,
             owned: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-            merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = deep_merge) -> list[dict[str, Any]]:
+            merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] = deep_merge,
+            target_kinds: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Of the desired objects, those that change what exists now.
 
     An object that does not exist is output whole. One that exists gets only the fields gpuledger owns
     (`owned` narrows a desired object to them) merged into it, everything else kept, and is output only if that
-    changes it. Server-side fields of a dump (status, resourceVersion, uid, managedFields) are dropped."""
+    changes it. Server-side fields of a dump (status, resourceVersion, uid, managedFields) are dropped.
+    `target_kinds`: every kind the target's plan may hold (Kueue's queues and its Topology), so a dump of some of
+    them is taken by each part of the plan."""
     if current_text is None:
         return desired
     loaded = load_objects(current_text)
-    _check_current(loaded, desired)
+    _check_current(loaded, {o.get("kind", "") for o in desired} | set(target_kinds))
     current = {_key(o): o for o in loaded}
     out = []
     for obj in desired:
@@ -181,7 +184,7 @@ def changes(desired: list[dict[str, Any]], current_text: str | None,
     return out
 
 
-def _check_current(current: list[dict[str, Any]], desired: list[dict[str, Any]]) -> None:
+def _check_current(current: list[dict[str, Any]], kinds: set[str]) -> None:
     """`--current` that holds no object of a kind the plan writes compared nothing, and the plan came out as if the
     flag were absent (a wrong file, another scheduler's dump): refused, naming what it holds and what was wanted.
     An empty dump (`kind: List` with no items: none exist yet) is the cluster as it is, and is taken."""
@@ -190,7 +193,7 @@ def _check_current(current: list[dict[str, Any]], desired: list[dict[str, Any]])
                 or not obj["metadata"].get("name"):
             raise InputError("the current objects must be Kubernetes objects, each with kind and metadata.name "
                              f"(as `kubectl get ... -o yaml` dumps them); got {ascii(obj)[:120]}")
-    wanted = sorted({o.get("kind", "") for o in desired})
+    wanted = sorted(k for k in kinds if k)
     found = sorted({o["kind"] for o in current})
     if current and wanted and not set(found) & set(wanted):
         raise InputError(f"the current objects hold no {', '.join(wanted)} (they hold {', '.join(found)[:200]}): "

@@ -16,6 +16,10 @@ API_VERSION = "scheduling.run.ai/v2"
 UNLIMITED = -1
 
 
+# every kind this target's plan may hold (its Topology where [topology] scheduler_objects is on): a `--current`
+# dump of any of them is taken (emitters/__init__.py `changes`)
+KINDS = ("Queue", "Topology")
+
 def _queue(name: str, parent: str | None, quota: float, limit: float, weight: float, display: str) -> dict:
     weight = count(weight)
     spec: dict = {"displayName": display,
@@ -36,6 +40,7 @@ def _owned_only(desired: dict) -> dict:
 
 
 class KaiEmitter:
+    kinds = KINDS
     target = "kai"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
@@ -52,6 +57,6 @@ class KaiEmitter:
                 objects.append(_queue(f"{k8s_name(team.team)}-{k8s_name(model)}", k8s_name(team.team),
                                       team.guarantee.get(model, 0.0), plan.limit_of(team, model), team.share,
                                       f"{team.team} {model}"))
-        objects = changes(objects, current, owned=_owned_only)
+        objects = changes(objects, current, owned=_owned_only, target_kinds=KINDS)
         header = comment(plan_header(plan, self.target))
         return Emitted(objects, yaml_text(header, objects, current), "application/yaml", header)

@@ -53,6 +53,10 @@ CONFIG_BEGIN = "--- Kueue Configuration (config.kueue.x-k8s.io) ---"
 CONFIG_END = "--- end of the Kueue Configuration ---"
 
 
+# every kind this target's plan may hold (its Topology where [topology] scheduler_objects is on): a `--current`
+# dump of any of them is taken (emitters/__init__.py `changes`)
+KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "Topology")
+
 def _flavor(model: str, topology_name: str | None = None) -> dict[str, Any]:
     """A model's flavor; with `topology_name`, one that Topology Aware Scheduling places by that Topology, which
     the CRD allows only on a flavor with nodeLabels (a model outside the catalogue has none and gets no topology)."""
@@ -202,6 +206,7 @@ def _header(plan: QuotaPlan) -> list[str]:
 
 
 class KueueEmitter:
+    kinds = KINDS
     target = "kueue"
 
     def __init__(self, topology_name: str | None = None) -> None:
@@ -228,7 +233,7 @@ class KueueEmitter:
             if flavors:
                 objects.append(k8s_object(API_VERSION, "ClusterQueue", k8s_name(team.team), spec))
                 queues += [_local_queue(team.team, namespace) for namespace in namespaces]
-        objects = changes(objects + queues, current, merge=_merge_cluster_queue)
+        objects = changes(objects + queues, current, merge=_merge_cluster_queue, target_kinds=KINDS)
         header = comment(plan_header(plan, self.target, _header(plan)))
         return Emitted(objects, yaml_text(header, objects, current), "application/yaml", header)
 

@@ -94,5 +94,5 @@ class TopologyEmitter:
             return {**existing, "spec": {**existing.get("spec", {}), "levels": wanted["spec"]["levels"]}}
 
         emitted = self.inner.emit(plan, current)
-        objects = changes(desired, current, merge=merge) + emitted.objects
+        objects = changes(desired, current, merge=merge, target_kinds=getattr(self.inner, "kinds", ())) + emitted.objects
         return Emitted(objects, yaml_text(emitted.header, objects, current), emitted.media_type, emitted.header)

@@ -21,6 +21,10 @@ API_VERSION = "scheduling.volcano.sh/v1beta1"
 PER_MODEL = "gpuledger.io/guarantee-per-model"
 
 
+# every kind this target's plan may hold (its Topology where [topology] scheduler_objects is on): a `--current`
+# dump of any of them is taken (emitters/__init__.py `changes`)
+KINDS = ("Queue",)
+
 def _weight(share: float) -> int:
     return max(1, min(65535, round(share)))
 
@@ -39,6 +43,7 @@ def _queue(name: str, parent: str | None, deserved: float, capability: float, we
 
 
 class VolcanoEmitter:
+    kinds = KINDS
     target = "volcano"
 
     def emit(self, plan: QuotaPlan, current: str | None = None) -> Emitted:
@@ -52,7 +57,7 @@ class VolcanoEmitter:
             objects.append(_queue(k8s_name(team.team), k8s_name(team.parent) if team.parent else None,
                                   team.total_guarantee(), plan.total_limit([team]), team.share,
                                   self._reserved(team), team.guarantee))
-        objects = changes(objects, current)
+        objects = changes(objects, current, target_kinds=KINDS)
         header = comment(plan_header(plan, self.target))
         return Emitted(objects, yaml_text(header, objects, current), "application/yaml", header)
 
