@@ -17,6 +17,7 @@ import pandas as pd
 
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
+from gpuledger.analytics.access_review import EXPIRING_DAYS, UNUSED_DAYS, access_review
 from gpuledger.analytics.cost_split import in_cents
 from gpuledger.analytics.records import write_csv
 from gpuledger.analytics.store import Store
@@ -431,6 +432,18 @@ def _utilisation_chart(series: pd.DataFrame, width: int = 720, height: int = 200
     return "".join(lines) + "</svg>"
 
 
+def _access(store: Store, now: datetime) -> str:
+    """The admin page's access review as of now (analytics/access_review.py): live tokens per role, and those to
+    look at (never used, unused for a month, expiring soon)."""
+    by_role, look = access_review(store, now)
+    if by_role.empty:
+        return "<p><em>No API tokens: the server runs on its bootstrap --token, or reads are open.</em></p>"
+    roles = ", ".join(f"{int(r.tokens)} {html.escape(str(r.role))}" for r in by_role.itertuples(index=False))
+    intro = (f"<p>Live tokens by role, as of {now:%Y-%m-%d %H:%M} UTC: {roles}. To look at: tokens never used, unused "
+             f"for {UNUSED_DAYS} days, or expiring within {EXPIRING_DAYS} days.</p>")
+    return intro + (_table(look) if not look.empty else "<p><em>None.</em></p>")
+
+
 def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start: datetime, end: datetime,
                         label: str, recommendations: list[dict] | Callable[[], list[dict]] | None = None
                         ) -> ReportFiles:
@@ -539,6 +552,8 @@ the profiling fields, where the GPUs report them).</p>
 <h2>Recommendations</h2>
 <p>{rec_note}</p>
 {rec_html}
+<h2>Access review</h2>
+{_access(store, now)}
 <p>Per-team pages and CSV files sit next to this page. Rates: USD per GPU-hour from the site rate card.</p>"""
     page = _page(f"gpuledger weekly cost report {label}", body)
     idle_jobs = _idle_by_job(found.runs)

@@ -46,3 +46,33 @@ def test_token_create_expires_and_list_shows_expiry_and_last_use(tmp_path, capsy
     assert main(["token", "list", "--db", db]) == 0
     line = capsys.readouterr().out
     assert "ci" in line and ", expires 20" in line and "never used" in line, line
+
+
+def test_the_weekly_admin_page_reviews_access_and_no_team_page_names_a_token(tmp_path):
+    """Issue 41 item 6: the admin report lists tokens by role, the unused ones and those about to expire."""
+    from gpuledger.analytics.report import write_weekly_report
+    from gpuledger.analytics.store import Store
+    from gpuledger.analytics.store.access import record_use
+    from gpuledger.analytics.windows import iso_week
+    from tests.helpers import gpu_rows, table
+    store = Store(tmp_path / "r.duckdb")
+    store.set_rates(Config().rates)
+    start, end, label = iso_week("current")
+    began = max(start, utc_now() - timedelta(hours=3)).replace(microsecond=0)
+    store.append_samples(table(gpu_rows("h", 0, "H100", 60, step_s=60.0, start=began, job="nlp/j", team="nlp")))
+    store.fold()
+    used, _ = create_token(store, "used-daily", Role.parse("reader"), "test")
+    record_use(store, used.id, utc_now())
+    create_token(store, "forgotten-agent", Role.parse("agent:n1"), "test")
+    create_token(store, "contractor", Role.parse("team:nlp"), "test", expires=utc_now() + timedelta(days=3))
+    files = write_weekly_report(store, Config(), tmp_path / "rep", start, end, label, [])
+    page = files.html.read_text()
+    review = page[page.index("<h2>Access review</h2>"):]
+    assert "1 agent" in review and "1 reader" in review and "1 team" in review, review[:400]
+    assert "forgotten-agent" in review and "never used" in review
+    assert "contractor" in review and ("expires in 2 day(s)" in review or "expires in 3 day(s)" in review)
+    assert "used-daily" not in review  # used today, no expiry: nothing to look at
+    for team_page in files.team_pages.values():
+        text = team_page.read_text()
+        assert "forgotten-agent" not in text and "Access review" not in text
+    store.close()
