@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "14), stores what is new (a change only after the cool-down and by at least "
                                      "the configured step) and prints the open recommendations, plus an "
                                      "insufficient_data note for each team and GPU model without enough samples.")
-    _add_common(rec)
+    _add_admin_access(rec, "a reader's or")
     rec.add_argument("--at", type=_instant, metavar="ISO-8601",
                      help="evaluate at this instant instead, storing nothing (status preview)")
 
@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "scheduler runs it (an applied quota becomes the guarantee in force). The "
                                      "decision, who made it and why are kept with the recommendation and in the "
                                      "audit log.")
-    _add_common(dec)
+    _add_admin_access(dec)
     dec.add_argument("id", help="the recommendation's id (see `gpuledger recommend` or /v1/recommendations)")
     dec.add_argument("decision", choices=list(DECISIONS),
                      help="applied: the scheduler now runs it; a quota's guarantee becomes the current one")
@@ -456,12 +456,14 @@ NODE_HELP = ("the node a scraped dcgm-exporter runs on (default: the page's Host
              "rows of a page that names none go under 'unknown', with a warning)")
 
 
-def _add_admin_access(p: argparse.ArgumentParser) -> None:
-    """Where token and audit commands act: a database file, or a running server."""
+def _add_admin_access(p: argparse.ArgumentParser, token: str = "an admin") -> None:
+    """Where a command acts: a database file, or a running server (which keeps the file and keeps collecting)."""
     _add_common(p)
-    p.add_argument("--server", metavar="URL", help="a running server to ask (needs an admin --token)")
+    p.add_argument("--server", metavar="URL", default=os.environ.get("GPULEDGER_SERVER"),
+                   help=f"a running server to ask instead of opening --db (needs {token} --token; default "
+                        "$GPULEDGER_SERVER)")
     p.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
-                   help="with --server: an admin token (default $GPULEDGER_TOKEN)")
+                   help=f"with --server: {token} token (default $GPULEDGER_TOKEN)")
     p.add_argument("--ca", type=Path, metavar="PEM", help="with an https:// --server: its CA certificate")
 
 
@@ -716,7 +718,21 @@ def statement_text(found: dict) -> str:
     return "\n".join(out)
 
 
+def _server(args: argparse.Namespace) -> Any:
+    """The running server a command with --server asks, with the caller's token."""
+    from gpuledger.deploy.token_admin import RemoteAdmin
+    if not args.token:
+        raise InputError(f"{args.command} --server needs a --token (or $GPULEDGER_TOKEN)")
+    return RemoteAdmin(args.server, args.token, str(args.ca) if args.ca else None)
+
+
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
+    if args.server:  # the server's answer is this command's output: GET /v1/recommendations, the same JSON
+        params = {"end": args.at.isoformat()} if args.at else {}
+        json.dump(_server(args).call("GET", "/v1/recommendations", params=params, timeout=600), sys.stdout,
+                  indent=2)
+        print()
+        return 0
     from gpuledger.deploy.demo import with_demo_slos
     from gpuledger.policies.recommender import evaluate, refresh
     with _open_existing(args, config) as store:
@@ -951,14 +967,19 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_decide(args: argparse.Namespace, config: Config) -> int:
-    from gpuledger.deploy.token_admin import local_audit
-    from gpuledger.policies.recommender import decide, evaluate
-    with _open_existing(args, config) as store:
-        with local_audit(store, "decide", args.id, {"recommendation": args.id, "decision": args.decision,
-                                                    "by": args.by, "note": args.note}) as audit:
-            rec = decide(store, args.id, args.decision, args.by, args.note, audit=audit,
-                         shown=lambda: evaluate(store, config).insufficient())
-    print(f"{rec.id}: {rec.status} by {rec.decided_by} ({rec.kind} {rec.team} {rec.gpu_model or ''}): {rec.reason}")
+    if args.server:  # through the running server: the same decision, audited there under the token's name
+        body = {"decision": args.decision, "by": args.by, **({"note": args.note} if args.note else {})}
+        rec = _server(args).call("POST", f"/v1/recommendations/{args.id}/decision", json=body)
+    else:
+        from gpuledger.deploy.token_admin import local_audit
+        from gpuledger.policies.recommender import decide, evaluate
+        with _open_existing(args, config) as store:
+            with local_audit(store, "decide", args.id, {"recommendation": args.id, "decision": args.decision,
+                                                        "by": args.by, "note": args.note}) as audit:
+                rec = decide(store, args.id, args.decision, args.by, args.note, audit=audit,
+                             shown=lambda: evaluate(store, config).insufficient()).to_dict()
+    print(f"{rec['id']}: {rec['status']} by {rec['decided_by']} ({rec['kind']} {rec['team']} "
+          f"{rec['gpu_model'] or ''}): {rec['reason']}")
     return 0
 
 

@@ -1,0 +1,44 @@
+"""Commands beside a running server (issue 41 item 1, in part): `recommend` and `decide` with --server ask the server
+that holds the file (which keeps collecting) instead of failing on its lock, and print what the file path prints."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.windows import utc_now
+from gpuledger.deploy.server import ApiServer
+from gpuledger.policies.recommendation import PROPOSED, Recommendation
+from tests.procs import GPULEDGER
+
+ADMIN = "t0ken-for-tests"
+
+
+def test_recommend_and_decide_through_the_server_that_holds_the_file(file_store, tmp_path):
+    rec = Recommendation(kind="quota", team="nlp", gpu_model="H100", action={"guarantee_gpus": 3}, evidence={},
+                         reason="nlp waits", status=PROPOSED, created=utc_now())
+    file_store.add_recommendations(pd.DataFrame([rec.to_row()]))
+    server = ApiServer(file_store, Config(), port=0, token=ADMIN)
+    url = server.start()
+    try:
+        # the file is held: the local path refuses, the --server path answers
+        held = subprocess.run([GPULEDGER, "recommend", "--db", str(tmp_path / "file.duckdb")], capture_output=True,
+                              text=True, timeout=120)
+        assert held.returncode == 2 and "lock" in held.stderr.lower(), held.stderr
+        asked = subprocess.run([GPULEDGER, "recommend", "--server", url, "--token", ADMIN], capture_output=True,
+                               text=True, timeout=300)
+        assert asked.returncode == 0, asked.stderr
+        answer = json.loads(asked.stdout)
+        assert {"generated_at", "recommendations"} <= set(answer)
+        decided = subprocess.run([GPULEDGER, "decide", rec.id, "accept", "--by", "alice", "--server", url,
+                                  "--token", ADMIN], capture_output=True, text=True, timeout=120)
+        assert decided.returncode == 0, decided.stderr
+        assert decided.stdout.strip() == f"{rec.id}: accepted by alice (quota nlp H100): nlp waits"
+        assert file_store.scalar("SELECT status FROM recommendations WHERE id = ?", [rec.id]) == "accepted"
+        unknown = subprocess.run([GPULEDGER, "decide", "abcdef123456", "accept", "--by", "alice", "--server", url,
+                                  "--token", ADMIN], capture_output=True, text=True, timeout=120)
+        assert unknown.returncode == 2 and "404" in unknown.stderr, unknown.stderr
+    finally:
+        server.stop()
