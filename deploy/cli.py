@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "answer as GET /v1/capacity/forecast and the dashboard's What-if page.",
         epilog="Example: gpuledger capacity --weeks 12 (the last 12 weeks to now); "
                "gpuledger capacity --end 2026-12-01T00:00Z --json")
-    _add_common(capacity)
+    _add_admin_access(capacity, "a reader's or")
     capacity.add_argument("--weeks", type=int, default=8, metavar="N",
                           help="whole weeks of history to fit, 3 to 104 (default 8: the month under review and "
                                "the one before)")
@@ -718,6 +718,20 @@ def statement_text(found: dict) -> str:
     return "\n".join(out)
 
 
+_ISO_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
+
+
+def _instants(value: Any) -> Any:
+    """An API answer with its ISO instants as datetimes, for the text renderers the file path feeds datetimes."""
+    if isinstance(value, dict):
+        return {k: _instants(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_instants(v) for v in value]
+    if isinstance(value, str) and _ISO_INSTANT.match(value):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value
+
+
 def _server(args: argparse.Namespace) -> Any:
     """The running server a command with --server asks, with the caller's token."""
     from gpuledger.deploy.token_admin import RemoteAdmin
@@ -929,13 +943,22 @@ def capacity_text(answer: dict) -> str:
 
 def cmd_capacity(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.analytics.forecast import demand_forecast, forecast_window
+    from gpuledger.analytics.records import rounded
     end = args.end or utc_now()
     forecast_window(end, args.weeks)  # a bad --weeks is refused before the database is opened
-    with _open_existing(args, config) as store:
-        _require_data(store, args.db)
-        answer = demand_forecast(store, end, args.weeks, config.waste.idle_util_pct)
+    if args.server:  # GET /v1/capacity/forecast: the same answer, from the server that holds the file
+        shown = _server(args).call("GET", "/v1/capacity/forecast", params={"weeks": args.weeks,
+                                                                           "end": end.isoformat()}, timeout=600)
+        answer = _instants(shown)
+    else:
+        with _open_existing(args, config) as store:
+            _require_data(store, args.db)
+            answer = demand_forecast(store, end, args.weeks, config.waste.idle_util_pct)
+        from gpuledger.deploy.api.models import CapacityForecast
+        # as the API answers it (its model's JSON, rounded): the two paths print the same
+        shown = rounded(CapacityForecast.model_validate(json_safe(answer)).model_dump(mode="json"))
     if args.json:
-        json.dump(json_safe(answer), sys.stdout, indent=1, allow_nan=False)
+        json.dump(shown, sys.stdout, indent=1, allow_nan=False)
         print()
     else:
         print(capacity_text(answer))

@@ -42,3 +42,35 @@ def test_recommend_and_decide_through_the_server_that_holds_the_file(file_store,
         assert unknown.returncode == 2 and "404" in unknown.stderr, unknown.stderr
     finally:
         server.stop()
+
+
+def test_capacity_through_the_server_prints_what_the_file_path_prints(tmp_path):
+    from datetime import timedelta
+
+    from gpuledger.analytics.store import Store
+    from tests.helpers import gpu_rows, table
+    db = tmp_path / "c.duckdb"
+    end = utc_now().replace(minute=0, second=0, microsecond=0)
+    with Store(db) as store:
+        store.set_rates(Config().rates)
+        rows = [gpu_rows("h", g, "H100", 600, step_s=60.0, start=end - timedelta(hours=12), util=40.0 + g,
+                         job=f"nlp/{g}", team="nlp") for g in range(2)]
+        store.append_samples(table(*rows))
+        store.fold()
+    asked = ["capacity", "--weeks", "4", "--end", end.isoformat()]
+    local = {fmt: subprocess.run([GPULEDGER, *asked, *fmt, "--db", str(db)], capture_output=True, text=True,
+                                 timeout=300) for fmt in ((), ("--json",))}
+    assert all(out.returncode == 0 for out in local.values()), [o.stderr for o in local.values()]
+    with Store(db) as store:
+        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        url = server.start()
+        try:
+            remote = {fmt: subprocess.run([GPULEDGER, *asked, *fmt, "--server", url, "--token", ADMIN],
+                                          capture_output=True, text=True, timeout=300)
+                      for fmt in ((), ("--json",))}
+        finally:
+            server.stop()
+    for fmt in local:
+        assert remote[fmt].returncode == 0, remote[fmt].stderr
+        assert remote[fmt].stdout == local[fmt].stdout, fmt
+    assert "H100" in local[()].stdout
