@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "booked into it, and writes it as CSV and HTML (and PDF) into --out. A closed period's "
                     "statement is the stored one and never changes; an open period's figures are a draft "
                     "(--draft).")
-    _add_common(stmt)
+    _add_admin_access(stmt, "a reader's, a team's (its own lines) or")
     _add_period(stmt)
     stmt.add_argument("--team", help="only this team's lines and adjustments (the total is then the team's)")
     stmt.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Closes every period whose grace has passed, then writes --period's statement as FOCUS rows "
                     "(FinOps Open Cost and Usage Specification 1.2, plus the 1.0 column names its validator "
                     "checks): one row per statement line and per adjustment, amounts in the statement's cents.")
-    _add_common(export)
+    _add_admin_access(export, "a reader's, a team's (its own lines) or")
     export.add_argument("what", choices=["focus"], help="the format: focus")
     _add_period(export)
     export.add_argument("--out", type=Path, required=True, help="the file to write")
@@ -642,14 +642,20 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
 
 
 def _statement_of(args: argparse.Namespace, config: Config) -> dict:
-    """--period's statement, after closing what is due; an open period only with --draft."""
+    """--period's statement, after closing what is due; an open period only with --draft. With --server, the
+    running server's (GET /v1/ledger/statements/PERIOD: it closes what is due itself; a team token gets its own
+    and the shared lines)."""
     from gpuledger.analytics.ledger import close_due, statement
-    with _open_existing(args, config) as store:
-        if args.config:  # the site's card, checked as the server checks it; without --config: the stored one
-            config.price(store)
-        for period in close_due(store, config.ledger, by=f"gpuledger {args.command}"):
-            print(f"closed period {period}", file=sys.stderr)
-        found = statement(store, config.ledger, args.period)
+    if args.server:
+        found = _instants(_server(args).call("GET", f"/v1/ledger/statements/{args.period}", timeout=600))
+        found.pop("cluster_total_usd", None)
+    else:
+        with _open_existing(args, config) as store:
+            if args.config:  # the site's card, checked as the server checks it; without --config: the stored one
+                config.price(store)
+            for period in close_due(store, config.ledger, by=f"gpuledger {args.command}"):
+                print(f"closed period {period}", file=sys.stderr)
+            found = statement(store, config.ledger, args.period)
     if found["state"] == "open" and not args.draft:
         raise InputError(f"period {found['period']} is open until {found['closes_at']:%Y-%m-%d %H:%M} UTC "
                          "([ledger] grace_days after its end), so it has no final statement yet: add --draft for its "

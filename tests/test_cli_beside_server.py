@@ -74,3 +74,43 @@ def test_capacity_through_the_server_prints_what_the_file_path_prints(tmp_path):
         assert remote[fmt].returncode == 0, remote[fmt].stderr
         assert remote[fmt].stdout == local[fmt].stdout, fmt
     assert "H100" in local[()].stdout
+
+
+def test_statement_and_focus_export_through_the_server_match_the_file_path(tmp_path):
+    from datetime import timedelta
+
+    from gpuledger.analytics.store import Store
+    from tests.helpers import gpu_rows, table
+    db = tmp_path / "s.duckdb"
+    now = utc_now()
+    with Store(db) as store:
+        store.set_rates(Config().rates)
+        began = max(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), now - timedelta(hours=5))
+        rows = [gpu_rows("h", g, "H100", 120, step_s=60.0, start=began, util=33.3 + g / 7, job=f"t{g}/j",
+                         team=f"t{g}") for g in range(3)]
+        store.append_samples(table(*rows))
+        store.fold()
+    period = f"{now:%Y-%m}"
+
+    def run(where: list[str], name: str) -> tuple[str, str]:
+        shown = subprocess.run([GPULEDGER, "statement", "--period", period, "--draft", "--out",
+                                str(tmp_path / name), *where], capture_output=True, text=True, timeout=300)
+        assert shown.returncode == 0, shown.stderr
+        focus = subprocess.run([GPULEDGER, "export", "focus", "--period", period, "--draft", "--out",
+                                str(tmp_path / f"{name}.csv"), *where], capture_output=True, text=True, timeout=300)
+        assert focus.returncode == 0, focus.stderr
+        return shown.stdout.split("\ncsv:")[0], (tmp_path / f"{name}.csv").read_text()
+
+    local = run(["--db", str(db)], "local")
+    with Store(db) as store:
+        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        url = server.start()
+        try:
+            remote = run(["--server", url, "--token", ADMIN], "remote")
+            final = subprocess.run([GPULEDGER, "statement", "--period", period, "--out", str(tmp_path / "x"),
+                                    "--server", url, "--token", ADMIN], capture_output=True, text=True, timeout=300)
+        finally:
+            server.stop()
+    assert remote[0] == local[0] and "t0" in local[0]
+    assert remote[1] == local[1]
+    assert final.returncode == 2 and "add --draft" in final.stderr  # an open period, as the file path says
