@@ -330,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "GPUs or could not start a job shape of the policy window is refused (exit "
                                       "2). With --current, only what changes, every field gpuledger does not own "
                                       "kept.")
-    _add_common(emit)
+    _add_admin_access(emit, "a reader's or")
     emit.add_argument("--target", required=True, choices=TARGETS, help="the scheduler to write for")
     emit.add_argument("--out", type=Path, help="folder to write <target>.yaml (slurm: slurm.sh and slurm.json) into; "
                                                "default: stdout")
@@ -972,7 +972,17 @@ def cmd_capacity(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_emit(args: argparse.Namespace, config: Config) -> int:
-    from gpuledger.policies.exporting import export
+    from gpuledger.policies.exporting import Export, export
+    if args.server:  # GET /v1/recommendations/export: the plan the server makes, written as the file path writes it
+        if args.current is not None:
+            raise InputError("emit --current compares on this machine's file: with --server, save the plan and diff "
+                             "it against the objects in force, or run emit --current on a stopped server's --db")
+        params = {"target": args.target, "status": args.status, "fill": str(args.fill).lower()}
+        server = _server(args)
+        native, objects = (server.call("GET", "/v1/recommendations/export", params={**params, "format": fmt},
+                                       text=True, timeout=600) for fmt in ("native", "json"))
+        files = Export(args.target, native, objects, "")
+        return _write_plan(args, files)
     current = None
     if args.current is not None:
         try:
@@ -982,6 +992,11 @@ def cmd_emit(args: argparse.Namespace, config: Config) -> int:
     with _open_existing(args, config) as store:
         _require_data(store, args.db)
         files = export(store, config, args.target, args.status, current, fill=args.fill)
+    return _write_plan(args, files)
+
+
+def _write_plan(args: argparse.Namespace, files: Any) -> int:
+    """The plan on stdout in --format, or its files into --out."""
     if args.out is None:
         sys.stdout.write(files[args.format])
         return 0

@@ -114,3 +114,36 @@ def test_statement_and_focus_export_through_the_server_match_the_file_path(tmp_p
     assert remote[0] == local[0] and "t0" in local[0]
     assert remote[1] == local[1]
     assert final.returncode == 2 and "add --draft" in final.stderr  # an open period, as the file path says
+
+
+def test_emit_through_the_server_writes_the_plan_the_file_path_writes(tmp_path):
+    from gpuledger.analytics.store import Store
+    from tests.helpers import gpu_rows, table
+    db = tmp_path / "e.duckdb"
+    with Store(db) as store:
+        store.set_rates(Config().rates)
+        store.upsert_teams(pd.DataFrame({"team": ["nlp", "vision"], "share": [1.0, 1.0], "quota_gpus": [2, 2]}))
+        store.set_team_quotas(pd.DataFrame({"team": ["nlp", "vision"], "gpu_model": ["H100", "H100"],
+                                            "guarantee_gpus": [4.0, 4.0], "limit_gpus": [8.0, 8.0]}))
+        start = utc_now().replace(second=0, microsecond=0) - pd.Timedelta(hours=2)
+        store.append_samples(table(*[gpu_rows("h", g, "H100", 60, step_s=60.0, start=start) for g in range(8)]))
+        store.fold()
+
+    def plan(where: list[str], name: str) -> dict[str, list[str]]:
+        out = tmp_path / name
+        done = subprocess.run([GPULEDGER, "emit", "--target", "slurm", "--out", str(out), *where], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        # the header says when it was made: the one line the two runs may differ in
+        return {f.name: [line for line in f.read_text().splitlines() if " made " not in line]
+                for f in sorted(out.iterdir())}
+
+    local = plan(["--db", str(db)], "local")
+    with Store(db) as store:
+        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        url = server.start()
+        try:
+            remote = plan(["--server", url, "--token", ADMIN], "remote")
+        finally:
+            server.stop()
+    assert set(local) == {"slurm.sh", "slurm.json"} and remote == local
