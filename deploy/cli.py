@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "served and preemptions under both, the difference, and what was assumed. Example: "
                     "gpuledger whatif --set nlp:H100=12 --set vision:H100=6 --no-recommendations",
         epilog="A proposal file is JSON or TOML: {team: {GPU model: {guarantee: N, limit: N}}}.")
-    _add_common(whatif)
+    _add_admin_access(whatif, "a reader's or")
     whatif.add_argument("--model", choices=list(WHATIF_MODELS),
                         help="the scheduler model (default: [whatif] model, kueue)")
     whatif.add_argument("--days", type=_positive, help="the window's length (default: [quota] window_days, 14)")
@@ -880,20 +880,28 @@ def placement_text(answer: dict) -> str:
 def cmd_whatif(args: argparse.Namespace, config: Config) -> int:
     from gpuledger.policies.whatif import default_window, run_whatif
     from gpuledger.policies.whatif.placement import placement_whatif
-    end = args.end or utc_now()
-    with _open_existing(args, config) as store:
-        _require_data(store, args.db)
-        start, end = default_window(config, end, args.days)
-        if args.placers:
-            answer = placement_whatif(store, start, end, [p.strip() for p in args.placers.split(",") if p.strip()])
-        else:
-            answer = run_whatif(store, config, start, end, args.model, _edits(args), args.recommendations,
-                                _capacity(args.capacity)).to_dict()
+    start, end = default_window(config, args.end or utc_now(), args.days)
+    placers = [p.strip() for p in args.placers.split(",") if p.strip()] if args.placers else []
+    if args.server:  # POST /v1/whatif (or /placement): the server replays its store; the same answer, printed alike
+        window = {"start": start.isoformat(), "end": end.isoformat()}
+        question = ({**window, "placers": placers} if placers else
+                    {**window, **({"model": args.model} if args.model else {}), "edits": _edits(args),
+                     "use_recommendations": args.recommendations, "capacity": _capacity(args.capacity) or {}})
+        answer = _instants(_server(args).call("POST", "/v1/whatif/placement" if placers else "/v1/whatif",
+                                              json=question, timeout=600))
+    else:
+        with _open_existing(args, config) as store:
+            _require_data(store, args.db)
+            if placers:
+                answer = placement_whatif(store, start, end, placers)
+            else:
+                answer = run_whatif(store, config, start, end, args.model, _edits(args), args.recommendations,
+                                    _capacity(args.capacity)).to_dict()
     if args.json:
         json.dump(json_safe(answer), sys.stdout, indent=1, allow_nan=False)
         print()
     else:
-        print(placement_text(answer) if args.placers else whatif_text(answer))
+        print(placement_text(answer) if placers else whatif_text(answer))
     return 0
 
 

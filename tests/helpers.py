@@ -87,3 +87,11 @@ def api_client(store: Any, config: Any, **kwargs: Any) -> Iterator[Any]:
     finally:
         if app.state.audit is not None:
             app.state.audit.close()
+
+
+# `sacct -aP` output of two GPU jobs (one completed, one failed) and a step, with sacct's header line
+SACCT_SAMPLE = """JobID|State|Submit|Eligible|Start|End|Account|User|Partition|QOS|NodeList|AllocTRES|ReqTRES|Reason|ExitCode|JobName
+101|COMPLETED|2026-12-01T10:00:00|2026-12-01T10:00:00|2026-12-01T10:05:00|2026-12-01T11:00:00|nlp|alice|gpu|normal|n1|billing=2,cpu=2,gres/gpu:h100=2,gres/gpu=2|cpu=2,gres/gpu:h100=2|None|0:0|train
+101.batch|COMPLETED|2026-12-01T10:05:00|2026-12-01T10:05:00|2026-12-01T10:05:00|2026-12-01T11:00:00|nlp||||n1|cpu=2,gres/gpu:h100=2,gres/gpu=2||None|0:0|batch
+102|FAILED|2026-12-01T10:30:00|2026-12-01T10:30:00|2026-12-01T11:00:00|2026-12-01T11:20:00|vision|bob|gpu|normal|n2|billing=1,cpu=1,gres/gpu:h100=1,gres/gpu=1|cpu=1,gres/gpu:h100=1|None|1:0|eval
+"""

@@ -147,3 +147,43 @@ def test_emit_through_the_server_writes_the_plan_the_file_path_writes(tmp_path):
         finally:
             server.stop()
     assert set(local) == {"slurm.sh", "slurm.json"} and remote == local
+
+
+def test_whatif_through_the_server_replays_what_the_file_path_replays(tmp_path):
+    import re
+    from datetime import datetime, timezone
+
+    from gpuledger.analytics.store import Store
+    from tests.helpers import gpu_rows, table
+    from tests.helpers import SACCT_SAMPLE as SACCT
+    db = tmp_path / "w.duckdb"
+    with Store(db) as store:
+        store.set_rates(Config().rates)
+        began = datetime(2026, 12, 1, 8, tzinfo=timezone.utc)
+        store.upsert_teams(pd.DataFrame({"team": ["nlp", "vision"], "share": [1.0, 1.0], "quota_gpus": [2, 2]}))
+        store.set_team_quotas(pd.DataFrame({"team": ["nlp", "vision"], "gpu_model": ["H100", "H100"],
+                                            "guarantee_gpus": [1.0, 1.0], "limit_gpus": [4.0, 4.0]}))
+        store.append_samples(table(*[gpu_rows(node, g, "H100", 160, step_s=600.0, start=began)
+                                     for node in ("n1", "n2") for g in range(2)]))
+        store.fold()
+    (tmp_path / "sacct.txt").write_text(SACCT)
+    assert subprocess.run([GPULEDGER, "import", "sacct", str(tmp_path / "sacct.txt"), "--db", str(db)],
+                          capture_output=True, timeout=120).returncode == 0
+    asked = ["whatif", "--end", "2026-12-02T00:00:00+00:00", "--days", "1", "--no-recommendations",
+             "--set", "nlp:H100=2/4", "--capacity", "H100=4"]
+
+    def shown(out: subprocess.CompletedProcess) -> str:
+        assert out.returncode == 0, out.stderr
+        return re.sub(r"\(in [0-9.]+ s\)", "(in _ s)", out.stdout)  # how long the replay took differs
+
+    local = shown(subprocess.run([GPULEDGER, *asked, "--db", str(db)], capture_output=True, text=True, timeout=300))
+    with Store(db) as store:
+        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        url = server.start()
+        try:
+            remote = shown(subprocess.run([GPULEDGER, *asked, "--server", url, "--token", ADMIN], capture_output=True,
+                                          text=True, timeout=300))
+        finally:
+            server.stop()
+    assert "2 jobs replayed" in local and "nlp H100 guarantee" in local, local
+    assert remote == local

@@ -8,15 +8,11 @@ import subprocess
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.store.access import Role, create_token
 from gpuledger.deploy.server import ApiServer
-from tests.helpers import api_client
+from tests.helpers import SACCT_SAMPLE, api_client
 from tests.procs import GPULEDGER
 
 ADMIN = "t0ken-for-tests"
-SACCT = """JobID|State|Submit|Eligible|Start|End|Account|User|Partition|QOS|NodeList|AllocTRES|ReqTRES|Reason|ExitCode|JobName
-101|COMPLETED|2026-12-01T10:00:00|2026-12-01T10:00:00|2026-12-01T10:05:00|2026-12-01T11:00:00|nlp|alice|gpu|normal|n1|billing=2,cpu=2,gres/gpu:h100=2,gres/gpu=2|cpu=2,gres/gpu:h100=2|None|0:0|train
-101.batch|COMPLETED|2026-12-01T10:05:00|2026-12-01T10:05:00|2026-12-01T10:05:00|2026-12-01T11:00:00|nlp||||n1|cpu=2,gres/gpu:h100=2,gres/gpu=2||None|0:0|batch
-102|FAILED|2026-12-01T10:30:00|2026-12-01T10:30:00|2026-12-01T11:00:00|2026-12-01T11:20:00|vision|bob|gpu|normal|n2|billing=1,cpu=1,gres/gpu:h100=1,gres/gpu=1|cpu=1,gres/gpu:h100=1|None|1:0|eval
-"""
+SACCT = SACCT_SAMPLE
 
 
 def _jobs(store) -> int:
