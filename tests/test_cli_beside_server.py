@@ -108,10 +108,15 @@ def test_statement_and_focus_export_through_the_server_match_the_file_path(tmp_p
 
     local = run(["--db", str(db)], "local")
     with Store(db) as store:
+        from gpuledger.analytics.store.access import Role, create_token
+        _, team_token = create_token(store, "t1-lead", Role.parse("team:t1"), "test")
         server = ApiServer(store, Config(), port=0, token=ADMIN)
         url = server.start()
         try:
             remote = run(["--server", url, "--token", ADMIN], "remote")
+            mine = subprocess.run([GPULEDGER, "statement", "--period", period, "--draft", "--out",
+                                   str(tmp_path / "mine"), "--server", url, "--token", team_token],
+                                  capture_output=True, text=True, timeout=300)
             final = subprocess.run([GPULEDGER, "statement", "--period", period, "--out", str(tmp_path / "x"),
                                     "--server", url, "--token", ADMIN], capture_output=True, text=True, timeout=300)
         finally:
@@ -119,6 +124,9 @@ def test_statement_and_focus_export_through_the_server_match_the_file_path(tmp_p
     assert remote[0] == local[0] and "t0" in local[0]
     assert remote[1] == local[1]
     assert final.returncode == 2 and "add --draft" in final.stderr  # an open period, as the file path says
+    # a team token gets its own lines and the shared ones, never another team's
+    assert mine.returncode == 0, mine.stderr
+    assert "t1 " in mine.stdout and "t0 " not in mine.stdout and "t2 " not in mine.stdout, mine.stdout
 
 
 def test_emit_through_the_server_writes_the_plan_the_file_path_writes(tmp_path):
