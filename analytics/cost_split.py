@@ -96,6 +96,12 @@ def in_cents(costs: pd.Series, total_cents: int | None = None) -> pd.Series:
     return floors.astype("int64")
 
 
+def cents_usd(costs: pd.Series, total_cents: int | None = None) -> pd.Series:
+    """`in_cents` as dollars: exact costs as whole cents, still adding up to their total, for an answer or a file
+    that shows amounts to the cent."""
+    return in_cents(costs, total_cents) / 100.0
+
+
 def split(lines: pd.DataFrame, idle: str = "own_line", idle_by: str = "cluster", shared: tuple[str, ...] = (),
           share_by: str = "cost") -> pd.DataFrame:
     """Per-node lines (team, node, gpu_model, rate_from, rate_variant, rate_card, usd_per_gpu_hour, gpu_hours,

@@ -113,7 +113,7 @@ def weekly_demand(store: Store, start: datetime, end: datetime, idle_util_pct: f
     queue_known = job_records_between(store, start, end) > 0
     unplaced = any_queued = 0.0
     queue_weeks: set[int] = set()  # the weeks from the first job record on: only their queue is known
-    first = first_job_record(store)
+    first = first_job_record(store) if queue_known else None
     if queue_known:
         at = min(end, utc_now())  # a job still open waits until now, or until the end asked if that is earlier
         for week in range(weeks):

@@ -75,10 +75,6 @@ def rounded(value: Any, key: str = "") -> Any:
     field that holds it (a list's items by the list's name): the API's answers, like the CSVs, carry `2226.425`,
     not `2226.4250000001957`. Storage stays exact; this runs only where an answer leaves the server, so it is
     written for answers of 100,000 rows (one test of the key per field name, not per value)."""
-    if isinstance(value, dict):
-        return {k: _rounded_in(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded_in(v, key) for v in value]
     return _rounded_in(value, key)
 
 
@@ -88,17 +84,13 @@ def _money(key: Any) -> bool:
 
 
 def _rounded_in(value: Any, key: Any) -> Any:
-    kind = type(value)
-    if kind is float:
-        return rounded_figure(value, _money(key))
-    if kind is dict:
-        return {k: _rounded_in(v, k) for k, v in value.items()}
-    if kind is list:
-        return [_rounded_in(v, key) for v in value]
-    if isinstance(value, float):  # a float subclass (numpy's float64)
+    """`rounded`'s walk: exact types first (the hot path), subclasses (numpy's float64) after."""
+    if isinstance(value, float):
         return rounded_figure(float(value), _money(key))
-    if isinstance(value, (dict, list)):
-        return rounded(value, key)
+    if isinstance(value, dict):
+        return {k: _rounded_in(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded_in(v, key) for v in value]
     return value
 
 

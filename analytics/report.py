@@ -18,7 +18,7 @@ import pandas as pd
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.cost import cost_by_team, cost_by_team_and_model, daily_cost_by_team
 from gpuledger.analytics.access_review import EXPIRING_DAYS, UNUSED_DAYS, access_review
-from gpuledger.analytics.cost_split import in_cents
+from gpuledger.analytics.cost_split import cents_usd
 from gpuledger.analytics.records import write_csv
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.team_scope import redact_for_team
@@ -453,7 +453,7 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     out.mkdir(parents=True, exist_ok=True)
     costs = cost_by_team(store, start, end)
     # whole cents by largest remainder: the lines add up to the week's total, and each team's CSV to its line
-    costs["cost_usd"] = in_cents(costs["cost_usd"]) / 100.0 if len(costs) else costs["cost_usd"]
+    costs["cost_usd"] = cents_usd(costs["cost_usd"])
     found = waste(store, start, end, config.waste, oversized=False)
     per_team = found.by_team
     summary = costs.merge(per_team[["team", "idle_gpu_hours", "idle_cost_usd"]], on="team", how="left").fillna(
@@ -494,7 +494,7 @@ def write_weekly_report(store: Store, config: Config, out_dir: str | Path, start
     line_cents = dict(zip(summary["team"], (summary["cost_usd"] * 100).round()))
     for team, frame in by_model.groupby("team"):
         path = out / f"team-{_safe(str(team))}.csv"
-        frame = frame.assign(cost_usd=in_cents(frame["cost_usd"], line_cents.get(team)) / 100.0)
+        frame = frame.assign(cost_usd=cents_usd(frame["cost_usd"], line_cents.get(team)))
         frame.insert(0, "week", label)
         write_csv(frame, path)
         files.team_csvs[str(team)] = path

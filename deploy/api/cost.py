@@ -9,7 +9,7 @@ import pandas as pd
 from fastapi import APIRouter, Query
 
 from gpuledger.analytics.cost import cost_by_team, daily_cost_by_team
-from gpuledger.analytics.cost_split import in_cents
+from gpuledger.analytics.cost_split import cents_usd
 from gpuledger.analytics.energy import complete_from, energy
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
@@ -38,7 +38,7 @@ def costs(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime
 def with_cents(frame: pd.DataFrame) -> pd.DataFrame:
     """Bill lines whose `cost_usd` is whole cents adding up to the total rounded once (analytics/cost_split.py
     `in_cents`): the API answers amounts to the cent, and a table rounded line by line could miss its total."""
-    return frame.assign(cost_usd=in_cents(frame["cost_usd"]) / 100.0) if len(frame) else frame
+    return frame.assign(cost_usd=cents_usd(frame["cost_usd"]))
 
 
 def rates_in(store: Store, start: datetime, stop: datetime) -> list[dict]:

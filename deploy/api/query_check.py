@@ -17,14 +17,15 @@ from gpuledger.collector.errors import InputError
 # OpenCost's API: its clients (the OpenCost UI, kubectl-cost) send parameters OpenCost defines that gpuledger does
 # not implement (resolution, filter...); refused, a compatible client would break, so these paths keep FastAPI's way
 COMPATIBLE_PREFIXES = ("/allocation",)
-_ACCEPTED: dict[int, frozenset[str]] = {}  # per route object (routes live as long as the app)
 
 
 def accepted(route: APIRoute) -> frozenset[str]:
-    """The query parameters `route` and its dependencies declare, by the name a caller writes (alias)."""
-    known = _ACCEPTED.get(id(route))
+    """The query parameters `route` and its dependencies declare, by the name a caller writes (alias); worked out
+    once and kept on the route itself (a cache keyed by id() would hand a new app's route a dead route's set)."""
+    known = getattr(route, "_gpuledger_query", None)
     if known is None:
-        known = _ACCEPTED[id(route)] = frozenset(_declared(route.dependant))
+        known = frozenset(_declared(route.dependant))
+        route._gpuledger_query = known  # type: ignore[attr-defined]
     return known
 
 
