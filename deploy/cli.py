@@ -739,11 +739,12 @@ def _instants(value: Any) -> Any:
 
 
 def _server(args: argparse.Namespace) -> Any:
-    """The running server a command with --server asks, with the caller's token."""
+    """The running server a command with --server asks, with the caller's token; a read goes without one to a
+    server with --open-reads (the demo), and the server refuses it with 401 where reads need one."""
     from gpuledger.deploy.token_admin import RemoteAdmin
-    if not args.token:
-        raise InputError(f"{args.command} --server needs a --token (or $GPULEDGER_TOKEN)")
-    return RemoteAdmin(args.server, args.token, str(args.ca) if args.ca else None)
+    if args.command == "decide":  # a write: an admin's token, as for token, audit and backup
+        return RemoteAdmin(*_server_access(args))
+    return RemoteAdmin(args.server, args.token or "", str(args.ca) if args.ca else None)
 
 
 def cmd_recommend(args: argparse.Namespace, config: Config) -> int:
@@ -1375,7 +1376,7 @@ def cmd_agent(args: argparse.Namespace, config: Config) -> int:
 
 
 def _server_access(args: argparse.Namespace) -> tuple[str, str, str | None]:
-    """(URL, admin token, CA file) of the running server a token, audit or backup command asks."""
+    """(URL, admin token, CA file) of the running server a token, audit, backup or decide command asks."""
     if not args.token:
         raise InputError("--server needs an admin --token (or $GPULEDGER_TOKEN)")
     return args.server, args.token, str(args.ca) if args.ca else None

@@ -143,7 +143,8 @@ class RemoteAdmin:
         try:
             response = requests.request(method, self.server.rstrip("/") + path, timeout=timeout,
                                         verify=self.ca or True,
-                                        headers={**(headers or {}), "Authorization": f"Bearer {self.token}"},
+                                        headers={**(headers or {}),
+                                                 **({"Authorization": f"Bearer {self.token}"} if self.token else {})},
                                         **kwargs)
         except requests.RequestException as exc:
             raise GpuledgerError(f"cannot reach {self.server}: {exc}") from exc

@@ -3,6 +3,7 @@ that holds the file (which keeps collecting) instead of failing on its lock, and
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pandas as pd
@@ -62,14 +63,19 @@ def test_capacity_through_the_server_prints_what_the_file_path_prints(tmp_path):
                                  timeout=300) for fmt in ((), ("--json",))}
     assert all(out.returncode == 0 for out in local.values()), [o.stderr for o in local.values()]
     with Store(db) as store:
-        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        server = ApiServer(store, Config(), port=0, token=ADMIN, open_reads=True)
         url = server.start()
         try:
             remote = {fmt: subprocess.run([GPULEDGER, *asked, *fmt, "--server", url, "--token", ADMIN],
                                           capture_output=True, text=True, timeout=300)
                       for fmt in ((), ("--json",))}
+            # a server with open reads (the demo's) answers a read without a token
+            tokenless = subprocess.run([GPULEDGER, *asked, "--server", url], capture_output=True, text=True,
+                                       timeout=300, env={k: v for k, v in os.environ.items()
+                                                         if k != "GPULEDGER_TOKEN"})
         finally:
             server.stop()
+    assert tokenless.returncode == 0 and tokenless.stdout == local[()].stdout, tokenless.stderr
     for fmt in local:
         assert remote[fmt].returncode == 0, remote[fmt].stderr
         assert remote[fmt].stdout == local[fmt].stdout, fmt
