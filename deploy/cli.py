@@ -25,7 +25,7 @@ from gpuledger.collector.apps.targets import APP_SOURCES
 from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
-from gpuledger.deploy import import_parser, node_admin
+from gpuledger.deploy import import_parser, jobs_agent, node_admin
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import DEFAULT_STATUS, FORMATS
@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "inference cost per million tokens and the advice as of the week's end, as an "
                                         "HTML page for admins and a page and CSV file per team under --out/<week>; "
                                         "--pdf prints the admin page, --send mails it as [report.email] says.")
-    _add_common(report)
+    _add_admin_access(report, "a reader's, a team's (its own page and CSV) or")
     report.add_argument("--week", nargs="?", const="last", default="last", metavar="YYYY-Www",
                         help="ISO week to report, e.g. 2026-W48, 'last' (the default: the last complete week) or "
                              "'current' (the week in progress, marked as such); a week with no samples is an error")
@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "[retention] raw_days (default 30) and minute rollups older than minute_days (default 90); hour "
                     "rollups are kept forever. Nothing is dropped before it is folded, so GPU-hours and cost are the "
                     "same before and after. A running server does this once a day on its own.")
-    _add_common(compact)
+    _add_admin_access(compact)
     compact.add_argument("--rebuild", action="store_true",
                          help="first rebuild the rollups from the raw samples kept (after a change of "
                               "[waste] idle_util_pct, or to check them)")
@@ -405,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="as JSON")
 
     node_admin.add_parser(sub)
+    jobs_agent.add_parser(sub, _duration, _positive)
 
     back = sub.add_parser("backup", help="a consistent snapshot of the whole store into DIR, while serving",
                           description="From a running server (--server URL with an admin --token) or from --db when "
@@ -584,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "dashboard":
             return cmd_dashboard(args)
+        _find_server(args)
         return COMMANDS[args.command](args, load_config(getattr(args, "config", None)))
     except GpuledgerError as exc:
         print(f"gpuledger {args.command}: error: {exc}", file=sys.stderr)
@@ -591,6 +593,20 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `gpuledger recommend | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 0
+
+
+def _find_server(args: argparse.Namespace) -> None:
+    """A command that can ask a server, run without --server on a file a live server on this machine holds (its
+    note beside the file, deploy/server_file.py): asks that server, and says so, instead of failing on the lock."""
+    from gpuledger.deploy import server_file
+    if getattr(args, "server", "") is not None or not hasattr(args, "db") or lake.is_lake(str(args.db)):
+        return
+    found = server_file.announced(args.db)
+    if found is None:
+        return
+    args.server = found["url"]
+    print(f"gpuledger {args.command}: {args.db} is held by the server at {args.server} (process {found['pid']}): "
+          "asking it (pass --server to ask another; stop the server to use the file)", file=sys.stderr)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -618,14 +634,19 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_report(args: argparse.Namespace, config: Config) -> int:
-    from gpuledger.deploy.server import weekly_report
+    from gpuledger.deploy.weekly_report import weekly_report
     from gpuledger.deploy.demo import with_demo_slos
-    with _open_existing(args, config, read_only=True) as store:
-        _require_data(store, args.db)
-        try:
-            files = weekly_report(store, with_demo_slos(store, config), args.out, args.week)
-        except OSError as exc:
-            raise InputError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from exc
+    try:
+        if args.server:  # the server writes it (GET /v1/reports/WEEK: a team token gets its own page and CSV)
+            from gpuledger.deploy.report_bundle import unpack
+            files = unpack(_server(args).call("GET", f"/v1/reports/{args.week}", binary=True, timeout=900),
+                           args.out)
+        else:
+            with _open_existing(args, config, read_only=True) as store:
+                _require_data(store, args.db)
+                files = weekly_report(store, with_demo_slos(store, config), args.out, args.week)
+    except OSError as exc:
+        raise InputError(f"cannot write the report into {args.out}: {exc.strerror or exc}") from exc
     print(f"report {files.label}: {files.html}")
     print(f"summary: {files.summary_csv}")
     for team, path in sorted(files.team_csvs.items()):
@@ -742,7 +763,7 @@ def _server(args: argparse.Namespace) -> Any:
     """The running server a command with --server asks, with the caller's token; a read goes without one to a
     server with --open-reads (the demo), and the server refuses it with 401 where reads need one."""
     from gpuledger.deploy.token_admin import RemoteAdmin
-    if args.command == "decide":  # a write: an admin's token, as for token, audit and backup
+    if args.command in ("decide", "compact"):  # writes: an admin's token, as for token, audit and backup
         return RemoteAdmin(*_server_access(args))
     return RemoteAdmin(args.server, args.token or "", str(args.ca) if args.ca else None)
 
@@ -1181,24 +1202,21 @@ def cmd_replay(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_compact(args: argparse.Namespace, config: Config) -> int:
-    """Fold, optionally rebuild, and apply retention, printing progress and what was dropped."""
-    with _open_existing(args, config) as store:
-        def progress(done: datetime, until: datetime) -> None:
-            print(f"  folded up to {done:%Y-%m-%d %H:%M} UTC (until {until:%Y-%m-%d %H:%M})", flush=True)
+    """Fold, optionally rebuild, and apply retention, printing progress and what was dropped; with --server, the
+    running server does it (POST /v1/admin/compact) and this prints its figures."""
+    from gpuledger.deploy.compaction import compact, summary
+    if args.server:
+        print("asking the server to compact (rebuilding the rollups first)..." if args.rebuild
+              else "asking the server to compact...", flush=True)
+        done = _instants(_server(args).call("POST", "/v1/admin/compact", json={"rebuild": args.rebuild},
+                                            timeout=3600))
+    else:
+        with _open_existing(args, config) as store:
+            def progress(done: datetime, until: datetime) -> None:
+                print(f"  folded up to {done:%Y-%m-%d %H:%M} UTC (until {until:%Y-%m-%d %H:%M})", flush=True)
 
-        minutes = 0
-        if args.rebuild:
-            print("rebuilding the rollups from the raw samples kept...")
-            minutes = store.rebuild_rollups()
-        print("folding closed minutes...")
-        minutes += store.fold(progress=progress)
-        dropped = store.retain()
-        store.checkpoint_if_due(min_wal_bytes=0)
-        state = store.rollup_params()
-        print(f"folded {minutes:,} minute(s); rollups complete up to {state['mwm']:%Y-%m-%d %H:%M} UTC")
-        print(f"dropped {dropped['samples']:,} raw sample(s) older than {store.retention.raw_days:g} days, "
-              f"{dropped['processes']:,} process row(s), {dropped['usage_minute']:,} minute rollup(s) older than "
-              f"{store.retention.minute_days:g} days; hour rollups are kept")
+            done = compact(store, args.rebuild, progress, note=lambda line: print(line, flush=True))
+    print("\n".join(summary(done)))
     return 0
 
 
@@ -1476,6 +1494,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "compact": cmd_compact, "replay": cmd_replay, "import": cmd_import, "token": cmd_token, "audit": cmd_audit,
     "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape, "statement": cmd_statement,
     "export": cmd_export, "whatif": cmd_whatif, "capacity": cmd_capacity, "node": node_admin.cmd_node,
+    "jobs-agent": jobs_agent.cmd_jobs_agent,
 }
 
 

@@ -29,7 +29,8 @@ from gpuledger.policies.whatif import SCHEDULER_RECLAIM
 from gpuledger.deploy.dashboard_proc import start_dashboard
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.deploy.ports import require_free
-from gpuledger.deploy.server import ApiServer, Serving, weekly_report
+from gpuledger.deploy.server import ApiServer, Serving
+from gpuledger.deploy.weekly_report import weekly_report
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,17 @@ from gpuledger.deploy.collect_loop import PollingLoop
 log = logging.getLogger(__name__)
 
 
+def store_read(store: Store, read: LifecycleRead, source_name: str) -> dict[str, int]:
+    """One lifecycle read into the store: its jobs and events (a job read again replaces itself), restarts, node
+    labels, queue figures, and the source's stored open jobs it no longer lists marked as having left the queue.
+    The loop here and `POST /v1/jobs/slurm` (a sender on the Slurm controller) store a read the same way."""
+    restarts = store.record_restarts(read.jobs.jobs, read.at, source_name)
+    store.set_node_labels(read.jobs.node_labels, read.at)
+    return {"jobs": store.record_jobs(read.jobs.jobs, read.jobs.events), "restarts": restarts,
+            "queue_rows": store.record_queue_metrics(read.queues),
+            "left_queue": store.close_left_queue(source_name, read.listed_now, read.at, LEFT_QUEUE)}
+
+
 class LifecycleSource(Protocol):
     name: str
     source_name: str
@@ -37,12 +48,7 @@ class JobLoop(PollingLoop):
     def read_once(self) -> dict[str, int]:
         """One read, stored: what was stored (jobs, queue rows, jobs that left the queue)."""
         read = self.source.read()
-        restarts = self.store.record_restarts(read.jobs.jobs, read.at, self.source.source_name)
-        self.store.set_node_labels(read.jobs.node_labels, read.at)
-        stored = {"jobs": self.store.record_jobs(read.jobs.jobs, read.jobs.events), "restarts": restarts,
-                  "queue_rows": self.store.record_queue_metrics(read.queues),
-                  "left_queue": self.store.close_left_queue(self.source.source_name, read.listed_now, read.at,
-                                                            LEFT_QUEUE)}
+        stored = store_read(self.store, read, self.source.source_name)
         skipped = read.jobs.skipped + read.skipped
         if self.reads == 0 or any(stored.values()):
             log.info("%s: stored %s%s", self.source.name, ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in

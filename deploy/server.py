@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -21,10 +19,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 from gpuledger.analytics import fragmentation
 from gpuledger.analytics.config import Config
 from gpuledger.analytics.ledger import close_due
-from gpuledger.analytics.report import ReportFiles, write_weekly_report
+from gpuledger.analytics.report import ReportFiles
 from gpuledger.analytics.store import Store, StoreError
 from gpuledger.analytics.store.ingest_writer import IngestWriter
-from gpuledger.analytics.windows import iso_week, utc_now
+from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError
 from gpuledger.collector.source import Source
 from gpuledger.deploy.alerting import check_alerts
@@ -34,9 +32,9 @@ from gpuledger.deploy.app_loop import AppLoop
 from gpuledger.deploy.job_loop import JobLoop
 from gpuledger.deploy.connections import ConnectionLimits, guarded_protocol
 from gpuledger.deploy.report_delivery import deliver
-from gpuledger.policies.quota import evaluate_quotas
-from gpuledger.policies.alternatives import annotate
-from gpuledger.policies.recommender import Evaluation, RecommendationService, evaluate
+from gpuledger.deploy import server_file
+from gpuledger.deploy.weekly_report import weekly_report
+from gpuledger.policies.recommender import RecommendationService
 
 log = logging.getLogger(__name__)
 WEEKLY_REPORT_JOB = "weekly-cost-report"
@@ -87,32 +85,6 @@ class ApiServer:
             self.ingest.stop()
         if self.app.state.audit is not None:
             self.app.state.audit.close()
-
-
-def weekly_report(store: Store, config: Config, out_dir: str | Path, week: str | None = None) -> ReportFiles:
-    """The report of an ISO week (default the last complete one); refuses a week with no samples."""
-    start, end, label = iso_week(week)
-    if store.sample_count(start, end) == 0:
-        raise StoreError(f"no samples in week {label} ({start:%Y-%m-%d} to {end:%Y-%m-%d}): nothing to report")
-    with store.remembering():  # the advice and the report ask some questions twice: answered once
-        if end <= utc_now():  # a week that is over: quota advice as of its end; placement advice would be stale
-            policy_start = end - timedelta(days=config.quota.window_days)
-            evaluation = Evaluation(end, policy_start, evaluate_quotas(store, config, end))
-            files = write_weekly_report(store, config, out_dir, start, end, label, _advice(evaluation))
-        else:  # the week in progress: the advice as of now (its end is in the future, when no GPU has reported),
-            # worked out beside the week's figures: each read holds one core, and the two share few questions
-            with ThreadPoolExecutor(1, thread_name_prefix="report-advice") as pool:
-                pending = pool.submit(evaluate, store, config, utc_now())
-                files = write_weekly_report(store, config, out_dir, start, end, label,
-                                            lambda: _advice(pending.result()))
-    log.info("weekly report %s written to %s", label, files.html)
-    return files
-
-
-def _advice(evaluation: Evaluation) -> list[dict]:
-    """What a report shows of an evaluation: its proposals, grouped where they are alternatives
-    (policies/alternatives.py), and its insufficient-data notes."""
-    return annotate([r.to_dict() for r in evaluation.proposals() + evaluation.insufficient()])
 
 
 def scheduled_weekly_report(store: Store, config: Config, out_dir: str | Path) -> ReportFiles | None:
@@ -187,6 +159,8 @@ class Serving:
         self.store = store
         self.api = api
         self.url = api.start()
+        # commands run on this machine against the file find the server by this note (deploy/server_file.py)
+        self.note = None if store.lake or store.read_only else server_file.announce(store.path, self.url)
         self.scheduler = start_report_scheduler(store, config, reports)
         # the open advice is refreshed here when due, so a dashboard's request does not wait for an evaluation
         self.scheduler.add_job(refresh_advice, IntervalTrigger(minutes=1), args=[api.app.state.recommender, store],
@@ -222,5 +196,7 @@ class Serving:
             self.loop.stop()
             self.loop.join(timeout=10)
         self.scheduler.shutdown(wait=False)
+        if self.note is not None:
+            server_file.withdraw(self.store.path)
         self.api.stop()
         self.store.close()

@@ -137,9 +137,9 @@ class RemoteAdmin:
     ca: str | None = None
 
     def call(self, method: str, path: str, timeout: float = 30, headers: dict[str, str] | None = None,
-             text: bool = False, **kwargs: Any) -> Any:
-        """The server's answer to one request: its JSON (or its body as text, `text`); a refusal raises with the
-        server's reason."""
+             text: bool = False, binary: bool = False, **kwargs: Any) -> Any:
+        """The server's answer to one request: its JSON (or its body as text, `text`, or as bytes, `binary`); a
+        refusal raises with the server's reason."""
         try:
             response = requests.request(method, self.server.rstrip("/") + path, timeout=timeout,
                                         verify=self.ca or True,
@@ -150,6 +150,8 @@ class RemoteAdmin:
             raise GpuledgerError(f"cannot reach {self.server}: {exc}") from exc
         if not response.ok:
             raise GpuledgerError(f"{self.server} refused ({response.status_code}): {refusal(response)}")
+        if binary:
+            return response.content
         return response.text if text else response.json()
 
     def create(self, name: str, role: str, expires_in: timedelta | None = None) -> dict[str, Any]:

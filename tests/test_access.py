@@ -2,6 +2,10 @@
 revoked, closed reads by default, the audit log and its hash chain, the CLI's token commands."""
 from __future__ import annotations
 
+import io
+import re
+import zipfile
+from datetime import datetime
 import json
 import subprocess
 from typing import Any, Iterator
@@ -117,6 +121,8 @@ def test_a_team_token_sees_its_own_team_and_no_other(closed):
     for path, params in get_paths(url):
         path = path.replace("{team}", TEAM).replace("{period}", END[:7])  # the month of the window's end
         path = path.replace("{node}", "node-a")
+        week = datetime.fromisoformat(END.replace("Z", "+00:00")).isocalendar()
+        path = path.replace("{week}", f"{week[0]}-W{week[1]:02d}")  # the weekly report of the window's end
         query = {k: v for k, v in (("days", 3), ("end", END), ("target", "kueue"), ("window", "3d"),
                                    ("aggregate", "team")) if k in params}
         answer = call("GET", url + path, tokens["team"], params=query)
@@ -124,6 +130,13 @@ def test_a_team_token_sees_its_own_team_and_no_other(closed):
             assert answer.status_code == 403, path  # every team's figures at once, or admin's
             continue
         assert answer.status_code == 200, (path, answer.text)
+        if answer.headers["content-type"] == "application/zip":  # the report: the team's own page and CSV
+            with zipfile.ZipFile(io.BytesIO(answer.content)) as bundle:
+                text = " ".join(bundle.read(name).decode() for name in bundle.namelist())
+            leaked = {name for name in others if re.search(rf"(?<![\w/-]){re.escape(name)}(?![\w/-])", text)}
+            assert not leaked, f"{path} shows a team token other teams' names or jobs: {sorted(leaked)[:5]}"
+            checked += 1
+            continue
         leaked = others & set(strings(answer.json()))
         assert not leaked, f"{path} shows a team token other teams' names or jobs: {sorted(leaked)[:5]}"
         checked += 1

@@ -25,7 +25,11 @@ from gpuledger.policies.fairshare.slurm_fair_tree import tree_from_associations,
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan
 from gpuledger.policies.whatif import replay
 from gpuledger.policies.whatif.workload import workload_of
+from gpuledger.analytics.config import Config
 from gpuledger.deploy.job_loop import JobLoop
+from gpuledger.deploy.jobs_agent import SlurmSender
+from gpuledger.deploy.server import ApiServer
+from gpuledger.deploy.token_admin import RemoteAdmin
 from tests.procs import GPULEDGER, wait_until
 from tests.slurm_cluster import SlurmCluster, require_slurm
 
@@ -164,15 +168,26 @@ def test_sacct_history_gives_states_waits_gpus_and_reasons(slurm, tmp_path):
     # cancelled; at the end its store must hold what sacct's final record says (issue 41 item 3)
     live = Store(tmp_path / "live.duckdb")
     loop = JobLoop(SlurmLifecycle(since=timedelta(hours=2), env=slurm.env), live, 1.0)
-    loop.read_once()
+    # and a sender on the "controller" (`gpuledger jobs-agent`) pushes its reads to a server on another port
+    # (POST /v1/jobs/slurm), which must end with the same jobs
+    remote_store = Store(tmp_path / "remote.duckdb")
+    remote = ApiServer(remote_store, Config(), port=0, token="slurm-admin")
+    sender = SlurmSender(SlurmLifecycle(since=timedelta(hours=2), env=slurm.env),
+                         RemoteAdmin(remote.start(), "slurm-admin"), 1.0)
+
+    def read_both() -> None:
+        loop.read_once()
+        sender.send_once()
+
+    read_both()
     done = submit("vision", "h100:1", "--wrap", "true")
     failed = submit("vision", "h100:1", "--wrap", "exit 3")
     cancelled = submit("vision", "h100:1", "--wrap", "sleep 300")
     held = submit("nlp", "h100:1", "--begin=now+1hour", "--wrap", "true")  # waits for its begin time
-    loop.read_once()
+    read_both()
     wait_until(lambda: slurm.run("squeue", "-h", "-j", cancelled, "-o", "%T", check=False).stdout.strip()
                == "RUNNING", 60, "the job to be cancelled to run")
-    loop.read_once()
+    read_both()
     slurm.run("scancel", cancelled)
     def ended() -> bool:
         states = parse_sacct(_sacct(slurm)).jobs.set_index("job_id")["state"]
@@ -208,7 +223,7 @@ def test_sacct_history_gives_states_waits_gpus_and_reasons(slurm, tmp_path):
     for job in (done, failed):  # AllocTRES gres/gpu=1 beside gres/gpu:h100=1: one GPU, an H100
         assert got[job]["gpus"] == 1 and got[job]["gpu_model"] == "H100" and got[job]["team"] == "vision"
     # the continuous source's store, read by read, ends where sacct's final record is
-    loop.read_once()
+    read_both()
     final = parse_sacct(_sacct(slurm)).jobs.set_index("job_id")
     ids = [f"slurm:{job}" for job in (done, failed, cancelled, slurm.timeout_job, held)]
     stored = live.query("SELECT job_id, state, start_ts, end_ts, gpus, gpu_model, team FROM jobs "
@@ -224,6 +239,20 @@ def test_sacct_history_gives_states_waits_gpus_and_reasons(slurm, tmp_path):
                         "AND figure = 'limit_gpus'")
     assert {"vision", "research"} <= set(limits["queue"]), limits  # the association limits in force, read too
     assert loop.failures == 0
+    columns = "job_id, state, submit_ts, start_ts, end_ts, gpus, gpu_model, team, exit_code"
+    # a job that left the queue unseen ends when a read noticed it gone: the two readers' own instants
+    noticed = "CASE WHEN state = 'left_queue' THEN end_ts IS NOT NULL ELSE NULL END AS noticed, " \
+              "CASE WHEN state = 'left_queue' THEN NULL ELSE end_ts END AS ended"
+    sent = remote_store.query(f"SELECT {columns}, {noticed} FROM jobs ORDER BY job_id").drop(columns="end_ts")
+    pd.testing.assert_frame_equal(sent, live.query(f"SELECT {columns}, {noticed} FROM jobs ORDER BY job_id")
+                                  .drop(columns="end_ts"))
+    sent_limits = remote_store.query("SELECT queue, flavor, value FROM queue_metrics WHERE figure = 'limit_gpus' "
+                                     "ORDER BY ALL")
+    assert sent_limits.equals(live.query("SELECT queue, flavor, value FROM queue_metrics WHERE figure = "
+                                         "'limit_gpus' ORDER BY ALL")) and len(sent_limits)
+    assert sender.sent == loop.reads and sender.failures == 0
+    remote.stop()
+    remote_store.close()
     live.close()
     assert got[slurm.timeout_job]["gpu_model"] == "L4" and got[slurm.timeout_job]["team"] == "research"
     ran = got[slurm.timeout_job]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
 
@@ -63,26 +64,54 @@ class SlurmLifecycle:
             raise SourceError(f"{' '.join(command[:2])} failed ({done.returncode}): {done.stderr.strip()[:300]}")
         return done.stdout
 
-    def read(self) -> LifecycleRead:
+    def outputs(self) -> SlurmOutputs:
+        """The three commands' output, as printed, from the cursor on; the cursor moves only with `advance`, so a
+        sender that could not deliver a read sends the same window again."""
         at = self.clock()
         start = at - self.since if self.last_read is None else self.last_read - OVERLAP
-        queue = parse_squeue(self._run("squeue", "-a", "-o", SQUEUE_FORMAT), timezone.utc, self.team_field)
-        history = parse_sacct(self._run("sacct", "-aP", "-S", f"{start:%Y-%m-%dT%H:%M:%S}", "-E",
-                                        f"{at:%Y-%m-%dT%H:%M:%S}", "-o", SACCT_FIELDS),
-                              zone=timezone.utc, team_field=self.team_field)
-        limits = parse_sacctmgr(self._run("sacctmgr", "-nP", "show", "assoc", f"format={','.join(ASSOC_FIELDS)}"),
-                                at)
-        # sacct's record wins for a job both list (it has the outcome); squeue adds the jobs sacct cannot show yet
-        known = set(history.jobs["job_id"])
-        waiting = queue.jobs[~queue.jobs["job_id"].isin(known)]
-        jobs = pd.concat([history.jobs, waiting], ignore_index=True) if len(waiting) else history.jobs
-        events = pd.concat([history.events, queue.events[queue.events["job_id"].isin(waiting["job_id"])]],
-                           ignore_index=True) if len(waiting) else history.events
-        listed = sorted(set(queue.jobs["job_id"]) | set(history.jobs.loc[history.jobs["state"].isin(OPEN), "job_id"]))
-        self.last_read = at
-        skipped = Counter(history.skipped) + Counter(queue.skipped) + Counter(limits.skipped)
-        batch = JobBatch(jobs, events, skipped, history.unknown_states + queue.unknown_states)
-        return LifecycleRead(batch, listed, limits.rows, at, Counter(), [])
+        queue = self._run("squeue", "-a", "-o", SQUEUE_FORMAT)
+        history = self._run("sacct", "-aP", "-S", f"{start:%Y-%m-%dT%H:%M:%S}", "-E", f"{at:%Y-%m-%dT%H:%M:%S}",
+                            "-o", SACCT_FIELDS)
+        limits = self._run("sacctmgr", "-nP", "show", "assoc", f"format={','.join(ASSOC_FIELDS)}")
+        return SlurmOutputs(at, queue, history, limits, self.team_field)
+
+    def advance(self, outputs: SlurmOutputs) -> None:
+        """The read is stored: the next one starts from its instant (less the overlap)."""
+        self.last_read = outputs.at
+
+    def read(self) -> LifecycleRead:
+        outputs = self.outputs()
+        read = parse_outputs(outputs)
+        self.advance(outputs)
+        return read
 
 
-__all__ = ["SlurmLifecycle", "SACCT_FIELDS", "SQUEUE_FORMAT"]
+@dataclass(frozen=True)
+class SlurmOutputs:
+    """One read of Slurm's commands as they printed it (times in UTC): what `serve --jobs-from slurm` parses in
+    place and what `gpuledger jobs-agent` sends from the controller host to `POST /v1/jobs/slurm`."""
+    at: datetime
+    squeue: str
+    sacct: str
+    sacctmgr: str
+    team_field: str = "Account"
+
+
+def parse_outputs(outputs: SlurmOutputs) -> LifecycleRead:
+    """One read's jobs (sacct's record wins for a job both list: it has the outcome; squeue adds the jobs sacct
+    cannot show yet), the jobs still in the system, and the association limits in force."""
+    queue = parse_squeue(outputs.squeue, timezone.utc, outputs.team_field)
+    history = parse_sacct(outputs.sacct, zone=timezone.utc, team_field=outputs.team_field)
+    limits = parse_sacctmgr(outputs.sacctmgr, outputs.at)
+    known = set(history.jobs["job_id"])
+    waiting = queue.jobs[~queue.jobs["job_id"].isin(known)]
+    jobs = pd.concat([history.jobs, waiting], ignore_index=True) if len(waiting) else history.jobs
+    events = pd.concat([history.events, queue.events[queue.events["job_id"].isin(waiting["job_id"])]],
+                       ignore_index=True) if len(waiting) else history.events
+    listed = sorted(set(queue.jobs["job_id"]) | set(history.jobs.loc[history.jobs["state"].isin(OPEN), "job_id"]))
+    skipped = Counter(history.skipped) + Counter(queue.skipped) + Counter(limits.skipped)
+    batch = JobBatch(jobs, events, skipped, history.unknown_states + queue.unknown_states)
+    return LifecycleRead(batch, listed, limits.rows, outputs.at, Counter(), [])
+
+
+__all__ = ["SlurmLifecycle", "SlurmOutputs", "parse_outputs", "SACCT_FIELDS", "SQUEUE_FORMAT"]

@@ -1,0 +1,181 @@
+"""Commands beside a running server, the rest of issue 41 item 1: a command run on the file a live server holds
+finds that server by its note beside the file and asks it (no lock error, no --server needed); the weekly report
+and compaction have routes (`GET /v1/reports/{week}`, `POST /v1/admin/compact`) and `report`/`compact --server`
+print what the file path prints, with the same role checks as any API client."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuledger.analytics.config import Config
+from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.access import Role, create_token
+from gpuledger.analytics.windows import iso_week, utc_now
+from gpuledger.deploy import server_file
+from gpuledger.deploy.report_bundle import MANIFEST
+from gpuledger.deploy.server import ApiServer
+from tests.helpers import gpu_rows, table
+from tests.procs import GPULEDGER, TOKEN, Server
+
+ADMIN = "admin-t0ken-found"
+NO_SERVER_ENV = {k: v for k, v in os.environ.items() if k not in ("GPULEDGER_SERVER", "GPULEDGER_TOKEN")}
+
+
+def _last_week_store(db: Path) -> None:
+    """Three teams' GPUs through part of last week, and the hour before now (so a draft statement has lines)."""
+    start, _, _ = iso_week("last")
+    with Store(db) as store:
+        store.set_rates(Config().rates)
+        rows = [gpu_rows("h", g, "H100", 180, step_s=60.0, start=start + timedelta(days=2), util=20.0 + 30 * g,
+                         job=f"t{g}/train", team=f"t{g}") for g in range(3)]
+        rows += [gpu_rows("h", g, "H100", 60, step_s=60.0, start=utc_now() - timedelta(hours=2), util=50.0,
+                          job=f"t{g}/now", team=f"t{g}") for g in range(3)]
+        store.append_samples(table(*rows))
+        store.fold()
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([GPULEDGER, *args], capture_output=True, text=True, timeout=600,
+                          env=env if env is not None else NO_SERVER_ENV)
+
+
+def _csvs(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(folder.glob("*.csv"))}
+
+
+def test_report_and_compact_through_the_server_with_each_role(tmp_path):
+    db = tmp_path / "r.duckdb"
+    _last_week_store(db)
+    local = _run("report", "--week", "last", "--db", str(db), "--out", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    label = iso_week("last")[2]
+    with Store(db) as store:
+        _, team = create_token(store, "t1-lead", Role.parse("team:t1"), "test")
+        _, reader = create_token(store, "finance", Role.parse("reader"), "test")
+        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        url = server.start()
+        try:
+            runs = {who: _run("report", "--week", "last", "--server", url, "--token", token, "--out",
+                              str(tmp_path / who)) for who, token in (("admin", ADMIN), ("reader", reader),
+                                                                       ("team", team))}
+            nobody = _run("report", "--week", "last", "--server", url, "--out", str(tmp_path / "nobody"))
+            empty_week = _run("report", "--week", "2020-W01", "--server", url, "--token", ADMIN, "--out",
+                              str(tmp_path / "old"))
+            compacted = {who: _run("compact", "--server", url, "--token", token)
+                         for who, token in (("admin", ADMIN), ("reader", reader), ("team", team))}
+            rebuilt = _run("compact", "--rebuild", "--server", url, "--token", ADMIN)
+        finally:
+            server.stop()
+    for who in ("admin", "reader"):  # every file, as the file path wrote them
+        assert runs[who].returncode == 0, runs[who].stderr
+        assert _csvs(tmp_path / who / label) == _csvs(tmp_path / "local" / label) != {}
+        assert runs[who].stdout.replace(str(tmp_path / who), "OUT") == local.stdout.replace(
+            str(tmp_path / "local"), "OUT")
+    # a team token: its own page and CSV, no other team's name in what it got
+    assert runs["team"].returncode == 0, runs["team"].stderr
+    got = sorted(p.name for p in (tmp_path / "team" / label).iterdir())
+    assert got == ["team-t1.csv", "team-t1.html"], got
+    assert (tmp_path / "team" / label / "team-t1.csv").read_text() == \
+        (tmp_path / "local" / label / "team-t1.csv").read_text()
+    assert not any(other in (tmp_path / "team" / label / "team-t1.html").read_text() for other in ("t0/", "t2/"))
+    assert nobody.returncode == 2 and "401" in nobody.stderr, nobody.stderr
+    assert empty_week.returncode == 2 and "404" in empty_week.stderr and "no samples" in empty_week.stderr
+    # compaction: an admin's write; the figures as the file path prints them
+    assert compacted["admin"].returncode == 0, compacted["admin"].stderr
+    assert "rollups complete up to" in compacted["admin"].stdout and "hour rollups are kept" in compacted["admin"].stdout
+    for who in ("reader", "team"):
+        assert compacted[who].returncode == 2 and "403" in compacted[who].stderr, compacted[who].stderr
+    assert rebuilt.returncode == 0 and "folded" in rebuilt.stdout, rebuilt.stderr
+    offline = _run("compact", "--db", str(db))
+    assert offline.returncode == 0 and offline.stdout.splitlines()[-1] == compacted["admin"].stdout.splitlines()[-1]
+
+
+def test_a_command_on_a_held_file_finds_its_server_and_says_so(tmp_path):
+    db = tmp_path / "held.duckdb"
+    _last_week_store(db)
+    period = f"{utc_now():%Y-%m}"
+    statement = ("statement", "--period", period, "--draft", "--db", str(db))
+    offline = _run(*statement, "--out", str(tmp_path / "offline"))
+    assert offline.returncode == 0, offline.stderr
+    server = Server(tmp_path, db=db).start()
+    try:
+        note = json.loads(server_file.note_path(db).read_text())
+        assert note["url"] == server.url and note["pid"] == server.proc.popen.pid
+        found = _run(*statement, "--out", str(tmp_path / "found"))
+        report = _run("report", "--week", "last", "--db", str(db), "--out", str(tmp_path / "rep"))
+        denied = _run("compact", "--db", str(db))  # a write: an admin token is needed, and said so
+        compact = _run("compact", "--db", str(db), env={**NO_SERVER_ENV, "GPULEDGER_TOKEN": TOKEN})
+    finally:
+        assert server.proc.stop() == 0
+    assert found.returncode == 0, found.stderr
+    assert f"held by the server at {server.url}" in found.stderr
+    strip = (lambda out: "\n".join(line for line in out.split("\ncsv:")[0].splitlines()
+                                   if not line.startswith("coverage:")))
+    assert strip(found.stdout) == strip(offline.stdout)
+    assert report.returncode == 0 and "held by the server" in report.stderr, report.stderr
+    assert (tmp_path / "rep" / iso_week("last")[2] / "summary.csv").exists()
+    assert denied.returncode == 2 and "admin --token" in denied.stderr, denied.stderr
+    assert compact.returncode == 0 and "rollups complete up to" in compact.stdout, compact.stderr
+    assert not server_file.note_path(db).exists()  # the server took its note away when it stopped
+    # a note a killed server left behind is ignored: the command opens the file itself
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    server_file.note_path(db).write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": dead.pid}))
+    after = _run(*statement, "--out", str(tmp_path / "after"))
+    assert after.returncode == 0 and "held by" not in after.stderr, after.stderr
+
+
+def test_the_report_bundle_writes_nothing_outside_its_folder(tmp_path):
+    import io
+    import zipfile
+
+    from gpuledger.collector.errors import GpuledgerError
+    from gpuledger.deploy.report_bundle import unpack
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        bundle.writestr(MANIFEST, json.dumps({"label": "2026-W01", "html": "../evil.html", "summary_csv": "s.csv",
+                                              "team_csvs": {}, "team_pages": {}}))
+        bundle.writestr("../evil.html", "x")
+        bundle.writestr("s.csv", "a")
+    with pytest.raises(GpuledgerError, match="not a plain file name"):
+        unpack(buffer.getvalue(), tmp_path / "out")
+    assert not (tmp_path / "evil.html").exists()
+    with pytest.raises(GpuledgerError, match="not a report bundle"):
+        unpack(b"<html>a proxy's error page</html>", tmp_path / "out")
+
+
+def test_a_slurm_read_is_stored_once_and_refused_like_any_write(tmp_path):
+    """POST /v1/jobs/slurm (what `gpuledger jobs-agent` sends) without a real Slurm: the commands' output as
+    tests/helpers captures it."""
+    from fastapi.testclient import TestClient
+
+    from gpuledger.deploy.api import create_app
+    from tests.helpers import SACCT_SAMPLE
+    at = utc_now()
+    body = {"at": at.isoformat(), "squeue": "JOBID|STATE|SUBMIT_TIME|ACCOUNT|USER|PARTITION|QOS|TRES_PER_NODE|"
+                                            "REASON|NAME|NODES|START_TIME\n",
+            "sacct": SACCT_SAMPLE, "sacctmgr": "nlp||ml|30|cpu=64,gres/gpu:h100=3\n"}
+    with Store(tmp_path / "s.duckdb") as store:
+        client = TestClient(create_app(store, Config(), token=ADMIN))
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        first = client.post("/v1/jobs/slurm", json=body, headers=admin)
+        assert first.status_code == 200, first.text
+        jobs = store.query("SELECT * FROM jobs ORDER BY job_id")
+        again = client.post("/v1/jobs/slurm", json=body, headers=admin)
+        assert again.status_code == 200 and again.json()["jobs"] == first.json()["jobs"] > 0
+        pd.testing.assert_frame_equal(store.query("SELECT * FROM jobs ORDER BY job_id"), jobs)  # stored once
+        assert client.post("/v1/jobs/slurm", json=body).status_code == 401
+        store.append_samples(table(gpu_rows("h", 0, "H100", 2, start=at - timedelta(minutes=5), team="nlp",
+                                            job="nlp/x")))
+        _, team = create_token(store, "lead", Role.parse("team:nlp"), "test")
+        assert client.post("/v1/jobs/slurm", json=body, headers={"Authorization": f"Bearer {team}"}).status_code == 403
+        future = {**body, "at": (at + timedelta(hours=1)).isoformat()}
+        refused = client.post("/v1/jobs/slurm", json=future, headers=admin)
+        assert refused.status_code == 422 and "in the future" in refused.text
+        assert client.post("/v1/jobs/slurm", json={**body, "sacct_text": "x"}, headers=admin).status_code == 422
