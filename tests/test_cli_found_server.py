@@ -5,6 +5,7 @@ print what the file path prints, with the same role checks as any API client."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 from datetime import timedelta
@@ -115,8 +116,9 @@ def test_a_command_on_a_held_file_finds_its_server_and_says_so(tmp_path):
         assert server.proc.stop() == 0
     assert found.returncode == 0, found.stderr
     assert f"held by the server at {server.url}" in found.stderr
-    strip = (lambda out: "\n".join(line for line in out.split("\ncsv:")[0].splitlines()
-                                   if not line.startswith("coverage:")))
+    def strip(out: str) -> str:
+        return "\n".join(line for line in out.split("\ncsv:")[0].splitlines() if not line.startswith("coverage:"))
+
     assert strip(found.stdout) == strip(offline.stdout)
     assert report.returncode == 0 and "held by the server" in report.stderr, report.stderr
     assert (tmp_path / "rep" / iso_week("last")[2] / "summary.csv").exists()
@@ -179,3 +181,65 @@ def test_a_slurm_read_is_stored_once_and_refused_like_any_write(tmp_path):
         refused = client.post("/v1/jobs/slurm", json=future, headers=admin)
         assert refused.status_code == 422 and "in the future" in refused.text
         assert client.post("/v1/jobs/slurm", json={**body, "sacct_text": "x"}, headers=admin).status_code == 422
+
+
+SACCT_HEADER = ("JobID|State|Submit|Eligible|Start|End|Account|User|Partition|QOS|NodeList|AllocTRES|ReqTRES|Reason|"
+                "ExitCode|JobName")
+READ_COMMANDS = {  # every read command in the README that can go through a server, as a user types it
+    "report": ["report", "--week", "last", "--out", "{out}"],
+    "statement": ["statement", "--period", "{month}", "--draft", "--out", "{out}"],
+    "export focus": ["export", "focus", "--period", "{month}", "--draft", "--out", "{out}/focus.csv"],
+    "recommend": ["recommend"],
+    "capacity": ["capacity", "--weeks", "4"],
+    "whatif": ["whatif", "--days", "7"],
+    "emit": ["emit", "--target", "kueue", "--out", "{out}"],
+}
+
+
+def test_every_read_command_through_the_server_keeps_each_roles_view(tmp_path):
+    """Admin and reader tokens run every read command; a team token gets its own team's view or the API's 403,
+    never another team's name; no token gets the API's 401 (the server does not open reads)."""
+    from gpuledger.deploy.job_import import ImportOptions, job_batches, store_jobs
+    db = tmp_path / "roles.duckdb"
+    _last_week_store(db)
+    base = utc_now().replace(microsecond=0) - timedelta(hours=30)
+    stamp = (lambda hours: f"{base + timedelta(hours=hours):%Y-%m-%dT%H:%M:%S}")  # noqa: E731
+    sacct = [SACCT_HEADER] + [f"{9000 + i}|COMPLETED|{stamp(i)}|{stamp(i)}|{stamp(i + 1)}|{stamp(i + 3)}|t{i % 3}|u|"
+                              f"gpu|normal|h|gres/gpu:h100=1,gres/gpu=1|gres/gpu:h100=1|None|0:0|job{i}"
+                              for i in range(9)]
+    with Store(db) as store:
+        teams = ["t0", "t1", "t2"]
+        store.upsert_teams(pd.DataFrame({"team": teams, "share": [1.0] * 3, "quota_gpus": [1] * 3}))
+        store.set_team_quotas(pd.DataFrame({"team": teams, "gpu_model": ["H100"] * 3, "guarantee_gpus": [1.0] * 3,
+                                            "limit_gpus": [3.0] * 3}))
+        store_jobs(store, "sacct", job_batches("sacct", [line + "\n" for line in sacct], ImportOptions(), "t"), "t")
+    month = f"{utc_now():%Y-%m}"
+    results: dict[tuple[str, str], tuple[subprocess.CompletedProcess, Path]] = {}
+    with Store(db) as store:
+        _, team = create_token(store, "t1-lead", Role.parse("team:t1"), "test")
+        _, reader = create_token(store, "finance", Role.parse("reader"), "test")
+        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        url = server.start()
+        try:
+            for who, token in (("admin", ADMIN), ("reader", reader), ("team", team), ("nobody", "")):
+                for name, command in READ_COMMANDS.items():
+                    out = tmp_path / who / name.replace(" ", "-")
+                    out.mkdir(parents=True)
+                    args = [a.format(out=out, month=month) for a in command]
+                    results[who, name] = (_run(*args, "--server", url, *(["--token", token] if token else [])), out)
+        finally:
+            server.stop()
+    for (who, name), (done, out) in results.items():
+        if who in ("admin", "reader"):
+            assert done.returncode == 0, (who, name, done.stderr)
+        elif who == "nobody":
+            assert done.returncode == 2 and "401" in done.stderr, (name, done.stderr)
+        else:
+            assert done.returncode == 0 or (done.returncode == 2 and "403" in done.stderr), (name, done.stderr)
+            if done.returncode == 0:
+                written = " ".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+                shown = done.stdout + written
+                assert not re.search(r"(?<![\w-])t[02](?![\w-])", shown), (name, shown[:2000])
+    # the team's own figures reached it where the route serves a team
+    assert results["team", "statement"][0].returncode == 0 and "t1" in results["team", "statement"][0].stdout
+    assert results["team", "report"][0].returncode == 0
