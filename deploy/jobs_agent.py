@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuledger.collector.errors import GpuledgerError, InputError
-from gpuledger.collector.jobs.slurm_commands import SlurmLifecycle
+from gpuledger.collector.jobs.slurm_commands import SLURM_READ_PATH, SlurmLifecycle
 from gpuledger.collector.source import SourceError
-from gpuledger.deploy.api.limits import SLURM_READ_PATH
 from gpuledger.deploy.collect_loop import PollingLoop
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.deploy.token_admin import RemoteAdmin

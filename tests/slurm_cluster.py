@@ -263,19 +263,32 @@ ReturnToService=2
             for t, d in self.devices.items()))
 
     def stop(self) -> None:
+        """SIGTERM every daemon at once, then wait up to 5 s for all of them together and SIGKILL what is left:
+        throwaway daemons in a temporary folder, no clean shutdown to wait for one by one (that took up to 5 s a
+        daemon, per test)."""
+        pids = []
         for pid_file in reversed(self.pids):
             try:
                 pid = int(pid_file.read_text().split()[0])
                 os.kill(pid, signal.SIGTERM)
             except (OSError, ValueError, IndexError):
                 continue
-            deadline = time.monotonic() + 5  # throwaway daemons in a temporary folder: no clean shutdown to wait for
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except OSError:
-                    break
-                time.sleep(0.1)
-            else:
+            pids.append(pid)
+        deadline = time.monotonic() + 5
+
+        def alive(pid: int) -> bool:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return False
+            return True
+
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if alive(pid)]
+            time.sleep(0.1)
+        for pid in pids:
+            try:
                 os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         self._release_munge()

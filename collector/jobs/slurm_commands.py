@@ -35,6 +35,8 @@ from gpuledger.collector.source import SourceError
 SACCT_FIELDS = ("JobID,State,Submit,Eligible,Start,End,Account,User,Partition,QOS,NodeList,AllocTRES,ReqTRES,"
                 "Reason,ExitCode,JobName")
 SQUEUE_FORMAT = "%i|%T|%V|%a|%u|%P|%q|%b|%r|%j|%D|%S"
+# where a sender (`gpuledger jobs-agent`) posts one read's output: the wire contract, as INGEST_PATH is for samples
+SLURM_READ_PATH = "/v1/jobs/slurm"
 OVERLAP = timedelta(minutes=10)  # each read goes back this far before the last one
 OPEN = ("pending", "running")
 
@@ -114,4 +116,4 @@ def parse_outputs(outputs: SlurmOutputs) -> LifecycleRead:
     return LifecycleRead(batch, listed, limits.rows, outputs.at, Counter(), [])
 
 
-__all__ = ["SlurmLifecycle", "SlurmOutputs", "parse_outputs", "SACCT_FIELDS", "SQUEUE_FORMAT"]
+__all__ = ["SLURM_READ_PATH", "SlurmLifecycle", "SlurmOutputs", "parse_outputs", "SACCT_FIELDS", "SQUEUE_FORMAT"]

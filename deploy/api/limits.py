@@ -25,6 +25,7 @@ from fastapi import HTTPException
 from starlette.requests import Request
 
 from gpuledger.analytics.store.metrics import HTTP_REFUSED
+from gpuledger.collector.jobs.slurm_commands import SLURM_READ_PATH  # one read as JSON (api/slurm_reads.py)
 from gpuledger.collector.topology import TOPOLOGY_PATH
 from gpuledger.collector.wire import INGEST_PATH
 from gpuledger.deploy.api.access import QUESTIONS, Caller, entry_of
@@ -41,7 +42,6 @@ DEFAULT_BODY_BYTES = 1024 * 1024  # every other route takes a small JSON body (a
 TOPOLOGY_BODY_BYTES = 6 * 1024 * 1024
 # job records and queue pages pushed as the commands print them (deploy/api/job_records.py: JOBS_BODY_BYTES)
 JOBS_PATH, JOBS_BODY_BYTES = "/v1/jobs", 32 * 1024 * 1024
-SLURM_READ_PATH = "/v1/jobs/slurm"  # one read of squeue, sacct and sacctmgr as JSON (deploy/api/slurm_reads.py)
 ROUTE_BODY_BYTES: Mapping[str, int] = {INGEST_PATH: INGEST_BODY_BYTES, TOPOLOGY_PATH: TOPOLOGY_BODY_BYTES,
                                        JOBS_PATH: JOBS_BODY_BYTES, SLURM_READ_PATH: JOBS_BODY_BYTES}
 PUBLIC = frozenset({"/", "/healthz", "/livez", "/readyz", "/docs", "/openapi.json"})  # answered without a token

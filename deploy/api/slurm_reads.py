@@ -17,10 +17,9 @@ from pydantic import BaseModel, Field
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.jobs.sacct import SOURCE
-from gpuledger.collector.jobs.slurm_commands import SlurmOutputs, parse_outputs
+from gpuledger.collector.jobs.slurm_commands import SLURM_READ_PATH, SlurmOutputs, parse_outputs
 from gpuledger.deploy.api.access import AdminCaller
 from gpuledger.deploy.api.deps import StoreDep
-from gpuledger.deploy.api.limits import SLURM_READ_PATH
 from gpuledger.deploy.api.models import RequestBody
 from gpuledger.deploy.job_loop import store_read
 
