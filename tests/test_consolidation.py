@@ -4,6 +4,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuledger.analytics.config import Config
 from gpuledger.policies.consolidation import consolidate_advice
@@ -75,3 +77,30 @@ def test_a_latency_sensitive_job_sharing_a_gpu_is_advised_a_gpu_of_its_own(open_
         assert advice.evidence["shares_gpu_with"] == ["train-1"] and advice.evidence["share_held"] == 0.5
         (tmp_path / "c.toml").write_text("[placement]\nlatency_sensitive = [\"nobody\"]\n")
         assert separate_advice(s, load_config(tmp_path / "c.toml"), AT, s.latest_ts()) == []
+
+
+def _fits_by_scan(moves: list[tuple[str, int]], free: dict[str, set[str]], model: dict[str, str], node: str,
+                  gpu_model: str) -> dict[str, str] | None:
+    """Where moved jobs go by the rule's plain statement: for each job, largest first, the node of the model (not
+    `node`) with the most room that still has enough, the lowest name among equals. The index must agree."""
+    room = {n: len(g) for n, g in free.items() if n != node and model.get(n) == gpu_model}
+    placed = {}
+    for job, gpus in sorted(moves, key=lambda m: -m[1]):
+        target = max((n for n in sorted(room) if room[n] >= gpus), key=lambda n: room[n], default=None)
+        if target is None:
+            return None
+        room[target] -= gpus
+        placed[job] = target
+    return placed
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["H100", "A100"]), st.integers(0, 8)), min_size=1, max_size=12),
+       st.lists(st.integers(1, 8), min_size=1, max_size=6), st.integers(0, 11), st.sampled_from(["H100", "A100"]))
+def test_the_room_index_places_moves_as_the_scan_would(nodes, sizes, leave, gpu_model):
+    from gpuledger.policies.consolidation import Room
+    free = {f"n{i:02d}": {f"g{k}" for k in range(n)} for i, (_, n) in enumerate(nodes)}
+    model = {f"n{i:02d}": m for i, (m, _) in enumerate(nodes)}
+    moves = [(f"j{k}", gpus) for k, gpus in enumerate(sizes)]
+    node = f"n{leave % len(nodes):02d}"
+    assert Room(free, model).fits(moves, node, gpu_model) == _fits_by_scan(moves, free, model, node, gpu_model)
