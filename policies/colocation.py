@@ -131,8 +131,9 @@ def colocate_advice(store: Store, config: Config, at: datetime, latest: datetime
     clique_of = {str(g): c for g, c in zip(places["gpu_uuid"], places["clique_id"]) if pd.notna(c)}
     traffic = job_traffic(store, at - TRAFFIC_WINDOW, at).set_index("job_id")
     settings, out = config.placement, []
+    rows_of = dict(iter(running[running["job_id"].isin(spread.index)].groupby("job_id")))  # one pass, not one a job
     for job in spread.index:
-        mine = running[running["job_id"] == job]
+        mine = rows_of[job]
         gpus, gpu_model = int(mine["gpu_uuid"].nunique()), str(mine["gpu_model"].iloc[0])
         nvlink = getattr(MODELS.get(gpu_model), "nvlink_gbytes_s", None)
         cliques = {clique_of.get(str(g)) for g in mine["gpu_uuid"]}
