@@ -653,8 +653,10 @@ def cmd_report(args: argparse.Namespace, config: Config) -> int:
         print(f"  {team}: {files.team_pages.get(team, path)} and {path.name}")
     if args.pdf or args.send:
         from gpuledger.deploy.report_delivery import render_pdf, send
-        pdf = render_pdf(files)
-        print(f"pdf: {pdf}" if pdf else "pdf: not written (no Chromium found; see the log)")
+        if args.pdf:  # asked for: an install that cannot print fails naming what it lacks
+            print(f"pdf: {render_pdf(files, strict=True)}")
+        elif render_pdf(files) is None:  # --send alone: the mail goes without it, as the Monday job's does
+            print("pdf: not attached (no Chromium here; see the log)")
         if args.send:
             if config.email is None:
                 raise InputError("--send needs [report.email] in the --config file (host, admins, teams)")
@@ -710,8 +712,7 @@ def cmd_statement(args: argparse.Namespace, config: Config) -> int:
     print(f"csv: {csv}\nhtml: {page}")
     if args.pdf:
         from gpuledger.deploy.report_delivery import print_pdf
-        pdf = print_pdf(page)
-        print(f"pdf: {pdf}" if pdf else "pdf: not written (no Chromium found; see the log)")
+        print(f"pdf: {print_pdf(page, strict=True)}")
     return 0
 
 

@@ -25,18 +25,31 @@ class DeliveryError(GpuledgerError):
     """The report could not be mailed (SMTP refused, credentials missing)."""
 
 
-def render_pdf(files: ReportFiles) -> Path | None:
-    """The admin page as PDF beside it; None (with a warning) when no Chromium is at hand."""
-    files.pdf = print_pdf(files.html)
+class PdfUnavailable(GpuledgerError):
+    """A PDF was asked for on a command line and cannot be printed here: the install lacks the [pdf] extra or no
+    Chromium runs (an error, never a warning with exit 0: a cron job asking for a PDF must see it fail)."""
+
+
+PDF_EXTRA = ("PDF printing needs the [pdf] extra (pip install 'gpuledger[pdf]') and a Chromium: Debian's chromium "
+             "package, or `playwright install chromium`")
+
+
+def render_pdf(files: ReportFiles, strict: bool = False) -> Path | None:
+    """The admin page as PDF beside it; None (with a warning) when no Chromium is at hand, or PdfUnavailable with
+    `strict` (a user asked for it)."""
+    files.pdf = print_pdf(files.html, strict)
     return files.pdf
 
 
-def print_pdf(page: Path) -> Path | None:
-    """An HTML page printed to PDF beside it (A4) by headless Chromium; None (with a warning) without one."""
+def print_pdf(page: Path, strict: bool = False) -> Path | None:
+    """An HTML page printed to PDF beside it (A4) by headless Chromium; without one, None with a warning (the
+    scheduled report goes out without its PDF), or PdfUnavailable naming what to install with `strict`."""
     try:
         from playwright.sync_api import Error, sync_playwright
     except ImportError:
-        log.warning("no PDF: playwright is not installed")
+        if strict:
+            raise PdfUnavailable(f"{PDF_EXTRA}; playwright is not installed") from None
+        log.warning("no PDF: playwright is not installed (%s)", PDF_EXTRA)
         return None
     target = page.with_suffix(".pdf")
     try:
@@ -49,6 +62,8 @@ def print_pdf(page: Path) -> Path | None:
                     margin={"top": "1cm", "bottom": "1cm", "left": "1cm", "right": "1cm"})
             browser.close()
     except Error as exc:
+        if strict:
+            raise PdfUnavailable(f"no PDF of {page}: {str(exc).splitlines()[0]} ({PDF_EXTRA})") from exc
         log.warning("no PDF of %s: %s", page, exc)
         return None
     return target

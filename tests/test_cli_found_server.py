@@ -246,3 +246,21 @@ def test_every_read_command_through_the_server_keeps_each_roles_view(tmp_path):
     # the team's own figures reached it where the route serves a team
     assert results["team", "statement"][0].returncode == 0 and "t1" in results["team", "statement"][0].stdout
     assert results["team", "report"][0].returncode == 0
+
+
+def test_a_pdf_asked_for_without_the_pdf_extra_is_an_error_naming_it(tmp_path):
+    """An install without playwright (shadowed here by a package that cannot be imported, as when the [pdf] extra
+    is not installed): `report --pdf` and `statement --pdf` exit 2 naming the extra, not 0 with a warning."""
+    db = tmp_path / "p.duckdb"
+    _last_week_store(db)
+    shadow = tmp_path / "shadow" / "playwright"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed (shadowed by the test)')\n")
+    env = {**NO_SERVER_ENV, "PYTHONPATH": str(shadow.parent)}
+    report = _run("report", "--week", "last", "--pdf", "--db", str(db), "--out", str(tmp_path / "r"), env=env)
+    statement = _run("statement", "--period", f"{utc_now():%Y-%m}", "--draft", "--pdf", "--db", str(db), "--out",
+                     str(tmp_path / "s"), env=env)
+    for done in (report, statement):
+        assert done.returncode == 2 and "gpuledger[pdf]" in done.stderr, done.stderr
+    # the pages themselves were written before the PDF was refused: nothing else is lost
+    assert (tmp_path / "r" / iso_week("last")[2] / "summary.csv").exists()
