@@ -235,6 +235,12 @@ st.caption(f"Latest sample {md(health['latest_sample'])} · {health['samples']:,
     on_change="rerun",
     key="page",
 )
+def utc_minute(stamp: str) -> str:
+    """An API instant as people read it on a page: to the minute, in UTC, saying so. (A page-local helper of this
+    name once shadowed `when` below for every page that ran after it in the same script run.)"""
+    return f"{pd.Timestamp(stamp):%Y-%m-%d %H:%M} UTC"
+
+
 def when(label: str | None = None, **kwargs) -> dict:
     return st.column_config.DatetimeColumn(label, format="YYYY-MM-DD HH:mm", **kwargs)
 
@@ -625,7 +631,7 @@ with tab_work:
                 st.subheader("Waits by workload class")
                 st.caption("Training, fine-tuning, batch or online inference, interactive, agentic: from a label, "
                            "priority class, partition or QOS named so, else from the job's owner and name (the "
-                           "README lists the rules); unclassified where nothing places it.")
+                           "docs/howto/jobs.md lists the rules); unclassified where nothing places it.")
                 per_class["team"] = per_class["team"].map(owner_label)
                 show_named(per_class, {"team": "team", "workload_class": "class", **{
                     k: v for k, v in shown.items() if k not in ("team", "gpu_model")}}, 1)
@@ -703,7 +709,7 @@ with tab_inf:
         if services.empty:
             st.info(
                 "No inference server's metrics in this window. Point gpuledger at them with `[[apps.targets]]` in "
-                "the config (README: Inference services), then this page fills within a read."
+                "the config (docs/howto/inference.md), then this page fills within a read."
             )
         else:
             per_team["team"] = per_team["team"].map(owner_label)
@@ -782,10 +788,8 @@ with tab_cost:
                                   help="a closed period's stored, final statement; an open period's draft so far")
             CALLS["statement"] = (f"/v1/ledger/statements/{quote(str(chosen))}", {})
             found = get("statement")["statement"]
-            def when(stamp: str) -> str:
-                return f"{pd.Timestamp(stamp):%Y-%m-%d %H:%M} UTC"
-            said = (f"final, closed {when(found['closed_at'])} by {md(found['closed_by'])}"
-                    if found["state"] == "closed" else f"a draft: open until {when(found['closes_at'])}")
+            said = (f"final, closed {utc_minute(found['closed_at'])} by {md(found['closed_by'])}"
+                    if found["state"] == "closed" else f"a draft: open until {utc_minute(found['closes_at'])}")
             st.caption(f"{md(chosen)}: {said} · total ${found['total_usd']:,.2f} · {md(found['split'])} · each "
                        "line names the rate card version that priced it")
             teams_df = frame(found["teams"])

@@ -1,4 +1,4 @@
-"""Cost models that produce rates (on-premises, cloud), each worked example of the README reproduced, and energy
+"""Cost models that produce rates (on-premises, cloud), each worked example of the docs (docs/howto/ledger.md) reproduced, and energy
 per team and job from the samples' power readings."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from gpuledger.analytics.config import Config, ConfigError, load_config
 from gpuledger.analytics.energy import energy
 from tests.helpers import T0, api_client, gpu_rows, table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+# the how-to page whose worked examples are checked here (the docs site: docs/mkdocs.yml)
+LEDGER_PAGE = Path(__file__).resolve().parents[1] / "docs" / "howto" / "ledger.md"
 EXAMPLE = re.compile(r"```toml\n(\[cost_models\.[^\n]+\n.*?)```\nResult: \*\*\$([0-9.]+) per GPU-hour\*\*", re.S)
 
 
@@ -23,8 +24,8 @@ def _load(tmp_path: Path, text: str) -> Config:
     return load_config(path)
 
 
-def test_each_worked_example_of_the_readme_gives_the_rate_it_states(tmp_path):
-    examples = EXAMPLE.findall(README.read_text())
+def test_each_worked_example_of_the_docs_gives_the_rate_it_states(tmp_path):
+    examples = EXAMPLE.findall(LEDGER_PAGE.read_text())
     assert len(examples) == 2  # on-premises and cloud
     for text, stated in examples:
         config = _load(tmp_path, text)

@@ -1,11 +1,9 @@
 """The dashboard against the real API: Streamlit's AppTest, then the real page in headless Chromium."""
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 import socket
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,12 +19,10 @@ from gpuledger.deploy.dashboard_proc import APP, start_dashboard
 from gpuledger.deploy.server import ApiServer
 from tests.helpers import gpu_rows
 from tests.helpers import table as sample_table
-from tests.procs import wait_until
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS, needs_chromium
+from tests.procs import free_port, wait_until
 from tests.test_dcgm_pages import SHARED_PAGES
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def app_against(monkeypatch, url: str) -> AppTest:
@@ -330,18 +326,11 @@ def test_unreachable_api_is_a_clear_message(monkeypatch):
     assert "cannot reach the gpuledger API" in at.error[0].value
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                    reason="Debian chromium not installed (CI installs it)")
+@needs_chromium
 def test_dashboard_in_headless_chromium(api_url, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    proc, url = start_dashboard(api_url, port=_free_port())
+    proc, url = start_dashboard(api_url, port=free_port())
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
@@ -378,7 +367,7 @@ def advice_page(store, config, token: str):
     from playwright.sync_api import sync_playwright
     server = ApiServer(store, config, port=0, token=token, open_reads=True)
     url = server.start()
-    proc, dash = start_dashboard(url, port=_free_port(), token=token)
+    proc, dash = start_dashboard(url, port=free_port(), token=token)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
@@ -394,8 +383,7 @@ def advice_page(store, config, token: str):
         server.stop()
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                    reason="Debian chromium not installed (CI installs it)")
+@needs_chromium
 def test_an_admin_accepts_advice_in_headless_chromium(tmp_path):
     """The Accept button in a real browser records the decision through the API with the server's token. On a
     store of its own holding one proposed quota change (the shared simulated store's advice is decided by other
@@ -437,8 +425,7 @@ def test_an_admin_accepts_advice_in_headless_chromium(tmp_path):
         assert after.status == "accepted" and after.decided_by == "dashboard"
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                    reason="Debian chromium not installed (CI installs it)")
+@needs_chromium
 def test_behind_the_sites_proxy_a_user_sees_what_their_token_allows(sim_store, tmp_path):
     """Reads closed; the proxy names the user in a header, the dashboard maps that user to a team token: the team
     lead sees their team only, someone the map does not know is asked to sign in."""
@@ -451,7 +438,7 @@ def test_behind_the_sites_proxy_a_user_sees_what_their_token_allows(sim_store, t
     made = requests.post(f"{url}/v1/tokens", json={"name": "nlp-lead", "role": "team:nlp"}, timeout=30,
                          headers={"Authorization": "Bearer proxy-boot"}).json()
     (tmp_path / "users.toml").write_text(f'"lead@example.org" = "{made["token"]}"\n')
-    proc, dash = start_dashboard(url, port=_free_port(), env={"GPULEDGER_TRUSTED_HEADER": "X-Forwarded-Email",
+    proc, dash = start_dashboard(url, port=free_port(), env={"GPULEDGER_TRUSTED_HEADER": "X-Forwarded-Email",
                                                                "GPULEDGER_USER_TOKENS": str(tmp_path / "users.toml")})
     try:
         with sync_playwright() as p:
@@ -473,8 +460,7 @@ def test_behind_the_sites_proxy_a_user_sees_what_their_token_allows(sim_store, t
         server.stop()
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                    reason="Debian chromium not installed (CI installs it)")
+@needs_chromium
 def test_api_docs_render_offline_in_headless_chromium(api_url):
     """This machine reaches no CDN, so /docs rendering proves its assets are served by gpuledger itself."""
     from playwright.sync_api import sync_playwright

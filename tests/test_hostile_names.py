@@ -37,6 +37,7 @@ from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, k8s_name
 from gpuledger.policies.recommendation import Recommendation, for_team
 from gpuledger.policies.recommender import evaluate
 from tests.helpers import T0, gpu_rows, table
+from tests.browser import needs_chromium
 from tests.procs import GPULEDGER
 
 # what a shell, YAML or a CSV reader would run or read as syntax
@@ -448,8 +449,7 @@ def test_users_named_in_advice_are_redacted_unless_recorded_as_the_teams_own():
     assert "nlp/1" not in str(redact_for_team(rec, "vision")) and "ann" not in str(redact_for_team(rec, "vision"))
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists() and not os.environ.get("CI"),
-                    reason="Debian chromium not installed (CI installs it)")
+@needs_chromium
 def test_a_real_browser_shows_hostile_names_as_text_not_links_or_images(markdown_store):
     """What Streamlit's frontend makes of the escaped names: the expander's label and the team's advice read
     exactly the name, and the page holds no link to, nor image from, the attacker's host."""

@@ -176,9 +176,9 @@ spot_usd_per_hour = 40.0
     assert "spot $40.0000/h / 8 GPUs" in config.rate_basis[("H100", None, "pool spot")]
 
 
-def test_the_readme_worked_example_of_pool_and_profile_rates_gives_the_rates_it_states(tmp_path):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Rates per node pool and MIG profile"):]
+def test_the_docs_worked_example_of_pool_and_profile_rates_gives_the_rates_it_states(tmp_path):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "howto" / "ledger.md").read_text()
+    section = page[page.index("## Rates per node pool and MIG profile"):]
     block = re.search(r"```toml\n(.*?)```\nResult: (.*?)\n\n", section, re.S)
     config = _load(tmp_path, block.group(1))
     pool, profile = (float(x) for x in re.findall(r"\*\*\$([0-9.]+) per GPU-hour\*\*", block.group(2)))

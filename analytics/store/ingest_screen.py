@@ -44,7 +44,7 @@ INSTANT = ["node", "gpu_uuid", "mig_instance", "ts"]  # a GPU (or MIG instance) 
 KEY = [*INSTANT, *HOLDER]
 BATCH = "_batch"  # the row's batch, numbered across a whole group
 
-# --- the bounds of a row (README "Security: what ingest refuses"; the writer's defaults are IngestWriter's) -------
+# --- the bounds of a row (docs/operations/security.md "what ingest refuses"; the writer's defaults are IngestWriter's) -------
 # interval_s may exceed the interval the request declares by this factor plus this much (a late sampler thread,
 # clock jitter); a row standing for more time than that would bill time nobody sampled
 INTERVAL_SLACK_FACTOR = 2.0

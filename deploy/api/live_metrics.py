@@ -103,6 +103,16 @@ ADDITIVE = {"allocated_gpus", "busy_gpus", "idle_gpus", "cost_usd_per_hour", "pe
 LARGEST = {"longest_pending_minutes"}
 HEALTH_EVENTS = "gpuledger_gpu_health_events"  # a counter: exposed with _total
 NODE_FRAGMENTED, CLUSTER_FRAGMENTED = "gpuledger_node_fragmented_gpus", "gpuledger_cluster_fragmented_gpus"
+# the families not built from a table of gauges above: (name, kind, labels, help), listed once for the reference
+OTHER_FAMILIES = (
+    (FAIRSHARE, "gauge", ("team",), "Fairshare factor (by [fairshare] algorithm), 0..1, higher = more deserving"),
+    (HEALTH_EVENTS, "counter", ("node", "kind"), "GPU health events stored (XID, throttling starts, ECC and row-remap "
+                                                 "increases), per node and kind"),
+    (NODE_FRAGMENTED, "gauge", ("node",), "Idle GPU the typical job of the last week cannot use (FGD), GPUs"),
+    (CLUSTER_FRAGMENTED, "gauge", (), "Idle GPU the typical job of the last week cannot use (FGD), GPUs, whole "
+                                      "cluster"),
+)
+HELP = {name: doc for name, _, _, doc in OTHER_FAMILIES}
 
 
 class StoreGauges(Collector):
@@ -137,8 +147,7 @@ class StoreGauges(Collector):
             if str(team) in allowed:  # a factor of "other" would mean nothing
                 fair.add_metric([str(team)], float(row["fairshare"]))
         families.append(fair)
-        health = CounterMetricFamily(HEALTH_EVENTS, "GPU health events stored (XID, throttling starts, ECC and "
-                                                    "row-remap increases), per node and kind", labels=["node", "kind"])
+        health = CounterMetricFamily(HEALTH_EVENTS, HELP[HEALTH_EVENTS], labels=["node", "kind"])
         for node, kind, events in health_totals(self.store).itertuples(index=False):
             health.add_metric([str(node), str(kind)], float(events))
         families.append(health)
@@ -185,12 +194,10 @@ def _fragmentation(store: Store, end: datetime) -> list[GaugeMetricFamily]:
     if workload is None or not nodes.names:
         return []
     report = frag.node_report(nodes, workload)
-    per_node = GaugeMetricFamily(NODE_FRAGMENTED, "Idle GPU the typical job of the last week cannot use (FGD), GPUs",
-                                 labels=["node"])
+    per_node = GaugeMetricFamily(NODE_FRAGMENTED, HELP[NODE_FRAGMENTED], labels=["node"])
     for node, value in zip(report["node"], report["fragmented_gpus"]):
         per_node.add_metric([str(node)], float(value))
-    cluster = GaugeMetricFamily(CLUSTER_FRAGMENTED, "Idle GPU the typical job of the last week cannot use (FGD), "
-                                                    "GPUs, whole cluster")
+    cluster = GaugeMetricFamily(CLUSTER_FRAGMENTED, HELP[CLUSTER_FRAGMENTED])
     cluster.add_metric([], float(report["fragmented_gpus"].sum()))
     return [per_node, cluster]
 

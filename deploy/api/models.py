@@ -861,7 +861,7 @@ class WorkloadRow(BaseModel):
 
 
 CLASS_HELP = (f"the kind of work: {', '.join(WORKLOAD_CLASSES)}, or {UNCLASSIFIED} where no label, name or "
-              "telemetry rule places it (never guessed; the README lists the rules)")
+              "telemetry rule places it (never guessed; docs/howto/jobs.md lists the rules)")
 
 
 class ClassRow(WorkloadRow):
