@@ -1,12 +1,19 @@
-"""The shipped deployment files: Kubernetes manifests valid against the Kubernetes API schemas (offline, with
-kubernetes-validate), their gpuledger command lines accepted by the real CLI parser, the config they mount loadable,
-and the systemd unit's command line likewise."""
+"""The shipped deployment files: the Kubernetes install (a kustomize base, a monitoring part and an overlay per
+environment, rendered by the real `kubectl kustomize`) valid against the Kubernetes API schemas (offline, with
+kubernetes-validate) and the prometheus-operator's CRDs, its gpuledger command lines accepted by the real CLI parser,
+the config it mounts loadable, its alerting rules the shipped ones and passing promtool; and the systemd unit's
+command line likewise."""
 from __future__ import annotations
 
 import configparser
+import functools
+import os
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -15,18 +22,92 @@ from gpuledger.analytics.config import load_config
 from gpuledger.deploy.cli import build_parser
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+OVERLAYS = sorted(p.name for p in (DEPLOY / "kubernetes" / "overlays").iterdir() if p.is_dir())
 KUBERNETES = "1.30.0"  # an old enough release that every supported cluster has these APIs
+OPERATOR_CRDS = Path(__file__).resolve().parent / "data" / "schemas"  # the prometheus-operator's (README there)
+OPERATOR_KINDS = {"ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+                  "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml"}
 
 
-def documents() -> list[tuple[str, dict]]:
-    return [(f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc)
-            for path in MANIFESTS for doc in yaml.safe_load_all(path.read_text()) if doc]
+@functools.cache
+def rendered(overlay: str) -> list[dict]:
+    """The overlay as `kubectl kustomize` renders it (the machine's kubectl; CI's image has one)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs kubectl (kustomize v5) to render deploy/kubernetes/overlays")
+        pytest.skip("kubectl is not installed")
+    done = subprocess.run([kubectl, "kustomize", str(DEPLOY / "kubernetes" / "overlays" / overlay)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr  # no deprecated kustomize field
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-@pytest.mark.parametrize("name,doc", documents(), ids=[n for n, _ in documents()])
-def test_every_manifest_is_valid_for_kubernetes(name, doc):
-    kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+def documents(overlay: str = "single-server") -> list[tuple[str, dict]]:
+    return [(f"{doc['kind']}/{doc['metadata']['name']}", doc) for doc in rendered(overlay)]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_of_every_overlay_is_valid(overlay):
+    objects = rendered(overlay)
+    kinds = {doc["kind"] for doc in objects}
+    assert {"Namespace", "ServiceAccount", "ConfigMap", "Deployment", "DaemonSet", "Service", "ServiceMonitor",
+            "PrometheusRule"} <= kinds, kinds
+    for doc in objects:
+        where = f"{overlay}: {doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] in OPERATOR_KINDS:
+            crd = yaml.safe_load((OPERATOR_CRDS / OPERATOR_KINDS[doc["kind"]]).read_text())
+            (version,) = [v for v in crd["spec"]["versions"] if f"{crd['spec']['group']}/{v['name']}" ==
+                          doc["apiVersion"]]
+            jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"]).validate(doc)
+        else:
+            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+        assert doc["metadata"].get("namespace", "gpuledger") == "gpuledger", where
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpuledger", where
+        spec = doc.get("spec", {}).get("template", {}).get("spec")
+        if spec:  # every pod: its own service account, no API token mounted, probes on the server's
+            assert spec["serviceAccountName"].startswith("gpuledger-") and not spec["automountServiceAccountToken"]
+            for container in spec["containers"]:
+                args = build_parser().parse_args(container["args"])
+                if args.command == "serve":
+                    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz", where
+                    assert container["livenessProbe"]["httpGet"]["path"] == "/livez", where
+
+
+def test_the_ducklake_overlay_has_one_writer_and_read_replicas_on_one_catalog():
+    deployments = {doc["metadata"]["name"]: doc for doc in rendered("ducklake") if doc["kind"] == "Deployment"}
+    serving = {name: build_parser().parse_args(c["args"]) for name, d in deployments.items()
+               for c in d["spec"]["template"]["spec"]["containers"] if c["args"][0] == "serve"}
+    writer, reader = serving["gpuledger"], serving["gpuledger-read"]
+    assert not writer.read_only and reader.read_only and deployments["gpuledger"]["spec"]["replicas"] == 1
+    assert writer.db == reader.db == "ducklake:postgres:$(GPULEDGER_LAKE)"  # Kubernetes expands it from the Secret
+    assert deployments["gpuledger-read"]["spec"]["replicas"] >= 2
+
+
+def test_the_prometheus_rule_carries_the_shipped_alert_rules_and_passes_promtool(tmp_path):
+    shipped = yaml.safe_load((DEPLOY / "prometheus" / "gpuledger-alerts.yml").read_text())
+    for overlay in OVERLAYS:
+        (rule,) = [doc for doc in rendered(overlay) if doc["kind"] == "PrometheusRule"]
+        assert rule["spec"]["groups"] == shipped["groups"], overlay
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's prometheus package (it ships promtool)")
+        pytest.skip("promtool (Debian's prometheus package) is not installed")
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    checked = subprocess.run([promtool, "check", "rules", str(tmp_path / "rules.yml")], capture_output=True,
+                             text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
+
+
+def test_the_service_monitor_scrapes_the_servers_metrics_port_with_a_token():
+    (monitor,) = [doc for doc in rendered("single-server") if doc["kind"] == "ServiceMonitor"]
+    (service,) = [doc for doc in rendered("single-server") if doc["kind"] == "Service"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]} and endpoint["path"] == "/metrics"
+    assert endpoint["authorization"]["credentials"]["key"] == "token"
 
 
 def containers(kind: str) -> list[dict]:
