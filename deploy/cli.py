@@ -53,7 +53,8 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
 
 
 # commands that use a database that exists
-READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif", "capacity")
+READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif", "capacity", "statement",
+           "export")
 
 
 def _store_spec(text: str) -> Path | str:

@@ -96,3 +96,53 @@ def test_the_readme_is_short_and_every_link_resolves():
     test_command = ".venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest"
     assert test_command in readme and test_command in ci
     assert ".venv/bin/gpuledger demo" in readme
+
+
+RUNNABLE = "<!-- runnable on the demo"
+
+
+def _runnable_lines() -> list[tuple[str, str]]:
+    """(page, command line) of every fenced block marked runnable in the README and the docs."""
+    found = []
+    for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith(RUNNABLE):
+                assert lines[i + 1].startswith("```sh"), f"{page}: a runnable mark must precede a ```sh block"
+                for command in lines[i + 2:]:
+                    if command.startswith("```"):
+                        break
+                    if command.strip():
+                        found.append((str(page.relative_to(ROOT)), command))
+    return found
+
+
+def test_the_commands_marked_runnable_run_as_written_on_the_demo(tmp_path):
+    """The fenced commands a page marks runnable, each line run as a user pastes it (bash, from a folder holding the
+    demo's database where `gpuledger demo` leaves it, `gpuledger` and `.venv/bin/gpuledger` both this install's)."""
+    from gpuledger.analytics.config import Config
+    from gpuledger.deploy.demo import DEMO_MARK, build_demo_store
+    from gpuledger.analytics.store import Store
+    from tests.procs import GPULEDGER
+    commands = _runnable_lines()
+    assert len(commands) >= 8, commands
+    db = tmp_path / "gpuledger-data" / "demo.duckdb"
+    db.parent.mkdir()
+    seeded = Store(db)
+    seeded.set_meta(DEMO_MARK, "true")
+    seeded.close()
+    # the demo's cluster and teams, three days of it at 30-minute samples (the commands run the same on 14 days; the
+    # build is what takes time: 7 s here against 30 s)
+    store, _ = build_demo_store(db, Config(), 3.0, 7, 1800.0, echo=lambda *_: None)
+    store.close()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "gpuledger").symlink_to(GPULEDGER)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPULEDGER_SERVER", "GPULEDGER_TOKEN")}
+    env["PATH"] = f"{Path(GPULEDGER).parent}:{env.get('PATH', '')}"
+    failed = []
+    for page, command in commands:
+        done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        if done.returncode != 0 and not (done.returncode == 141 and "| head" in command):  # head closing a pipe
+            failed.append(f"{page}: {command}\n{done.stderr[-1500:]}")
+    assert not failed, "\n\n".join(failed)
