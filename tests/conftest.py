@@ -151,3 +151,20 @@ def writer(tmp_path: Path):
             yield w, store
         finally:
             w.stop()
+
+
+# The files that take longest (about a minute or more each on CI's two cores: `--durations` in CI's log), scheduled
+# first (pyproject's --no-loadscope-reorder keeps this order): with a file per worker (--dist loadfile), a long file
+# dealt out last leaves the other worker idle while it runs, and the suite's wall time is the longer worker's. Dealt
+# longest first, the short files fill in around them. The two real-Slurm files lead, one per worker: they mostly
+# wait on jobs' sleeps, and their timings (waits to the second) are measured while nothing CPU-bound runs beside.
+LONGEST_FIRST = ("test_slurm_scale.py", "test_slurm.py", "test_trace_import.py", "test_hostile_suite.py",
+                 "test_backtest.py", "test_lake.py", "test_properties.py", "test_cli_found_server.py", "test_ledger.py",
+                 "test_soak.py", "test_fold_backlog.py", "test_demo_advice.py", "test_cli.py", "test_dashboard_live.py",
+                 "test_dashboard.py", "test_docs.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first (LONGEST_FIRST), the rest in their collected order; a file's tests stay together."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
