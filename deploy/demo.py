@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 
 class DemoError(GpuledgerError):
-    pass
+    """The demo cannot start on its database: one the demo did not make (it never overwrites one), or one that
+    cannot be opened (another process holds it)."""
 
 
 DEMO_MARK = "demo"  # meta key set in every database the demo builds

@@ -141,8 +141,42 @@ def metrics_reference() -> str:
     return "\n".join(out) + "\n"
 
 
+def _error_classes() -> list[type]:
+    """Every error class of the family, from every module of the package (imported here so none is missed)."""
+    import importlib
+    import pkgutil
+
+    from gpuledger.collector.errors import GpuledgerError
+    for room in ("collector", "analytics", "policies", "deploy"):  # the dashboard runs its page on import
+        package = importlib.import_module(f"gpuledger.{room}")
+        for module in pkgutil.walk_packages(package.__path__, f"gpuledger.{room}."):
+            importlib.import_module(module.name)
+    found, todo = [], [GpuledgerError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return sorted(set(found), key=lambda c: (c.__module__, c.__name__))
+
+
+def errors_reference() -> str:
+    """Every error family: the class, what it means, the HTTP status the API answers it with; the CLI prints any
+    of them as one line on stderr with exit code 2."""
+    out = [GENERATED, "", "# Errors", "",
+           "Everything gpuledger refuses on purpose is one of these classes. The CLI prints its message as one line "
+           "(`gpuledger COMMAND: error: ...`) and exits 2; the API answers with the class's HTTP status and the "
+           "message as `detail` (503s with `Retry-After`). Anything else is a bug and keeps its traceback.", "",
+           "| error | HTTP status | module | what it means |", "| --- | --- | --- | --- |"]
+    for cls in _error_classes():
+        retry = f", Retry-After {cls.retry_after_s} s" if getattr(cls, "retry_after_s", None) else ""
+        doc = (cls.__doc__ or "").split("\n\n")[0]
+        out.append(f"| `{cls.__name__}` | {cls.http_status}{retry} | `{cls.__module__}` | {_cell(doc)} |")
+    return "\n".join(out) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_reference, "api.md": api_reference,
-                                       "config.md": config_reference, "metrics.md": metrics_reference}
+                                       "config.md": config_reference, "metrics.md": metrics_reference,
+                                       "errors.md": errors_reference}
 
 
 def main(argv: list[str] | None = None) -> int:
