@@ -127,7 +127,7 @@ def test_the_manifest_probes_liveness_and_readiness_apart():
 
     import yaml
 
-    manifest = Path(__file__).parent.parent / "deploy" / "kubernetes" / "server.yaml"
+    manifest = Path(__file__).parent.parent / "deploy" / "kubernetes" / "base" / "server.yaml"
     containers = [c for doc in yaml.safe_load_all(manifest.read_text()) if doc and doc.get("kind") == "Deployment"
                   for c in doc["spec"]["template"]["spec"]["containers"] if c["name"] == "server"]
     assert len(containers) == 1
