@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from gpuledger.collector.errors import InputError
+
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|\Z)')
 _UNESCAPE = re.compile(r"\\(.)")
@@ -26,8 +28,8 @@ MAX_EXAMPLES = 5
 MAX_LINE_CHARS = 64 * 1024
 
 
-class LabelError(ValueError):
-    pass
+class LabelError(InputError):
+    """A `{...}` that is not key="value" pairs: the line is skipped and counted, never the page refused."""
 
 
 def parse_labels(text: str) -> dict[str, str]:

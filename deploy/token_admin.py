@@ -21,7 +21,6 @@ from gpuledger.analytics.windows import utc_now
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import Store
 from gpuledger.analytics.store.access import (
-    AccessError,
     Audit,
     AuditEntry,
     AuditLog,
@@ -108,11 +107,8 @@ class LocalAdmin:
 
     def create(self, name: str, role: str, expires_in: timedelta | None = None) -> dict[str, Any]:
         with local_audit(self.store, "token create", name, {"name": name, "role": role}) as audit:
-            try:
-                identity, token = create_token(self.store, name, Role.parse(role), LOCAL_ACTOR, audit=audit,
-                                               expires=utc_now() + expires_in if expires_in else None)
-            except AccessError as exc:
-                raise InputError(str(exc)) from exc
+            identity, token = create_token(self.store, name, Role.parse(role), LOCAL_ACTOR, audit=audit,
+                                           expires=utc_now() + expires_in if expires_in else None)
         return {**token_info(self.store, identity.id), "token": token}
 
     def list(self, revoked: bool) -> list[dict[str, Any]]:

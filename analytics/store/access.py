@@ -37,7 +37,7 @@ import pandas as pd
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store import lake
 from gpuledger.analytics.windows import utc_now
-from gpuledger.collector.errors import GpuledgerError, NotFoundError
+from gpuledger.collector.errors import GpuledgerError, InputError, NotFoundError
 
 if TYPE_CHECKING:
     from gpuledger.analytics.store.database import Store
@@ -64,8 +64,8 @@ ROLES = ("admin", "reader", "team", "agent")
 GENESIS = "0" * 64
 
 
-class AccessError(ValueError):
-    """A role or token name that gpuledger does not accept."""
+class AccessError(InputError):
+    """A role or token name that gpuledger does not accept (422 in the API, one line and exit code 2 in the CLI)."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 from gpuledger.collector.identifiers import SAMPLE_NAME_COLUMNS, invalid_mask
 from gpuledger.collector.samples import IDLE_CAPACITY, SAMPLE_SCHEMA, UNATTRIBUTED
 from gpuledger.collector.wire import SEQ
+from gpuledger.collector.errors import InputError
 
 FLOAT_COLUMNS = [f.name for f in SAMPLE_SCHEMA if pa.types.is_floating(f.type)]
 # One GPU (or MIG instance) at one instant, as one holder has it. The holder is part of the key because a GPU
@@ -61,8 +62,8 @@ MAX_GPUS_PER_NODE = 64
 RESERVED_TEAMS = (UNATTRIBUTED, IDLE_CAPACITY)
 
 
-class InvalidBatch(ValueError):
-    """The body cannot be stored at all (wrong schema, bad _seq): the agent must not resend it."""
+class InvalidBatch(InputError):
+    """The body cannot be stored at all (wrong schema, bad _seq): the agent must not resend it (422)."""
 
 
 @dataclass

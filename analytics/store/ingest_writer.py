@@ -68,7 +68,7 @@ from gpuledger.analytics.store.metrics import (
     ROW_RATE,
     ROWS_WRITTEN,
 )
-from gpuledger.collector.errors import NotFoundError
+from gpuledger.collector.errors import NotFoundError, UnavailableError
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL
 from gpuledger.collector.samples import SAMPLE_SCHEMA
 from gpuledger.collector.wire import DUPLICATE, STORED, batch_answer, multi_batch_answer
@@ -79,8 +79,12 @@ RUNS_SCHEMA = pa.schema([("node", pa.string()), ("stream", pa.string()), ("first
                          ("last_seq", pa.int64()), ("rows", pa.int64()), ("rejected", pa.int64())])
 
 
-class StoreUnavailable(RuntimeError):
-    """A group could not be committed (a full disk, an I/O error): nothing of it is stored; agents resend later."""
+class StoreUnavailable(UnavailableError):
+    """A group could not be committed (a full disk, an I/O error): nothing of it is stored; agents resend later (503
+    with Retry-After, which the agent honours)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the server could not store this batch, nothing of it was kept; resend later: {reason}")
 
 
 def deferral_reason(exc: BaseException) -> str:

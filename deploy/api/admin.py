@@ -13,7 +13,6 @@ from starlette.background import BackgroundTask
 
 from gpuledger.analytics.records import records
 from gpuledger.analytics.store.access import (
-    AccessError,
     Role,
     audit_report,
     create_token,
@@ -43,17 +42,11 @@ def whoami(request: Request, authorization: str | None = Header(None)) -> dict:
 def make_token(body: TokenRequest, request: Request, caller: AdminCaller, store: StoreDep) -> dict:
     """Make a token with a role: `admin`, `reader`, `team:<team>` or `agent:<node>`. The answer carries the token
     once; the server keeps only its hash."""
-    try:
-        role = Role.parse(body.role)
-    except AccessError as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from exc
+    role = Role.parse(body.role)  # AccessError: 422, through the error family's handler
     request.state.audit = {"name": body.name, "role": str(role)}  # for the entry of a refusal
     expires = utc_now() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
-    try:
-        identity, token = create_token(store, body.name, role, caller.actor, audit=audit_of(request, caller, 201),
-                                       expires=expires)
-    except AccessError as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from exc
+    identity, token = create_token(store, body.name, role, caller.actor, audit=audit_of(request, caller, 201),
+                                   expires=expires)
     return {**token_info(store, identity.id), "token": token}
 
 

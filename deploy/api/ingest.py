@@ -7,7 +7,6 @@ from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from gpuledger.analytics.store.ingest_writer import InvalidBatch, StoreUnavailable
 from gpuledger.analytics.store.metrics import HTTP_REFUSED
 from gpuledger.collector.wire import (
     BATCHES_HEADER,
@@ -18,7 +17,6 @@ from gpuledger.collector.wire import (
     SEQ_HEADER,
     STREAM_HEADER,
     UnpackedTooLarge,
-    WireError,
     decode,
 )
 from gpuledger.deploy.api.access import entry_of, push_access
@@ -72,13 +70,8 @@ async def ingest_batch(
     except UnpackedTooLarge as exc:
         HTTP_REFUSED.labels("unpacked_too_large").inc()
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    except (WireError, InvalidBatch) as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from exc
-    try:
-        results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
-        request.state.audited = entry is not None  # committed with the batches: the middleware adds nothing
-    except StoreUnavailable as exc:
-        raise HTTPException(status_code=503, headers={"Retry-After": "10"},
-                            detail=f"the server could not store this batch, nothing of it was kept; resend later: "
-                                   f"{exc}") from exc
+    # a body that is no batch of samples (WireError, InvalidBatch: 422) and a commit that failed (StoreUnavailable:
+    # 503 with Retry-After) answer through the error family's one handler (deploy/api/__init__.py)
+    results = await asyncio.wrap_future(pending)  # the writer thread answers; no thread waits here
+    request.state.audited = entry is not None  # committed with the batches: the middleware adds nothing
     return JSONResponse(results.answer())
