@@ -902,6 +902,7 @@ def placement_text(answer: dict) -> str:
 
 
 def cmd_whatif(args: argparse.Namespace, config: Config) -> int:
+    from gpuledger.policies.recommender import evaluate
     from gpuledger.policies.whatif import default_window, run_whatif
     from gpuledger.policies.whatif.placement import placement_whatif
     start, end = default_window(config, args.end or utc_now(), args.days)
@@ -920,7 +921,7 @@ def cmd_whatif(args: argparse.Namespace, config: Config) -> int:
                 answer = placement_whatif(store, start, end, placers)
             else:
                 answer = run_whatif(store, config, start, end, args.model, _edits(args), args.recommendations,
-                                    _capacity(args.capacity)).to_dict()
+                                    _capacity(args.capacity), advise=evaluate).to_dict()
     if args.json:
         json.dump(json_safe(answer), sys.stdout, indent=1, allow_nan=False)
         print()

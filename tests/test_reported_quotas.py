@@ -11,6 +11,7 @@ from gpuledger.analytics.config import Config
 from gpuledger.collector.jobs.kai import parse_kai
 from gpuledger.collector.jobs.kueue import parse_kueue
 from gpuledger.policies.recommendation import PROPOSED, Recommendation
+from gpuledger.policies.recommender import evaluate
 from gpuledger.policies.whatif import advised_plan, current_plan
 from gpuledger.policies.whatif.reported import READ_MAX_AGE, reported_notes
 from tests.helpers import T0, gpu_rows, table
@@ -57,7 +58,7 @@ def test_open_advice_stays_the_proposal_over_what_the_scheduler_runs(file_store)
                             action={"guarantee_gpus": 6, "limit_gpus": 12, "current_guarantee_gpus": 8},
                             evidence={}, reason="lower nlp")
     file_store.add_recommendations(pd.DataFrame([advice.to_row()]))
-    proposed, _ = advised_plan(file_store, Config(), AT)
+    proposed, _ = advised_plan(file_store, Config(), AT, evaluate)
     teams = _teams(proposed)
     assert teams["nlp"].guarantee["H100"] == 6.0  # the advice
     assert teams["vision"].guarantee["H100"] == 4.0  # what runs, not the config's 2

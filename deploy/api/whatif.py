@@ -13,6 +13,7 @@ from gpuledger.analytics.windows import as_utc, utc_now
 from gpuledger.deploy.api.access import ClusterCaller
 from gpuledger.deploy.api.deps import CaughtUp, ConfigDep, StoreDep
 from gpuledger.deploy.api.models import PlacementWhatIfAnswer, PlacementWhatIfRequest, WhatIfAnswer, WhatIfRequest
+from gpuledger.policies.recommender import evaluate
 from gpuledger.policies.whatif import run_whatif
 from gpuledger.policies.whatif.placement import placement_whatif
 
@@ -30,7 +31,7 @@ async def whatif(request: WhatIfRequest, caller: ClusterCaller, store: StoreDep,
     edits = {team: {model: edit.model_dump(exclude_none=True) for model, edit in models.items()}
              for team, models in request.edits.items()}
     answer = await run_in_threadpool(run_whatif, store, config, start, end, request.model, edits,
-                                     request.use_recommendations, request.capacity)
+                                     request.use_recommendations, request.capacity, evaluate)
     return json_safe(answer.to_dict())
 
 

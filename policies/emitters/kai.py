@@ -8,7 +8,7 @@ and limit are its children's sums (its limit capped at the cluster). New queues 
 """
 from __future__ import annotations
 
-from gpuledger.policies.emitters import (Emitted, changes, check_k8s_names, comment, count, k8s_object,
+from gpuledger.policies.emitters.base import (Emitted, changes, check_k8s_names, comment, count, k8s_object,
                                         plan_header, yaml_text)
 from gpuledger.policies.quota_plan import QuotaPlan, k8s_name
 

@@ -35,7 +35,7 @@ import yaml
 from gpuledger.analytics.config import is_namespace
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.gpu_catalog import MODELS, mig_fraction
-from gpuledger.policies.emitters import (GPU_RESOURCE, Emitted, changes, check_k8s_names, comment, deep_merge,
+from gpuledger.policies.emitters.base import (GPU_RESOURCE, Emitted, changes, check_k8s_names, comment, deep_merge,
                                         k8s_object, plan_header, quantity, yaml_text)
 from gpuledger.policies.quota_plan import ROOT_GROUP, QuotaPlan, k8s_name
 

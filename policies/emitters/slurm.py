@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.jobs.sacctmgr import associations
-from gpuledger.policies.emitters import Emitted, comment, plan_header
+from gpuledger.policies.emitters.base import Emitted, comment, plan_header
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, gres_type
 
 CURRENT_FORMAT = "Account,User,ParentName,Fairshare,GrpTRES"

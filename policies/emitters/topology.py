@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuledger.analytics.config import TopologyConfig, is_label_key, topology_problem
 from gpuledger.collector.errors import InputError
-from gpuledger.policies.emitters import Emitted, Emitter, changes, k8s_object, yaml_text
+from gpuledger.policies.emitters.base import Emitted, Emitter, changes, k8s_object, yaml_text
 from gpuledger.policies.quota_plan import QuotaPlan
 
 API_VERSIONS = {"kueue": "kueue.x-k8s.io/v1beta2", "kai": "kai.scheduler/v1alpha1"}  # each CRD's served version

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuledger.policies.emitters import (GPU_RESOURCE, Emitted, changes, check_k8s_names, comment, k8s_object,
+from gpuledger.policies.emitters.base import (GPU_RESOURCE, Emitted, changes, check_k8s_names, comment, k8s_object,
                                         plan_header, quantity, yaml_text)
 from gpuledger.policies.quota_plan import QuotaPlan, TeamPlan, k8s_name
 

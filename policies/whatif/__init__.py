@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -292,9 +292,14 @@ def current_plan(store: Store, config: Config, at: datetime) -> QuotaPlan:
     return with_reported(store, build_plan(store, config, statuses=(APPLIED,), at=at), at, READ_MAX_AGE, config)
 
 
+# the recommender's `evaluate(store, config, at)` (policies/recommender.py), given by the caller: the recommender
+# simulates its quota advice's effects with this package, so this package does not import it (no import circle)
+Advise = Callable[[Store, Config, datetime], Any]
+
+
 def run_whatif(store: Store, config: Config, start: datetime, end: datetime, model: str | None = None,
                edits: dict | None = None, use_recommendations: bool = True,
-               capacity: dict[str, int] | None = None) -> WhatIf:
+               capacity: dict[str, int] | None = None, advise: Advise | None = None) -> WhatIf:
     """The what-if of a window: the quotas in force against the proposal (the open recommendations unless
     `use_recommendations` is false, then `edits`), on the GPUs present at the window's end, or `capacity` (GPU
     model -> GPUs: the proposal's inventory, for "buy 16 H200s" or "retire the A100s")."""
@@ -328,7 +333,7 @@ def run_whatif(store: Store, config: Config, start: datetime, end: datetime, mod
         raise InputError("none of the window's job records can be replayed: " + "; ".join(
             f"{n['jobs']} {n['meaning']}" for n in workload.notes()))
     plans = {"current": current_plan(store, config, end)}
-    base, advised = (advised_plan(store, config, end) if use_recommendations else (plans["current"], []))
+    base, advised = (advised_plan(store, config, end, advise) if use_recommendations else (plans["current"], []))
     plans["proposed"] = edited_plan(base, edits) if edits else base
     # a limit not set is the model's GPUs: those each configuration replays on
     plans = {"current": replace(plans["current"], capacity={**plans["current"].capacity, **present}),
@@ -368,16 +373,20 @@ def advice_edit(advice: QuotaAdvice) -> dict[str, float]:
     return {"guarantee": float(advice.guarantee or 0), "limit": float(advice.limit or 0)}
 
 
-def advised_plan(store: Store, config: Config, at: datetime) -> tuple[QuotaPlan, list[str]]:
+def advised_plan(store: Store, config: Config, at: datetime,
+                 advise: Advise | None = None) -> tuple[QuotaPlan, list[str]]:
     """The quotas in force with the open recommendations; where none is stored yet (a server refreshes them every
-    [quota] refresh_minutes), the quota changes the policy advises at `at`, evaluated now and not stored."""
+    [quota] refresh_minutes), the quota changes the policy advises at `at` (`advise`: the recommender's evaluate),
+    evaluated now and not stored."""
     # the open advice over the quotas in force as the scheduler reports them (never over the advice itself)
     plan = with_reported(store, build_plan(store, config, statuses=OPEN, at=at), at, READ_MAX_AGE, config)
     if any(r.kind == "quota" for r in stored(store, statuses=OPEN)):
         return plan, []
-    from gpuledger.policies.recommender import evaluate  # the recommender simulates effects with this package
+    if advise is None:
+        return plan, ["no open recommendation is stored and no policy was evaluated: the proposal is the quotas in "
+                      "force"]
     edits: dict[str, dict[str, dict[str, float]]] = {}
-    for advice in evaluate(store, config, at).quota:
+    for advice in advise(store, config, at).quota:
         if advice.status == "change" and advice.team in {t.team for t in plan.teams}:
             edits.setdefault(advice.team, {})[advice.gpu_model] = advice_edit(advice)
     note = (f"no open recommendation is stored: the proposal is the policy's quota advice at {at:%Y-%m-%d %H:%M} "
