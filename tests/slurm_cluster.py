@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -181,8 +182,21 @@ class SlurmCluster:
             MUNGE_SOCKET.unlink(missing_ok=True)
 
     def _mariadb(self) -> None:
-        subprocess.run(["mariadb-install-db", f"--datadir={self.root / 'db'}", "--user=root",
-                        "--auth-root-authentication-method=normal"], check=True, capture_output=True, timeout=120)
+        # one install at a time on the host, and its output kept: two clusters starting together in CI (one per
+        # worker) once failed here with nothing to say why
+        with open(Path(tempfile.gettempdir()) / "gpuledger-tests-mariadb-install.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for attempt in range(2):
+                shutil.rmtree(self.root / "db", ignore_errors=True)
+                (self.root / "db").mkdir(parents=True)
+                done = subprocess.run(["mariadb-install-db", f"--datadir={self.root / 'db'}", "--user=root",
+                                       "--auth-root-authentication-method=normal"], capture_output=True, text=True,
+                                      timeout=120)
+                if done.returncode == 0:
+                    break
+            else:
+                raise AssertionError(f"mariadb-install-db failed twice ({done.returncode}): "
+                                     f"{(done.stderr or done.stdout)[-3000:]}")
         log = self.root / "log" / "mysql.err"
         subprocess.Popen(["mariadbd", f"--datadir={self.root / 'db'}", f"--socket={self.root / 'mysql.sock'}",
                           f"--port={self.ports['mysql']}", "--bind-address=127.0.0.1", "--user=root",
