@@ -289,16 +289,8 @@ ReturnToService=2
                 continue
             pids.append(pid)
         deadline = time.monotonic() + 5
-
-        def alive(pid: int) -> bool:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return False
-            return True
-
         while pids and time.monotonic() < deadline:
-            pids = [pid for pid in pids if alive(pid)]
+            pids = [pid for pid in pids if _alive(pid)]
             time.sleep(0.1)
         for pid in pids:
             try:

@@ -8,8 +8,10 @@ import json
 import re
 import os
 import subprocess
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 import pytest
@@ -46,6 +48,20 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           env=env if env is not None else NO_SERVER_ENV)
 
 
+@contextmanager
+def _serving_with_roles(db: Path) -> Iterator[tuple[str, str, str]]:
+    """An API server on `db` with a token of team t1 and a reader's: (its URL, the team token, the reader token)."""
+    with Store(db) as store:
+        _, team = create_token(store, "t1-lead", Role.parse("team:t1"), "test")
+        _, reader = create_token(store, "finance", Role.parse("reader"), "test")
+        server = ApiServer(store, Config(), port=0, token=ADMIN)
+        url = server.start()
+        try:
+            yield url, team, reader
+        finally:
+            server.stop()
+
+
 def _csvs(folder: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(folder.glob("*.csv"))}
 
@@ -56,23 +72,16 @@ def test_report_and_compact_through_the_server_with_each_role(tmp_path):
     local = _run("report", "--week", "last", "--db", str(db), "--out", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr
     label = iso_week("last")[2]
-    with Store(db) as store:
-        _, team = create_token(store, "t1-lead", Role.parse("team:t1"), "test")
-        _, reader = create_token(store, "finance", Role.parse("reader"), "test")
-        server = ApiServer(store, Config(), port=0, token=ADMIN)
-        url = server.start()
-        try:
-            runs = {who: _run("report", "--week", "last", "--server", url, "--token", token, "--out",
-                              str(tmp_path / who)) for who, token in (("admin", ADMIN), ("reader", reader),
-                                                                       ("team", team))}
-            nobody = _run("report", "--week", "last", "--server", url, "--out", str(tmp_path / "nobody"))
-            empty_week = _run("report", "--week", "2020-W01", "--server", url, "--token", ADMIN, "--out",
-                              str(tmp_path / "old"))
-            compacted = {who: _run("compact", "--server", url, "--token", token)
-                         for who, token in (("admin", ADMIN), ("reader", reader), ("team", team))}
-            rebuilt = _run("compact", "--rebuild", "--server", url, "--token", ADMIN)
-        finally:
-            server.stop()
+    with _serving_with_roles(db) as (url, team, reader):
+        runs = {who: _run("report", "--week", "last", "--server", url, "--token", token, "--out",
+                          str(tmp_path / who)) for who, token in (("admin", ADMIN), ("reader", reader),
+                                                                   ("team", team))}
+        nobody = _run("report", "--week", "last", "--server", url, "--out", str(tmp_path / "nobody"))
+        empty_week = _run("report", "--week", "2020-W01", "--server", url, "--token", ADMIN, "--out",
+                          str(tmp_path / "old"))
+        compacted = {who: _run("compact", "--server", url, "--token", token)
+                     for who, token in (("admin", ADMIN), ("reader", reader), ("team", team))}
+        rebuilt = _run("compact", "--rebuild", "--server", url, "--token", ADMIN)
     for who in ("admin", "reader"):  # every file, as the file path wrote them
         assert runs[who].returncode == 0, runs[who].stderr
         assert _csvs(tmp_path / who / label) == _csvs(tmp_path / "local" / label) != {}
@@ -215,23 +224,16 @@ def test_every_read_command_through_the_server_keeps_each_roles_view(tmp_path):
         store_jobs(store, "sacct", job_batches("sacct", [line + "\n" for line in sacct], ImportOptions(), "t"), "t")
     month = f"{utc_now():%Y-%m}"
     results: dict[tuple[str, str], tuple[subprocess.CompletedProcess, Path]] = {}
-    with Store(db) as store:
-        _, team = create_token(store, "t1-lead", Role.parse("team:t1"), "test")
-        _, reader = create_token(store, "finance", Role.parse("reader"), "test")
-        server = ApiServer(store, Config(), port=0, token=ADMIN)
-        url = server.start()
-        try:
-            # the reader and anonymous runs take a sample: the role check is the route's, one per role suffices
-            for who, token, names in (("admin", ADMIN, list(READ_COMMANDS)), ("team", team, list(READ_COMMANDS)),
-                                      ("reader", reader, ["report", "whatif"]), ("nobody", "", ["statement"])):
-                for name in names:
-                    command = READ_COMMANDS[name]
-                    out = tmp_path / who / name.replace(" ", "-")
-                    out.mkdir(parents=True)
-                    args = [a.format(out=out, month=month) for a in command]
-                    results[who, name] = (_run(*args, "--server", url, *(["--token", token] if token else [])), out)
-        finally:
-            server.stop()
+    with _serving_with_roles(db) as (url, team, reader):
+        # the reader and anonymous runs take a sample: the role check is the route's, one per role suffices
+        for who, token, names in (("admin", ADMIN, list(READ_COMMANDS)), ("team", team, list(READ_COMMANDS)),
+                                  ("reader", reader, ["report", "whatif"]), ("nobody", "", ["statement"])):
+            for name in names:
+                command = READ_COMMANDS[name]
+                out = tmp_path / who / name.replace(" ", "-")
+                out.mkdir(parents=True)
+                args = [a.format(out=out, month=month) for a in command]
+                results[who, name] = (_run(*args, "--server", url, *(["--token", token] if token else [])), out)
     for (who, name), (done, out) in results.items():
         if who in ("admin", "reader"):
             assert done.returncode == 0, (who, name, done.stderr)
