@@ -156,9 +156,8 @@ def writer(tmp_path: Path):
 # The files that take longest (about a minute or more each on CI's two cores: `--durations` in CI's log), scheduled
 # first (pyproject's --no-loadscope-reorder keeps this order): with a file per worker (--dist loadfile), a long file
 # dealt out last leaves the other worker idle while it runs, and the suite's wall time is the longer worker's. Dealt
-# longest first, the short files fill in around them. The two real-Slurm files lead, one per worker: they mostly
-# wait on jobs' sleeps, and their timings (waits to the second) are measured while nothing CPU-bound runs beside.
-LONGEST_FIRST = ("test_slurm_scale.py", "test_slurm.py", "test_trace_import.py", "test_hostile_suite.py",
+# longest first, the short files fill in around them. The real-Slurm file leads: it mostly waits on jobs' sleeps.
+LONGEST_FIRST = ("test_slurm.py", "test_trace_import.py", "test_hostile_suite.py",
                  "test_backtest.py", "test_lake.py", "test_properties.py", "test_cli_found_server.py", "test_ledger.py",
                  "test_soak.py", "test_fold_backlog.py", "test_demo_advice.py", "test_cli.py", "test_dashboard_live.py",
                  "test_dashboard.py", "test_docs.py")

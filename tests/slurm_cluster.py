@@ -3,13 +3,13 @@ packages, every port on 127.0.0.1, every file in a temporary folder, all stopped
 
 Two GPU types are configured (2 x `h100`, 1 x `l4`) on character devices that exist everywhere, so
 GrpTRES limits on `gres/gpu:<type>` can be set and jobs can ask for GPUs without a GPU. A larger cluster (the
-at-scale calibration, tests/test_slurm_scale.py) takes more such devices (DEVICE_FILES, up to six GPUs), more
+at-scale calibration, benchmarks/slurm_calibration.py) takes more such devices (DEVICE_FILES, up to six GPUs), more
 CPUs than the host has (slurmd takes the configured ones: SlurmdParameters=config_overrides), a node (a slurmd of
 its own, `slurmd -N`) and a partition per GPU type, and lines of slurm.conf of its own; the defaults write the
 configuration above unchanged. Slurm's clients take
 munge's default socket (they ignore AuthInfo for the accounting connection), so a munged already answering
 there is used as it is; otherwise one is started on it with a key of its own. Several clusters may run at once
-(pytest-xdist runs test_slurm.py and test_slurm_scale.py side by side): each registers as a user of that munged
+(a benchmark beside the suite, or test files on several pytest-xdist workers): each registers as a user of that munged
 under a lock, and the munged the tests started stops only when its last user stops.
 """
 from __future__ import annotations
