@@ -32,8 +32,9 @@ from gpuledger.collector.apps.figures import FIGURES, SERVER_KINDS
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.analytics.store.rates import POOL, PROFILE, PoolRule
-from gpuledger.collector.gpu_catalog import (DEFAULT_RATES, memory_gb, mig_profiles, mig_share, normalize_model,
-                                            vgpu_profile, vgpu_share)
+from gpuledger.analytics.catalogue_config import renamed_rates, site_catalogue
+from gpuledger.collector.gpu_catalog import (DEFAULT_RATES, GpuModel, memory_gb, mig_profiles, mig_share,
+                                            normalize_model, use_site_models, vgpu_profile, vgpu_share)
 from gpuledger.collector.jobs.kube_state import label_key
 from gpuledger.collector.topology import CLIQUE_LABEL, SCOPES
 from gpuledger.collector.identifiers import check_identifier
@@ -361,6 +362,7 @@ class Config:
     slo: dict[str, Slo] = field(default_factory=dict)  # by service (model served) or team
     apps: AppsConfig = field(default_factory=AppsConfig)
     email: EmailConfig | None = None  # [report.email]: mail the weekly report
+    catalogue: list[GpuModel] = field(default_factory=list)  # [catalogue]: the site's own cards (in force once loaded)
 
     def apply_to(self, store: Store) -> None:
         """Give the store this site's retention, and rollups that count idle under this site's threshold
@@ -492,7 +494,7 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit", "namespaces")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("rates", "rate_cards", "cost_models", "node_pools", "pool_teams", "pool_rates", "profile_rates", "budgets",
+SECTIONS = ("catalogue", "rates", "rate_cards", "cost_models", "node_pools", "pool_teams", "pool_rates", "profile_rates", "budgets",
             "alerts",
             "teams", "attribution", "report", "slo", "apps", "topology", "slurm_gres",
             *SECTION_TYPES)
@@ -936,6 +938,7 @@ def load_config(path: str | Path | None) -> Config:
     """Read a TOML config; unknown sections or keys and bad values raise ConfigError naming the key."""
     config = Config()
     if path is None:
+        use_site_models()  # the shipped catalogue alone, whatever an earlier config of this process added
         return config
     path = Path(path)
     try:
@@ -947,9 +950,17 @@ def load_config(path: str | Path | None) -> Config:
     unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {unknown}; expected {sorted(SECTIONS)}")
+    try:
+        config.catalogue = site_catalogue(data.get("catalogue", {}))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    use_site_models(config.catalogue)  # before the rates: a site's card has its MIG profiles and memory there
     for model, rate in _table("rates", data.get("rates", {})).items():
         model = _model(model, "rates")  # the name first: a bad rate's message then shows a checked name
         config.rates[model] = _number("rates", model, rate)
+    config.rates.update({card.name: card.usd_per_gpu_hour for card in config.catalogue
+                         if card.usd_per_gpu_hour is not None and card.name not in data.get("rates", {})})
+    config.rates.update(renamed_rates(config.rates, set(data.get("rates", {}))))
     config.rate_cards = _rate_cards(data.get("rate_cards", []))
     config.node_pools = _node_pools(_table("node_pools", data.get("node_pools", {})))
     undated = _variant_rates("rates", data.get("pool_rates", {}), data.get("profile_rates", {}))

@@ -3,9 +3,11 @@
 Rates are set per model ("H100"), but NVML and dcgm-exporter report marketing strings
 ("NVIDIA H100 80GB HBM3", "Tesla T4"), MIG instances are fractions whose size depends on
 the card (an A30 has 4 compute slices, an H100 7), fit advice needs each card's memory, and
-the simulator needs what a driver would report. All of it is derived from `CATALOG`, so a
-new model is one entry here. Unknown names are kept verbatim so they surface as unpriced
-rather than silently priced as something else.
+the simulator needs what a driver would report. All of it is derived from the catalogue, which is
+data: the cards gpuledger ships (gpu_catalogue.toml beside this file, so a new card is an entry there)
+and the cards a site adds or overrides in its config (`[catalogue."NAME"]`, read by
+analytics/catalogue_config.py and handed to `use_site_models`). Unknown names are kept verbatim so they
+surface as unpriced rather than silently priced as something else.
 
 MIG geometry follows NVIDIA's MIG user guide ("Supported MIG Profiles"): compute slices per
 GPU and, per profile, its compute slices and memory.
@@ -13,9 +15,15 @@ GPU and, per profile, its compute slices and memory.
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any, Iterable
 
 UNKNOWN_MODEL = "unknown"
+BUILT_IN = "built-in"  # where a card's entry comes from: gpuledger's file
+SITE = "site"  # or the site's config
+CATALOGUE_FILE = "gpu_catalogue.toml"
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class GpuModel:
     name: str  # the rate-card model
     patterns: tuple[str, ...]  # regular expressions on the driver's name; the first model that matches wins
     memory_gb: int
-    tdp_w: int
+    tdp_w: int | None  # board power (the simulator); None where a site did not say
     nvlink: bool  # SXM/HGX boards: GPUs of a node talk over NVLink
     driver_name: str  # what NVML reports (the simulator reports this)
     mem_mib: int  # total memory as NVML reports it
@@ -40,54 +48,76 @@ class GpuModel:
     # NVLink bandwidth of one GPU, both directions together, GB/s, as NVIDIA's datasheets state it (None: no NVLink);
     # what colocate advice compares a job's cross-node traffic with (policies/colocation.py)
     nvlink_gbytes_s: float | None = None
+    price_basis: str | None = None  # where the default rate comes from (None: there is none)
+    source: str = BUILT_IN  # BUILT_IN or SITE
 
 
-def _profiles(*specs: tuple[str, int, int]) -> tuple[MigProfile, ...]:
-    return tuple(MigProfile(name, slices, mem) for name, slices, mem in specs)
-
-
-# Order matters: the first pattern that matches wins (GB200 before B200, H100 NVL before H100, A100 80GB before
-# A100).
-CATALOG: tuple[GpuModel, ...] = (
-    GpuModel("H200", (r"\bH200\b",), 141, 700, True, "NVIDIA H200", 143771, 7.91, 7, _profiles(
-        ("1g.18gb", 1, 18), ("1g.35gb", 1, 35), ("2g.35gb", 2, 35), ("3g.71gb", 3, 71), ("4g.71gb", 4, 71),
-        ("7g.141gb", 7, 141)), nvlink_gbytes_s=900),
-    GpuModel("H100-NVL", (r"\bH100\b.*\bNVL\b",), 94, 400, True, "NVIDIA H100 NVL", 95830, None, 7, _profiles(
-        ("1g.12gb", 1, 12), ("1g.24gb", 1, 24), ("2g.24gb", 2, 24), ("3g.47gb", 3, 47), ("4g.47gb", 4, 47),
-        ("7g.94gb", 7, 94)), nvlink_gbytes_s=600),
-    GpuModel("H100", (r"\bH100\b",), 80, 700, True, "NVIDIA H100 80GB HBM3", 81559, 6.88, 7, _profiles(
-        ("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
-        ("7g.80gb", 7, 80)), nvlink_gbytes_s=900),
-    GpuModel("GB200", (r"\bGB200\b",), 186, 1200, True, "NVIDIA GB200", 189471, None, 7, _profiles(
-        ("1g.23gb", 1, 23), ("1g.47gb", 1, 47), ("2g.47gb", 2, 47), ("3g.93gb", 3, 93), ("4g.93gb", 4, 93),
-        ("7g.186gb", 7, 186)), nvlink_gbytes_s=1800),
-    GpuModel("B200", (r"\bB200\b",), 180, 1000, True, "NVIDIA B200", 183359, None, 7, _profiles(
-        ("1g.23gb", 1, 23), ("1g.45gb", 1, 45), ("2g.45gb", 2, 45), ("3g.90gb", 3, 90), ("4g.90gb", 4, 90),
-        ("7g.180gb", 7, 180)), nvlink_gbytes_s=1800),
-    GpuModel("A100-80GB", (r"\bA100\b.*\b80\s*GB\b", r"\bA100-SXM4-80GB\b", r"\bA100-PCIE-80GB\b"), 80, 400, True,
-             "NVIDIA A100-SXM4-80GB", 81920, 3.43, 7, _profiles(
-                 ("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
-                 ("7g.80gb", 7, 80)), nvlink_gbytes_s=600),
-    GpuModel("A100-40GB", (r"\bA100\b",), 40, 400, True, "NVIDIA A100-SXM4-40GB", 40960, 2.75, 7, _profiles(
-        ("1g.5gb", 1, 5), ("1g.10gb", 1, 10), ("2g.10gb", 2, 10), ("3g.20gb", 3, 20), ("4g.20gb", 4, 20),
-        ("7g.40gb", 7, 40)), nvlink_gbytes_s=600),
-    GpuModel("A30", (r"\bA30\b",), 24, 165, False, "NVIDIA A30", 24576, None, 4, _profiles(
-        ("1g.6gb", 1, 6), ("2g.12gb", 2, 12), ("4g.24gb", 4, 24))),
-    GpuModel("L40S", (r"\bL40S\b",), 48, 350, False, "NVIDIA L40S", 46068, 1.86),
-    GpuModel("L4", (r"\bL4\b",), 24, 72, False, "NVIDIA L4", 23034, 0.80),
-    GpuModel("A10G", (r"\bA10G\b",), 24, 300, False, "NVIDIA A10G", 23028, 1.01),
-    GpuModel("T4", (r"\bT4\b",), 16, 70, False, "Tesla T4", 15360, 0.53),
-    GpuModel("V100", (r"\bV100\b",), 32, 300, True, "Tesla V100-SXM2-32GB", 32768, 3.06, nvlink_gbytes_s=300),
-)
-
-MODELS: dict[str, GpuModel] = {model.name: model for model in CATALOG}
-_PATTERNS: tuple[tuple[re.Pattern[str], GpuModel], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), model) for model in CATALOG for pattern in model.patterns)
 _MIG_PROFILE = re.compile(r"(\d+)g\.(\d+)gb", re.IGNORECASE)  # .match: at the start; .search: anywhere
 DEFAULT_MIG_SLICES = 7  # a profile on a card the catalogue does not know: the common 7-slice geometry
+# the keys of a card's entry, in the file and in a site's [catalogue."NAME"] (the name is the table's)
+ENTRY_KEYS = ("patterns", "memory_gb", "tdp_w", "nvlink", "nvlink_gbytes_s", "driver_name", "mem_mib",
+              "usd_per_gpu_hour", "price_basis", "mig_slices", "mig_profiles")
 
-# USD per GPU-hour, the default rate card.
+
+def profiles_named(names: Iterable[str]) -> tuple[MigProfile, ...]:
+    """MIG profiles from their names ("3g.40gb": 3 compute slices, 40 GB), smallest first; a name that is not of
+    that form raises ValueError."""
+    out = []
+    for name in names:
+        match = _MIG_PROFILE.fullmatch(name.lower())
+        if not match:
+            raise ValueError(f"{name!r} is not a MIG profile name like 1g.10gb")
+        out.append(MigProfile(name.lower(), int(match.group(1)), int(match.group(2))))
+    return tuple(sorted(out, key=lambda p: (p.compute_slices, p.memory_gb)))
+
+
+def model_from_entry(name: str, entry: dict[str, Any], source: str = BUILT_IN) -> GpuModel:
+    """One card from its entry (the file's `[[gpu]]` or a site's table); missing optional keys take their defaults:
+    no NVLink, no MIG, no default rate, the memory as NVML would report it and the first pattern as the driver name."""
+    memory = int(entry["memory_gb"])
+    return GpuModel(
+        name=name, patterns=tuple(entry["patterns"]), memory_gb=memory, tdp_w=entry.get("tdp_w"),
+        nvlink=bool(entry.get("nvlink", False)), driver_name=entry.get("driver_name") or name,
+        mem_mib=int(entry.get("mem_mib") or memory * 1024), usd_per_gpu_hour=entry.get("usd_per_gpu_hour"),
+        mig_slices=int(entry.get("mig_slices", 0)), mig_profiles=profiles_named(entry.get("mig_profiles", ())),
+        nvlink_gbytes_s=entry.get("nvlink_gbytes_s"), price_basis=entry.get("price_basis"), source=source)
+
+
+def _shipped() -> tuple[GpuModel, ...]:
+    data = tomllib.loads(files("gpuledger.collector").joinpath(CATALOGUE_FILE).read_text())
+    return tuple(model_from_entry(entry["name"], {k: v for k, v in entry.items() if k != "name"})
+                 for entry in data["gpu"])
+
+
+# The cards gpuledger ships, in the file's order (the first pattern that matches wins: GB200 before B200, H100 NVL
+# before H100, A100 80GB before A100).
+CATALOG: tuple[GpuModel, ...] = _shipped()
+
+# USD per GPU-hour, the default rate card: the shipped cards' list prices.
 DEFAULT_RATES: dict[str, float] = {m.name: m.usd_per_gpu_hour for m in CATALOG if m.usd_per_gpu_hour is not None}
+
+# The catalogue in force: the site's cards first (so one may override or precede a shipped card), then the shipped
+# ones it does not override. Changed in place by `use_site_models`, so modules that imported them see the change.
+MODELS: dict[str, GpuModel] = {}
+_PATTERNS: list[tuple[re.Pattern[str], GpuModel]] = []
+
+
+def use_site_models(site: Iterable[GpuModel] = ()) -> None:
+    """Put the site's cards in force beside the shipped ones (none: the shipped catalogue alone). Called when a
+    config is loaded, so the collectors of that process name the site's cards as the site does."""
+    site = tuple(site)
+    overridden = {m.name for m in site}
+    in_force = [*site, *(m for m in CATALOG if m.name not in overridden)]
+    MODELS.clear()
+    MODELS.update({m.name: m for m in in_force})
+    _PATTERNS[:] = [(re.compile(pattern, re.IGNORECASE), m) for m in in_force for pattern in m.patterns]
+
+
+def site_models() -> list[GpuModel]:
+    return [m for m in MODELS.values() if m.source == SITE]
+
+
+use_site_models()
 
 
 # A vGPU as a guest's driver names it: "GRID A100-10C", "NVIDIA A100D-20C" (D: the 80 GB card), "GRID T4-4Q": the
@@ -159,14 +189,17 @@ def models_with_profile(profile: str | None) -> list[str]:
     if not match:
         return []
     name = match.group(0).lower()
-    return [m.name for m in CATALOG if any(p.name == name for p in m.mig_profiles)]
+    return [m.name for m in MODELS.values() if any(p.name == name for p in m.mig_profiles)]
 
 
 def model_for_profile(profile: str | None) -> str | None:
-    """The one catalogue model that has a MIG profile of this name (`1g.5gb`: A100-40GB), else None: pages of old
-    exporters name the profile but not the card."""
+    """The catalogue model a MIG profile of this name names, for pages of old exporters that name the profile but
+    not the card: its one owner (`1g.6gb`: A30), else the one owner with a default rate, the common card of a
+    shared geometry (`1g.5gb`: A100-40GB, not the regional A800-40GB; `1g.18gb`: H200, not H200 NVL or GH200), else
+    None (`1g.10gb`: A100-80GB or H100, whose rates differ twofold)."""
     owners = models_with_profile(profile)
-    return owners[0] if len(owners) == 1 else None
+    priced = [o for o in owners if MODELS[o].usd_per_gpu_hour is not None]
+    return owners[0] if len(owners) == 1 else priced[0] if len(priced) == 1 else None
 
 
 def mig_memory_gb(profile: str) -> int | None:
@@ -188,7 +221,7 @@ def memory_gb(model: str) -> int | None:
 def smaller_cards(need_gb: float, than: str) -> list[str]:
     """Whole cards with at least `need_gb` of memory and less than `than` has, smallest memory first."""
     ceiling = memory_gb(than) or 0
-    return [m.name for m in sorted(CATALOG, key=lambda m: (m.memory_gb, m.name))
+    return [m.name for m in sorted(MODELS.values(), key=lambda m: (m.memory_gb, m.name))
             if need_gb <= m.memory_gb < ceiling]
 
 

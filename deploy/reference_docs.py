@@ -1,7 +1,7 @@
-"""The documentation site's reference pages (docs/reference/cli.md, api.md, config.md, metrics.md), generated from
-the code so they cannot drift from it: every command and option from the argument parser, every route from the
-API's OpenAPI document, every settings key with its default and bounds from the config's SETTINGS table, every
-/metrics family from the registries and the gauge tables.
+"""The documentation site's reference pages (docs/reference/cli.md, api.md, config.md, metrics.md, errors.md,
+gpus.md), generated from the code so they cannot drift from it: every command and option from the argument parser,
+every route from the API's OpenAPI document, every settings key with its default and bounds from the config's
+SETTINGS table, every /metrics family from the registries and the gauge tables, every shipped GPU card.
 
     python -m gpuledger.deploy.reference_docs docs/reference     # rewrite them after a change
 
@@ -174,9 +174,28 @@ def errors_reference() -> str:
     return "\n".join(out) + "\n"
 
 
+def gpus_reference() -> str:
+    """Every card the shipped GPU catalogue holds (collector/gpu_catalogue.toml), in matching order."""
+    from gpuledger.collector.gpu_catalog import CATALOG
+    out = [GENERATED, "", "# GPU catalogue", "",
+           "The cards gpuledger ships, in the order their patterns are tried (the first match names a card). A site "
+           "adds or changes a card in its config: [GPU catalogue and new cards](../howto/gpu-catalogue.md). "
+           "Unpriced: no default rate; the card bills once the site names one in `[rates]`.", "",
+           "| Card | Memory GB | MIG profiles | NVLink | TDP W | Default USD/GPU-hour | Driver names matched |",
+           "|---|---|---|---|---|---|---|"]
+    for m in CATALOG:
+        mig = ", ".join(p.name for p in m.mig_profiles) or (f"{m.mig_slices} slices, profiles not listed"
+                                                          if m.mig_slices else "none")
+        link = f"{m.nvlink_gbytes_s:g} GB/s" if m.nvlink_gbytes_s else ("yes" if m.nvlink else "no")
+        rate = f"{m.usd_per_gpu_hour:.2f}" if m.usd_per_gpu_hour is not None else "unpriced"
+        patterns = ", ".join(f"`{p}`" for p in m.patterns)
+        out.append(f"| {m.name} | {m.memory_gb} | {mig} | {link} | {m.tdp_w or ''} | {rate} | {_cell(patterns)} |")
+    return "\n".join(out) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {"cli.md": cli_reference, "api.md": api_reference,
                                        "config.md": config_reference, "metrics.md": metrics_reference,
-                                       "errors.md": errors_reference}
+                                       "errors.md": errors_reference, "gpus.md": gpus_reference}
 
 
 def main(argv: list[str] | None = None) -> int:

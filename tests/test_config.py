@@ -36,6 +36,7 @@ half_life_days = 14
 """)
     config = load_config(path)
     assert config.rates["H100"] == 4.5 and config.rates["RTX 6000 Ada"] == 1.2 and config.rates["L4"] == 0.80
+    assert config.rates["RTX-6000-Ada"] == 1.2  # a rate keyed by the driver's name carries to the card the catalogue names
     assert config.teams["vision"].share == 40 and config.teams["vision"].quota_gpus == 16
     assert config.attributor().team_for(namespace="cv-prod") == "vision"
     assert config.waste.idle_minutes == 60 and config.fairshare.half_life_days == 14

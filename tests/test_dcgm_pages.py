@@ -43,7 +43,7 @@ PAGES = {
     "dcgm-exporter-issue-317-a30-mig.txt":
         Page(2, 6, ("A30",), "yg-data-k8s-gpu-a30-node-test-test0003.mt", 0, 2.0, ("tensor_active", "util_pct")),
     "dcgm-exporter-issue-363-rtxa5000.txt":
-        Page(1, 0, ("NVIDIA RTX A5000",), "k8s-gpu1", 0, 1.0, ("mem_used_mib", "util_pct")),
+        Page(1, 0, ("RTX-A5000",), "k8s-gpu1", 0, 1.0, ("mem_used_mib", "util_pct")),
     # MIG without the card's own series: 3/7 held, 4/7 the card's idle capacity
     "dcgm-exporter-issue-512-h100-mig-pods.txt": Page(1, 3, ("H100",), "gsrh100-074", 2, 1.0, ("util_pct",)),
     "dcgm-exporter-issue-544-h100nvl-mig.txt":  # the profile as pasted, "**1g.11gb**": one slice each, not a GPU
