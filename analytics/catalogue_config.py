@@ -39,7 +39,7 @@ def site_catalogue(section: Any) -> list[GpuModel]:
 def _card(name: str, spec: Any, shipped: GpuModel | None) -> GpuModel:
     where = f'[catalogue."{name}"]'
     try:
-        check_identifier("model_name", name, "[catalogue]")
+        check_identifier("gpu_model", name, "[catalogue]")
     except InputError as exc:
         raise ValueError(str(exc)) from exc
     if not isinstance(spec, Mapping):

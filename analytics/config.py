@@ -70,9 +70,12 @@ class EmailConfig:
     password_env: str | None = None  # and the password
     admins: tuple[str, ...] = ()
     teams: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # a job owner's address, "{user}" standing for the user as the job records name them (`gpuledger notes --send`);
+    # None: no note is mailed to anyone (opt-in)
+    owner_address: str | None = None
 
 
-EMAIL_KEYS = ("host", "port", "starttls", "from", "username_env", "password_env", "admins", "teams")
+EMAIL_KEYS = ("host", "port", "starttls", "from", "username_env", "password_env", "admins", "teams", "owner_address")
 
 
 def _addresses(where: str, value: Any) -> tuple[str, ...]:
@@ -103,7 +106,19 @@ def _email(data: Any) -> EmailConfig | None:
                        username_env=email.get("username_env"), password_env=email.get("password_env"),
                        admins=_addresses("report.email.admins", email.get("admins", [])),
                        teams={_name("team", t, "[report.email.teams]"): _addresses(f"report.email.teams.{t}", a)
-                              for t, a in teams.items()})
+                              for t, a in teams.items()},
+                       owner_address=_owner_address(email.get("owner_address")))
+
+
+def _owner_address(value: Any) -> str | None:
+    """`owner_address`: an address with `{user}` in it, once, where the job's owner goes."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.count("{user}") != 1 or \
+            not re.fullmatch(r"[^@\s]+@[^@\s]+", value.replace("{user}", "u")):
+        raise ConfigError(f"[report.email] owner_address must be an e-mail address with {{user}} in it once (like "
+                          f"\"{{user}}@example.org\"), got {value!r}")
+    return value
 
 
 FAIRSHARE_ALGORITHMS = ("slurm_classic", "slurm_fair_tree", "kai_time_based")

@@ -565,6 +565,18 @@ with tab_jobs:
         else:
             listing["team"] = listing["team"].map(owner_label)
             show_table(listing, JOB_COLUMNS)
+        st.subheader("Users")
+        st.caption(
+            "Per team and user, most costly first: what a team lead reads. Utilisation is over the GPU-hours with a "
+            "reading (coverage); blank: none had one. `gpuledger notes` writes each owner the jobs that wasted GPUs."
+        )
+        users = frame(fetch(BASE, "/v1/users", days=days, end=END))
+        if users.empty:
+            st.info("No job in this window.")
+        else:
+            users["team"] = users["team"].map(owner_label)
+            show_table(users, ("team", "user", "jobs", "gpu_hours", "cost_usd", "mean_util_pct", "util_coverage",
+                               "idle_gpu_hours", "flagged_jobs", "flagged_cost_usd"))
         st.subheader("Efficiency beyond GPU utilisation")
         st.caption(
             "GPU utilisation counts the time any kernel ran; SM activity is the share of the SMs' time spent "

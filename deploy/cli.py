@@ -25,7 +25,7 @@ from gpuledger.collector.apps.targets import APP_SOURCES
 from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
-from gpuledger.deploy import import_parser, jobs_agent, node_admin
+from gpuledger.deploy import import_parser, jobs_agent, node_admin, notes_command
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import DEFAULT_STATUS, FORMATS
@@ -54,7 +54,7 @@ def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
 
 # commands that use a database that exists
 READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif", "capacity", "statement",
-           "export")
+           "export", "notes")
 
 
 def _store_spec(text: str) -> Path | str:
@@ -407,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     node_admin.add_parser(sub)
     jobs_agent.add_parser(sub, _duration, _positive)
+    notes_command.add_parser(sub, _add_admin_access, _instant, _positive)
 
     back = sub.add_parser("backup", help="a consistent snapshot of the whole store into DIR, while serving",
                           description="From a running server (--server URL with an admin --token) or from --db when "
@@ -1498,6 +1499,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "backup": cmd_backup, "restore": cmd_restore, "scrape": cmd_scrape, "statement": cmd_statement,
     "export": cmd_export, "whatif": cmd_whatif, "capacity": cmd_capacity, "node": node_admin.cmd_node,
     "jobs-agent": jobs_agent.cmd_jobs_agent,
+    "notes": lambda args, config: notes_command.cmd_notes(args, config, _open_existing, _server),
 }
 
 

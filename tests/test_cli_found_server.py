@@ -202,6 +202,7 @@ READ_COMMANDS = {  # every read command in the README that can go through a serv
     "capacity": ["capacity", "--weeks", "4"],
     "whatif": ["whatif", "--days", "7"],
     "emit": ["emit", "--target", "kueue", "--out", "{out}"],
+    "notes": ["notes", "--days", "7", "--out", "{out}"],
 }
 
 

@@ -185,7 +185,7 @@ def test_a_site_changes_a_shipped_card_key_by_key():
     ("[catalogue.X1]\npatterns = ['x1']\nmemory_gb = 10\nmig_profiles = ['3g.40gb']", "does not fit"),
     ("[catalogue.X1]\npatterns = ['x1']\nmemory_gb = 10\nmig_profiles = ['big']", "not a MIG profile name"),
     ("[catalogue.X1]\npatterns = ['x1']\nmemory_gb = 10\nspeed = 3", "unknown key"),
-    ('[catalogue."<b>"]\npatterns = [\'x1\']\nmemory_gb = 10', "not a valid GPU model name"),
+    ('[catalogue."<b>"]\npatterns = [\'x1\']\nmemory_gb = 10', "not a valid GPU model"),
     ("[catalogue.X1]\npatterns = ['" + "a" * 201 + "']\nmemory_gb = 10", "each pattern must be"),
 ])
 def test_a_bad_card_is_refused_naming_its_table_and_key(tmp_path, table, message):

@@ -30,7 +30,7 @@ from gpuledger.collector.metrics import exported
 from gpuledger.deploy.api import (admin, allocation, budgets, cost, efficiency, fairness, gpu_health, inference,
                                   ingest, ledger, ops, placement, recommendations, topology, usage, whatif,
                                   workloads)
-from gpuledger.deploy.api import capacity, catalogue, compaction, inventory, job_records, reports, slurm_reads
+from gpuledger.deploy.api import capacity, catalogue, compaction, inventory, job_records, reports, slurm_reads, users
 from gpuledger.analytics.store.deadline import INTERRUPTED
 from gpuledger.deploy.api.read_limits import ReadLimits, answer_interrupted
 from gpuledger.deploy.api.access import Gate, audit_writes, trusted_networks
@@ -90,7 +90,7 @@ def create_app(store: Store, config: Config, ingest_writer: IngestWriter | None 
     app.add_exception_handler(INTERRUPTED, answer_interrupted)  # a read stopped at its deadline: 503
     for area in (admin, ops, ingest, usage, cost, fairness, recommendations, gpu_health, placement, workloads,
                  efficiency, inference, ledger, allocation, budgets, whatif, topology, capacity, inventory,
-                 job_records, slurm_reads, reports, compaction, catalogue):
+                 job_records, slurm_reads, reports, compaction, catalogue, users):
         app.include_router(area.router)
     return app
 
