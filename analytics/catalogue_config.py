@@ -13,7 +13,8 @@ from dataclasses import asdict
 from typing import Any, Mapping
 
 from gpuledger.collector.errors import InputError
-from gpuledger.collector.gpu_catalog import CATALOG, ENTRY_KEYS, MODELS, SITE, GpuModel, model_from_entry, normalize_model
+from gpuledger.collector.gpu_catalog import (CATALOG, ENTRY_KEYS, MODELS, SITE, GpuModel, model_from_entry,
+                                            normalize_model)
 from gpuledger.collector.identifiers import check_identifier
 
 MAX_CARDS = 200  # tables in [catalogue]

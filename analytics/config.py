@@ -509,7 +509,8 @@ def section_keys(section: str) -> tuple[str, ...]:
 
 TEAM_KEYS = ("share", "quota_gpus", "parent", "guarantee", "limit", "namespaces")
 ATTRIBUTION_KEYS = ("namespace_to_team", "user_to_team")
-SECTIONS = ("catalogue", "rates", "rate_cards", "cost_models", "node_pools", "pool_teams", "pool_rates", "profile_rates", "budgets",
+SECTIONS = ("catalogue", "rates", "rate_cards", "cost_models", "node_pools", "pool_teams", "pool_rates", "profile_rates",
+            "budgets",
             "alerts",
             "teams", "attribution", "report", "slo", "apps", "topology", "slurm_gres",
             *SECTION_TYPES)

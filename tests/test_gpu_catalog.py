@@ -27,7 +27,8 @@ from gpuledger.collector.simulator import DEFAULT_NODES
     ("NVIDIA L40S", "L40S"), ("Tesla V100-SXM2-16GB", "V100"), ("NVIDIA RTX A5000", "RTX-A5000"),
     ("NVIDIA TITAN V", "NVIDIA TITAN V"),  # older than three generations: its raw name, unpriced
     # the list: each as its driver names it
-    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA GH200 144G HBM3e", "GH200-144GB"), ("NVIDIA GB300", "GB300"),
+    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA GH200 96GB HBM3", "GH200"), ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
+    ("NVIDIA GB300", "GB300"),
     ("NVIDIA B300 SXM6 AC", "B300"), ("NVIDIA H20", "H20"), ("NVIDIA H100 PCIe", "H100-PCIE"),
     ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA H200 NVL", "H200-NVL"), ("NVIDIA H800", "H800"), ("NVIDIA L40", "L40"),
     ("NVIDIA A40", "A40"), ("NVIDIA A10", "A10"), ("NVIDIA A10G", "A10G"),
