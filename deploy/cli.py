@@ -19,13 +19,19 @@ from gpuledger.analytics.focus_export import FORMATS as FOCUS_FORMATS
 from gpuledger.analytics.records import json_safe
 from gpuledger.analytics.store import Store, StoreError, lake
 from gpuledger.analytics.store.lake import is_lake
-from gpuledger.analytics.windows import as_utc, utc_now
+from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.apps.targets import APP_SOURCES
 from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
 from gpuledger.deploy import import_parser, jobs_agent, node_admin, notes_command
+from gpuledger.deploy.cli_options import DEFAULT_DB, DEMO_DB
+from gpuledger.deploy.cli_options import add_admin_access as _add_admin_access
+from gpuledger.deploy.cli_options import add_common as _add_common
+from gpuledger.deploy.cli_options import duration as _duration
+from gpuledger.deploy.cli_options import instant as _instant
+from gpuledger.deploy.cli_options import positive as _positive
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.policies.emitters import TARGETS
 from gpuledger.policies.exporting import DEFAULT_STATUS, FORMATS
@@ -33,33 +39,12 @@ from gpuledger.policies.exporting import STATUSES as EXPORT_STATUSES
 from gpuledger.policies.placers import POLICIES
 from gpuledger.policies.recommendation import DECISIONS
 
-DEFAULT_DB = Path("gpuledger-data/gpuledger.duckdb")
-DEMO_DB = Path("gpuledger-data/demo.duckdb")
 DEFAULT_REPORTS = Path("gpuledger-data/reports")
-
-
-def _add_common(p: argparse.ArgumentParser, db: Path | None = None) -> None:
-    """--db and --config. Without --db, commands that only read a database take the server's default file, or
-    the demo's when only that one exists (so `gpuledger report` works right after `gpuledger demo`)."""
-    shown = db or DEFAULT_DB
-    p.add_argument("--db", "--store", dest="db", type=_store_spec, default=db, metavar="DB",
-                   help=f"DuckDB file (default: {shown}), or a DuckLake catalog in PostgreSQL, "
-                        "ducklake:postgres:<conninfo> or ducklake:postgres://user@host/db, which several processes "
-                        "can open at once (one writer, any number of --read-only readers)")
-    p.add_argument("--lake-data", metavar="DIR|URL",
-                   help=f"DuckLake only: where a new lake keeps its Parquet files (default {lake.DEFAULT_DATA}); "
-                        "the catalog remembers it, so later commands need not say it")
-    p.add_argument("--config", type=Path, help="TOML config: rates, teams, attribution, thresholds")
 
 
 # commands that use a database that exists
 READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif", "capacity", "statement",
            "export", "notes")
-
-
-def _store_spec(text: str) -> Path | str:
-    """A DuckDB file path, or a DuckLake catalog spec kept as the string it is."""
-    return text if is_lake(text) else Path(text)
 
 
 def _database(args: argparse.Namespace) -> Path | str:
@@ -78,32 +63,6 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free port), got {port}")
     return port
-
-
-def _instant(text: str) -> datetime:
-    try:
-        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 instant: {text!r}") from exc
-
-
-def _duration(text: str) -> timedelta:
-    """`30d`, `12h`, `90m`, `45s`: a span of time."""
-    units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
-    try:
-        value = float(text[:-1])
-        if text[-1:] not in units or value <= 0:
-            raise ValueError(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"a span like 30d, 12h, 90m or 45s, got {text!r}") from exc
-    return timedelta(**{units[text[-1]]: value})
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _add_period(p: argparse.ArgumentParser) -> None:
@@ -406,8 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="as JSON")
 
     node_admin.add_parser(sub)
-    jobs_agent.add_parser(sub, _duration, _positive)
-    notes_command.add_parser(sub, _add_admin_access, _instant, _positive)
+    jobs_agent.add_parser(sub)
+    notes_command.add_parser(sub)
 
     back = sub.add_parser("backup", help="a consistent snapshot of the whole store into DIR, while serving",
                           description="From a running server (--server URL with an admin --token) or from --db when "
@@ -457,17 +416,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 NODE_HELP = ("the node a scraped dcgm-exporter runs on (default: the page's Hostname label when it names a node; "
              "rows of a page that names none go under 'unknown', with a warning)")
-
-
-def _add_admin_access(p: argparse.ArgumentParser, token: str = "an admin") -> None:
-    """Where a command acts: a database file, or a running server (which keeps the file and keeps collecting)."""
-    _add_common(p)
-    p.add_argument("--server", metavar="URL", default=os.environ.get("GPULEDGER_SERVER"),
-                   help=f"a running server to ask instead of opening --db (needs {token} --token; default "
-                        "$GPULEDGER_SERVER)")
-    p.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
-                   help=f"with --server: {token} token (default $GPULEDGER_TOKEN)")
-    p.add_argument("--ca", type=Path, metavar="PEM", help="with an https:// --server: its CA certificate")
 
 
 def _add_source(p: argparse.ArgumentParser, receive_only: bool = False) -> None:

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from datetime import timedelta
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpuledger.collector.errors import GpuledgerError, InputError
 from gpuledger.collector.jobs.slurm_commands import SLURM_READ_PATH, SlurmLifecycle
 from gpuledger.collector.source import SourceError
+from gpuledger.deploy.cli_options import add_server, duration, positive
 from gpuledger.deploy.collect_loop import PollingLoop
 from gpuledger.deploy.lifecycle import wait_for_stop
 from gpuledger.deploy.token_admin import RemoteAdmin
@@ -62,7 +61,7 @@ class SlurmSender(PollingLoop):
     poll = send_once
 
 
-def add_parser(sub: Any, duration: Callable[[str], timedelta], positive: Callable[[str], float]) -> None:
+def add_parser(sub: Any) -> None:
     """The `jobs-agent` command's arguments."""
     p = sub.add_parser("jobs-agent", help="read Slurm's jobs on this host (squeue, sacct, sacctmgr) and send them "
                                           "to a running server, read after read",
@@ -74,11 +73,8 @@ def add_parser(sub: Any, duration: Callable[[str], timedelta], positive: Callabl
                                    "association limits in force. A read the server did not store is sent again "
                                    "with a wider window; nothing is lost while the server is down.")
     p.add_argument("--jobs-from", choices=["slurm"], default="slurm", help="what to read (default slurm)")
-    p.add_argument("--server", metavar="URL", default=os.environ.get("GPULEDGER_SERVER"),
-                   help="the gpuledger server to send to (default $GPULEDGER_SERVER)")
-    p.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
-                   help="an admin token (default $GPULEDGER_TOKEN)")
-    p.add_argument("--ca", type=Path, metavar="PEM", help="with an https:// --server: its CA certificate")
+    add_server(p, "the gpuledger server to send to (default $GPULEDGER_SERVER)",
+               "an admin token (default $GPULEDGER_TOKEN)")
     p.add_argument("--interval", type=positive, default=60.0, help="seconds between reads (default 60)")
     p.add_argument("--since", type=duration, default=timedelta(days=1),
                    help="how far back sacct reads on the first read, e.g. 7d, 12h (default 1d); later reads go "

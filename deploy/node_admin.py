@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from gpuledger.collector.errors import InputError
+from gpuledger.deploy.cli_options import add_server
 from gpuledger.deploy.token_admin import RemoteAdmin
 
 
@@ -24,10 +23,8 @@ def add_parser(sub: Any) -> None:
                                       "NODE` registers a GPU to a node (a GPU that really moved) and bills that "
                                       "node's held rows of it. Through a running --server: `list` with any token "
                                       "that reads, `assign` with an admin token.")
-    node.add_argument("--server", metavar="URL", required=True, help="the running gpuledger server")
-    node.add_argument("--token", default=os.environ.get("GPULEDGER_TOKEN"),
-                      help="a token (an admin's for assign); default $GPULEDGER_TOKEN")
-    node.add_argument("--ca", type=Path, metavar="PEM", help="with an https:// --server: its CA certificate")
+    add_server(node, "the running gpuledger server", "a token (an admin's for assign); default $GPULEDGER_TOKEN",
+               required=True)
     node.add_argument("action", choices=["list", "assign"],
                       help="list the nodes and the GPUs each may report, or assign a GPU to a node")
     node.add_argument("gpu", nargs="?", help="assign: the GPU's UUID (as `node list` shows it)")

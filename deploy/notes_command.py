@@ -24,18 +24,18 @@ from gpuledger.analytics.records import json_safe, rounded
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.identifiers import is_identifier
+from gpuledger.deploy.cli_options import add_admin_access, instant, positive
 
 log = logging.getLogger(__name__)
 ADDRESS = re.compile(r"[^@\s]+@[^@\s]+")
 
 
-def add_parser(sub: Any, add_access: Callable[[argparse.ArgumentParser, str], None],
-               instant: Callable[[str], datetime], positive: Callable[[str], float]) -> None:
+def add_parser(sub: Any) -> None:
     notes = sub.add_parser("notes", help="a note per job owner for the jobs that wasted GPUs (jobstats-style)",
                            description="Each owner's jobs that wasted GPUs in the window (idle, oversized, starved), "
                                        "with the evidence, the dollars where known and what to change; one note per "
                                        "owner and team, never naming another team's job.")
-    add_access(notes, "a reader, admin or team")
+    add_admin_access(notes, "a reader, admin or team")
     notes.add_argument("--days", type=positive, default=7.0, help="the window's length in days (default 7)")
     notes.add_argument("--end", type=instant, metavar="ISO-8601", help="the window's end (default: now)")
     notes.add_argument("--team", help="only this team's owners (a team token: its own)")
