@@ -369,7 +369,13 @@ def _idle_by_job(runs: pd.DataFrame) -> pd.DataFrame:
                "idle_cost_usd"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
-    grouped = runs.fillna({"job_id": "(no job)"}).groupby(["team", "job_id", "node", "gpu_model"], as_index=False).agg(
+    # a job's row names every node and model it idled on (a job of two nodes is one row, not two); stretches of no
+    # job stay one row per node
+    runs = runs.assign(row=runs["job_id"].fillna("(no job) " + runs["node"].astype(str)),
+                       job_id=runs["job_id"].fillna("(no job)"))
+    grouped = runs.groupby(["team", "row"], as_index=False).agg(
+        job_id=("job_id", "first"), node=("node", lambda v: ", ".join(sorted(set(map(str, v))))),
+        gpu_model=("gpu_model", lambda v: ", ".join(sorted(set(map(str, v))))),
         gpus=("gpu_uuid", "nunique"), longest_idle_minutes=("idle_minutes", "max"),
         idle_gpu_hours=("idle_gpu_hours", "sum"), idle_cost_usd=("idle_cost_usd", "sum"))
     return grouped.sort_values("idle_cost_usd", ascending=False)[columns].reset_index(drop=True)
