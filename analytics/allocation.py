@@ -2,7 +2,7 @@
 
 The query follows OpenCost's: `window` (durations such as 30m, 24h, 7d, 2w; today, yesterday, week, month,
 lastweek, lastmonth; or a pair of RFC 3339 instants or Unix seconds), `aggregate` (cluster, node, namespace, pod,
-controller, team, user, job, label:team), `step` (one set per step; default: the whole window), `accumulate`
+controller, team, user, job, label:team, and claim: a Kubernetes DRA ResourceClaim), `step` (one set per step; default: the whole window), `accumulate`
 (one set), `includeIdle` (the `__idle__` allocation), `shareIdle` and `idleByNode` (idle cost shared to who
 allocated the same card, per cluster or per node: analytics/cost_split.py). Each allocation carries OpenCost's
 field names and units (hours, minutes, USD, RFC 3339 times); the CPU, RAM, storage, network and load-balancer
@@ -20,19 +20,21 @@ import pandas as pd
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.cost_split import IDLE_SHARE, USAGE, share_idle
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.dra_claims import JOB_CLAIM
 from gpuledger.analytics.windows import EARLIEST, LATEST, as_utc, utc_now
 from gpuledger.collector.errors import InputError
 from gpuledger.collector.samples import IDLE_CAPACITY
 
 UNALLOCATED = "__unallocated__"  # OpenCost's name for what has no value of the aggregated property
-AGGREGATES = ("cluster", "node", "namespace", "pod", "controller", "team", "user", "job", "label:team")
+AGGREGATES = ("cluster", "node", "namespace", "pod", "controller", "team", "user", "job", "label:team", "claim")
 CLUSTER = "cluster-one"  # OpenCost's default cluster id
 MAX_SETS = 500  # sets in one answer: 500 steps of an hour is three weeks
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(m|h|d|w)$")
 UNITS = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
 # what each aggregate reads of a rollup row (and of its job's record)
 KEYS = {"cluster": f"'{CLUSTER}'", "node": "u.node", "namespace": "j.namespace", "pod": "j.pod",
-        "controller": "j.name", "team": "u.team", "label:team": "u.team", "user": 'u."user"', "job": "u.job_id"}
+        "controller": "j.name", "team": "u.team", "label:team": "u.team", "user": 'u."user"', "job": "u.job_id",
+        "claim": "c.dra_claim"}  # a Kubernetes DRA ResourceClaim (namespace/name) the job's GPUs came through
 ZERO_FIELDS = ("cpuCores", "cpuCoreRequestAverage", "cpuCoreUsageAverage", "cpuCoreHours", "cpuCost",
                "cpuCostAdjustment", "cpuEfficiency", "networkTransferBytes", "networkReceiveBytes", "networkCost",
                "networkCostAdjustment", "loadBalancerCost", "loadBalancerCostAdjustment", "pvBytes", "pvByteHours",
@@ -85,6 +87,9 @@ def parse_window(text: str, now: datetime | None = None) -> tuple[datetime, date
     return start, end
 
 
+CLAIMED = f" LEFT JOIN {JOB_CLAIM} c ON c.job_id = u.job_id"
+
+
 def _lines(store: Store, start: datetime, end: datetime, key: str) -> pd.DataFrame:
     """Per aggregate value (`name`), node, GPU model and rate in [start, end): GPU-hours, used GPU-hours, cost."""
     sql = f"""
@@ -92,7 +97,7 @@ def _lines(store: Store, start: datetime, end: datetime, key: str) -> pd.DataFra
                u.node, u.gpu_model, u.rate_from, u.rate_variant, any_value(u.usd_per_gpu_hour) AS usd_per_gpu_hour,
                sum(u.gpu_hours) AS gpu_hours, sum(u.used_gpu_hours) AS used_gpu_hours,
                sum(u.util_gpu_s) / 3600.0 AS measured_gpu_hours, sum(u.cost_usd) AS cost
-        FROM {PRICED} u LEFT JOIN jobs j ON j.job_id = u.job_id
+        FROM {PRICED} u LEFT JOIN jobs j ON j.job_id = u.job_id{CLAIMED if key == "claim" else ""}
         GROUP BY ALL"""
     return store.query_usage(sql, {"start": start, "end": end, "idle": IDLE_CAPACITY, "unallocated": UNALLOCATED})
 

@@ -73,6 +73,11 @@ def user_table(store, start: datetime, end: datetime, config: Config, team: str 
             .reset_index(drop=True))
 
 
+def _cents(usd: float) -> float:
+    """Dollars to the cent, as a note shows them: its total is the sum of the figures it lists."""
+    return round(usd, 2)
+
+
 def _profiled(row) -> str:
     """The profiling figures a starved finding rests on, in words."""
     parts = [(label, number_or_none(getattr(row, name, None))) for label, name in
@@ -90,17 +95,21 @@ def _findings(job, flagged, config: Config) -> list[dict]:
     if idle_share is not None and coverage and idle_share >= WASTE_FLAG_IDLE_SHARE:
         out.append({"finding": "idle", "evidence": f"{idle_share:.0%} of its {job.measured_gpu_hours:.1f} measured "
                     f"GPU-hours idle (mean utilisation {number_or_none(job.mean_util_pct) or 0:.0f}%)",
-                    "wasted_usd": float(job.cost_usd) * idle_share * coverage, "change": CHANGES["idle"]})
+                    "wasted_usd": _cents(float(job.cost_usd) * idle_share * coverage), "change": CHANGES["idle"]})
     peak, total = number_or_none(job.peak_mem_mib), number_or_none(job.mem_total_mib)
-    if peak is not None and total and peak / total < config.waste.oversized_mem_fraction and \
+    p95 = number_or_none(job.p95_util_pct)
+    if peak is not None and total and p95 is not None and peak / total < config.waste.oversized_mem_fraction and \
             not (idle_share is not None and idle_share >= WASTE_FLAG_IDLE_SHARE):
-        p95 = number_or_none(job.p95_util_pct)
-        fit = smallest_fit(job.gpu_model, peak, p95) if p95 is not None else None
-        out.append({"finding": "oversized",
-                    "evidence": f"peak memory {peak / 1024:.1f} GB of the {job.gpu_model}'s {total / 1024:.0f} GB",
-                    "wasted_usd": float(job.cost_usd) * (1.0 - fit["gpu_fraction"]) if fit and
-                    fit["gpu_fraction"] < 1.0 else None,
-                    "change": f"{CHANGES['oversized']}: {fit['target']} holds it" if fit else CHANGES["oversized"]})
+        # only where a named shape holds both its peak memory and its p95 compute: advice with nothing smaller to
+        # ask for is no advice
+        fit = smallest_fit(job.gpu_model, peak, p95)
+        if fit is not None:
+            out.append({"finding": "oversized",
+                        "evidence": f"peak memory {peak / 1024:.1f} GiB of the card's {total / 1024:.0f} GiB, p95 "
+                                    f"utilisation {p95:.0f}%",
+                        "wasted_usd": _cents(float(job.cost_usd) * (1.0 - fit["gpu_fraction"]))
+                        if fit["gpu_fraction"] < 1.0 else None,
+                        "change": f"{CHANGES['oversized']}: {fit['target']} holds that memory and compute"})
     for flag in (flagged.flags if flagged is not None else []):
         out.append({"finding": flag, "evidence": f"{FINDINGS[flag]} ({_profiled(flagged)})", "wasted_usd": None,
                     "change": CHANGES[flag]})
@@ -134,8 +143,10 @@ def owner_notes(store, start: datetime, end: datetime, config: Config, team: str
                              "cost_usd": float(job.cost_usd), "findings": findings})
         note["gpu_hours"] += float(job.gpu_hours)
         note["cost_usd"] += float(job.cost_usd)
-        note["wasted_usd"] += sum(wasted)
+        note["wasted_usd"] = round(note["wasted_usd"] + sum(wasted), 2)
         note["unpriced_findings"] += len(findings) - len(wasted)
+    for note in notes.values():  # the most wasteful job first
+        note["jobs"].sort(key=lambda j: -sum(f["wasted_usd"] or 0.0 for f in j["findings"]))
     ordered = sorted(notes.values(), key=lambda n: (-n["wasted_usd"], n["team"], n["user"]))
     return {"notes": ordered, "jobs_without_owner": unowned}
 

@@ -18,6 +18,7 @@ import pandas as pd
 from gpuledger.analytics.config import WasteConfig
 from gpuledger.analytics.cost import PRICED
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.dra_claims import claims_by_job
 from gpuledger.analytics.usage import (COMPUTE_NEED_MEANS, NO_UTILISATION, PROFILE_MEANS, RATE, USAGE,
                                       check_idle_threshold, pooled, price_join)
 from gpuledger.collector.gpu_catalog import mig_fraction, mig_profiles, smaller_cards
@@ -249,7 +250,8 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
               limit: int = 500, mem_fraction: float = 0.25, p95: bool = True,
               profiling: bool = True) -> pd.DataFrame:
     """One row per job of [start, end), like Princeton's jobstats: GPUs, model, GPU-hours, cost, mean and p95
-    utilisation, peak memory against the card's, the idle share of its GPU-hours, and a waste flag (idle share at
+    utilisation, peak memory against the card's, the idle share of its GPU-hours, the Kubernetes DRA claims its GPUs
+    came through (`dra_claims`, empty without DRA), and a waste flag (idle share at
     least WASTE_FLAG_IDLE_SHARE, or peak memory under `mem_fraction` of the card). Most costly first.
 
     Utilisation, idle share and the flag's idle part rest on the samples with a utilisation reading only:
@@ -278,6 +280,8 @@ def job_table(store: Store, start: datetime, end: datetime, team: str | None = N
         jobs = with_p95(store, jobs, start, end)
     else:
         jobs = jobs.assign(p95_util_pct=pd.Series(dtype=float))
+    claims = claims_by_job(store, start, end)
+    jobs["dra_claims"] = [claims.get(job, []) for job in jobs["job_id"]]
     small = (jobs["peak_mem_mib"] / jobs["mem_total_mib"]) < mem_fraction
     jobs["waste"] = (jobs["idle_share"].fillna(0) >= WASTE_FLAG_IDLE_SHARE) | small.fillna(False)
     jobs["util_note"] = [util_note(c) for c in jobs["util_coverage"]] if len(jobs) else pd.Series(dtype=object)

@@ -17,6 +17,7 @@ from gpuledger.collector.apps.hami import ContainerUse, GpuUse
 from gpuledger.collector.attribution import Attributor
 from gpuledger.collector.counters import RateTracker
 from gpuledger.collector.dcgm_topology import PageTopology, is_topology_field
+from gpuledger.collector.identifiers import is_identifier
 from gpuledger.collector.gpu_catalog import UNKNOWN_MODEL, mig_share, model_for_profile, normalize_model, vgpu_share
 from gpuledger.collector.metrics import PARSE_ERRORS, SAMPLES_READ, SCRAPE_ERRORS, SCRAPE_SECONDS
 from gpuledger.collector.prom_text import ParseResult, PromTextParser
@@ -126,6 +127,20 @@ def node_of(labels: Any) -> str | None:
             return labels[name]
     value = _hostname_of(labels)
     return value if value and not _NOT_A_NODE.match(value) else None
+
+
+DRA_LABELS = ("dra_claim_namespace", "dra_claim_name", "dra_driver_name", "dra_pool_name", "dra_device_name")
+
+
+def _dra_of(labels: Any) -> dict[str, str | None]:
+    """The ResourceClaim (`namespace/name`) and device (`driver/pool/device`) of dcgm-exporter's DRA labels
+    (its DRA mode, where GPUs are allocated through claims rather than the device plugin): each only when every part
+    is there and the whole is a valid name, so a malformed label loses the claim's name, never the GPU's row."""
+    ns, name, driver, pool, device = (labels.get(k) or None for k in DRA_LABELS)
+    claim = f"{ns}/{name}" if ns and name else None
+    named = f"{driver}/{pool}/{device}" if driver and pool and device else None
+    return {"dra_claim": claim if claim and is_identifier("dra_claim", claim) else None,
+            "dra_device": named if named and is_identifier("dra_device", named) else None}
 
 
 def _pod_of(labels: Any) -> tuple[str | None, str | None]:
@@ -245,6 +260,7 @@ class DcgmPageConverter:
             "job_id": job,
             "team": ((facts and facts.team) or self.attributor.team_for(namespace=namespace)) if allocated else None,
             "source": self.source,
+            **_dra_of(labels),
         }
 
     def _node(self, labels: Any) -> str:

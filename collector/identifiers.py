@@ -63,11 +63,13 @@ IDENTIFIERS: dict[str, IdentifierKind] = {
     "department": IdentifierKind("department name", 63),
     "node_pool": IdentifierKind("node pool name", 63),  # a Kubernetes label value, or a name the config gives
     "source": IdentifierKind("source name", 32),
+    "dra_claim": IdentifierKind("DRA claim (namespace/name)", 317),  # a namespace (63) / a claim's name (253)
+    "dra_device": IdentifierKind("DRA device (driver/pool/device)", 317),
 }
 
 # the sample columns that hold names (collector/samples.py: SAMPLE_SCHEMA), each checked at ingest
 SAMPLE_NAME_COLUMNS = ("node", "gpu_uuid", "gpu_model", "model_name", "mig_profile", "namespace", "pod",
-                       "container", "job_id", "user", "team", "source")
+                       "container", "job_id", "user", "team", "source", "dra_claim", "dra_device")
 
 
 def describe(kind: str) -> str:

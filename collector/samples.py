@@ -59,6 +59,10 @@ SAMPLE_SCHEMA = pa.schema(
         ("user", pa.string()),
         ("team", pa.string()),
         ("source", pa.string()),
+        # Kubernetes Dynamic Resource Allocation: the ResourceClaim the GPU was allocated through ("namespace/name")
+        # and the device it names ("driver/pool/device"), as dcgm-exporter's DRA labels say; null without DRA
+        ("dra_claim", pa.string()),
+        ("dra_device", pa.string()),
         # GPU health, as read at this instant (analytics/store/health.py turns changes into events)
         ("xid", pa.int32()),  # the last XID error the driver reported; 0: none since boot
         ("throttle_reasons", pa.int64()),  # NVML's clocks-event reasons bitmask (gpu_health.THROTTLE_KINDS)
@@ -79,7 +83,7 @@ HEALTH_COLUMNS = ("xid", "throttle_reasons", "ecc_sbe_total", "ecc_dbe_total", "
                   "remapped_rows_uncorr", "row_remap_failed")
 # Columns added after agents were already in the field: a batch from an older agent (or its spool) lacks them, and
 # the store fills them with nulls rather than refusing the batch.
-ADDED_COLUMNS = frozenset({"nvlink_bps", *HEALTH_COLUMNS})
+ADDED_COLUMNS = frozenset({"nvlink_bps", *HEALTH_COLUMNS, "dra_claim", "dra_device"})
 
 
 PROCESS_SCHEMA = pa.schema(

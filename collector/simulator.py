@@ -437,6 +437,7 @@ class ClusterSimulator:
             "row_remap_failed": np.zeros(n_rows, dtype=bool),
         }
         columns["nvlink_bps"] = pa.nulls(n_rows, pa.float64())  # read per direction (nvlink_tx/rx_bps)
+        columns["dra_claim"] = columns["dra_device"] = pa.nulls(n_rows, pa.string())  # the device plugin, not DRA
         arrays = [pa.array(columns[f.name], type=f.type) if not isinstance(columns[f.name], pa.Array)
                   else columns[f.name] for f in SAMPLE_SCHEMA]
         return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)

@@ -45,12 +45,15 @@ DEFAULT_REPORTS = Path("gpuledger-data/reports")
 # commands that use a database that exists
 READERS = ("report", "recommend", "decide", "emit", "compact", "audit", "backup", "whatif", "capacity", "statement",
            "export", "notes")
+# commands that take the demo's file when only that one exists: the readers, and `token`, so that a token made
+# beside the demo is made there (on a fresh install it makes the server's file, as before the first `serve`)
+DEMO_USERS = (*READERS, "token")
 
 
 def _database(args: argparse.Namespace) -> Path | str:
     if args.db is not None:
         return args.db
-    if args.command in READERS and not DEFAULT_DB.exists() and DEMO_DB.exists():
+    if args.command in DEMO_USERS and not DEFAULT_DB.exists() and DEMO_DB.exists():
         return DEMO_DB
     return DEFAULT_DB
 
@@ -192,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "booked into it, and writes it as CSV and HTML (and PDF) into --out. A closed period's "
                     "statement is the stored one and never changes; an open period's figures are a draft "
                     "(--draft).")
-    _add_admin_access(stmt, "a reader's, a team's (its own lines) or")
+    _add_admin_access(stmt, "a reader's, a team's (its own lines) or an admin's")
     _add_period(stmt)
     stmt.add_argument("--team", help="only this team's lines and adjustments (the total is then the team's)")
     stmt.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help=f"output folder (default {DEFAULT_REPORTS})")
@@ -203,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Closes every period whose grace has passed, then writes --period's statement as FOCUS rows "
                     "(FinOps Open Cost and Usage Specification 1.2, plus the 1.0 column names its validator "
                     "checks): one row per statement line and per adjustment, amounts in the statement's cents.")
-    _add_admin_access(export, "a reader's, a team's (its own lines) or")
+    _add_admin_access(export, "a reader's, a team's (its own lines) or an admin's")
     export.add_argument("what", choices=["focus"], help="the format: focus")
     _add_period(export)
     export.add_argument("--out", type=Path, required=True, help="the file to write")
@@ -536,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dashboard":
             return cmd_dashboard(args)
         _find_server(args)
+        _server_config_note(args)
         return COMMANDS[args.command](args, load_config(getattr(args, "config", None)))
     except GpuledgerError as exc:
         print(f"gpuledger {args.command}: error: {exc}", file=sys.stderr)
@@ -557,6 +561,14 @@ def _find_server(args: argparse.Namespace) -> None:
     args.server = found["url"]
     print(f"gpuledger {args.command}: {args.db} is held by the server at {args.server} (process {found['pid']}): "
           "asking it (pass --server to ask another; stop the server to use the file)", file=sys.stderr)
+
+
+def _server_config_note(args: argparse.Namespace) -> None:
+    """A --config given to a command a server answers: the server prices and judges with its own config, so say
+    that this file's rates and thresholds are not what the answer rests on."""
+    if getattr(args, "server", None) and getattr(args, "config", None) and args.command in READERS:
+        print(f"gpuledger {args.command}: --config {args.config} is read for this command's own options only; the "
+              f"server at {args.server} answers with the config it was started with", file=sys.stderr)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -251,6 +251,33 @@ def test_every_read_command_through_the_server_keeps_each_roles_view(tmp_path):
     assert results["team", "report"][0].returncode == 0
 
 
+def test_a_token_made_beside_the_demo_is_made_in_the_demos_file(tmp_path):
+    """Only the demo's file exists: `token create` makes the token there (as every reader takes that file), not in
+    a new empty server file that later commands would then read instead of the demo."""
+    from gpuledger.analytics.store.access import list_tokens
+    demo = tmp_path / "gpuledger-data" / "demo.duckdb"
+    demo.parent.mkdir()
+    _last_week_store(demo)
+    made = subprocess.run([GPULEDGER, "token", "create", "--role", "reader", "--name", "finance"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=NO_SERVER_ENV)
+    assert made.returncode == 0, made.stderr
+    assert not (tmp_path / "gpuledger-data" / "gpuledger.duckdb").exists()
+    with Store(demo) as store:
+        assert list(list_tokens(store)["name"]) == ["finance"]
+
+
+def test_a_config_given_to_a_command_the_server_answers_is_said_to_be_unused(tmp_path):
+    db = tmp_path / "noted.duckdb"
+    _last_week_store(db)
+    site = tmp_path / "rates.toml"
+    site.write_text('[rates]\nH100 = 100.0\n')
+    with _serving_with_roles(db) as (url, _, reader):
+        done = _run("statement", "--period", f"{utc_now():%Y-%m}", "--draft", "--out", str(tmp_path / "s"),
+                    "--config", str(site), "--server", url, "--token", reader)
+    assert done.returncode == 0, done.stderr
+    assert "answers with the config it was started with" in done.stderr
+
+
 def test_a_pdf_asked_for_without_the_pdf_extra_is_an_error_naming_it(tmp_path):
     """An install without playwright (shadowed here by a package that cannot be imported, as when the [pdf] extra
     is not installed): `report --pdf` and `statement --pdf` exit 2 naming the extra, not 0 with a warning."""

@@ -79,6 +79,9 @@ def test_each_owner_gets_a_note_per_team_naming_only_that_teams_jobs(store_and_w
     assert [f["finding"] for f in small] == ["oversized"] and "H100 MIG 1g.10gb" in small[0]["change"]
     assert small[0]["wasted_usd"] == pytest.approx(2 * H100_RATE * 6 / 7, abs=0.01)  # a seventh would do
     assert owner_notes(store, start, end, Config(), user="bob")["notes"][0]["user"] == "bob"
+    for note in found["notes"]:  # a note's total is the sum of the cents it lists
+        listed = [f["wasted_usd"] for j in note["jobs"] for f in j["findings"] if f["wasted_usd"] is not None]
+        assert note["wasted_usd"] == round(sum(listed), 2) and all(x == round(x, 2) for x in listed)
 
 
 def test_a_team_token_reads_its_own_teams_users_and_notes_only(store_and_window):

@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuledger.analytics.store import access, deadline, health, lake, rollups
+from gpuledger.analytics.store import access, deadline, dra_claims, health, lake, rollups
 from gpuledger.analytics.store import topology as topology_tables
 from gpuledger.analytics.store import alerts as alert_tables
 from gpuledger.analytics.store import gpu_inventory
@@ -197,8 +197,8 @@ class Store:
                 tables = {row[0] for row in self._con.execute(
                     f"SELECT table_name FROM information_schema.tables WHERE {here}").fetchall()}
                 self._con.execute("BEGIN TRANSACTION")
-                for statement in (table_migrations(tables) + DDL + rollups.DDL + health.DDL + access.DDL
-                                  + alert_tables.DDL + topology_tables.DDL + gpu_inventory.DDL):
+                for statement in (table_migrations(tables) + DDL + rollups.DDL + health.DDL + dra_claims.DDL
+                                  + access.DDL + alert_tables.DDL + topology_tables.DDL + gpu_inventory.DDL):
                     self._con.execute(without_keys(statement) if self.lake else statement)
                 self._con.execute("COMMIT")
                 columns = {row[0] for row in self._con.execute(
@@ -473,6 +473,9 @@ class Store:
             events = {"lo": lo, "hi": min(hi + timedelta(minutes=health.LOOKBACK_MIN), mwm), "node": node}
             cur.execute(health.DROP, events)
             cur.execute(health.FOLD, events)
+            claims = {**dra_claims.hours(lo, hi, mwm), "node": node}
+            cur.execute(dra_claims.DROP, claims)
+            cur.execute(dra_claims.FOLD, claims)
             if lo < hwm:
                 hours = {"lo": floor_hour(lo), "hi": min(floor_hour(hi - timedelta(microseconds=1))
                                                          + timedelta(hours=1), hwm), "node": node}
@@ -507,6 +510,9 @@ class Store:
                 cur.execute(rollups.FOLD_MINUTES, {"lo": start, "hi": stop, "node": None,
                                                    "idle_pct": state["idle_pct"]})
                 cur.execute(health.FOLD, {"lo": start, "hi": stop, "node": None})
+                claims = {**dra_claims.hours(start, stop, stop), "node": None}
+                cur.execute(dra_claims.DROP, claims)
+                cur.execute(dra_claims.FOLD, claims)
                 hour_from = state["hwm"] if state["hwm"] != NEG_INF else floor_hour(start)
                 hour_to = floor_hour(stop)
                 if hour_to > hour_from:
@@ -601,6 +607,7 @@ class Store:
                 cur.execute("DELETE FROM usage_minute WHERE bucket >= ?", [lo])
                 cur.execute("DELETE FROM usage_hour WHERE bucket >= ?", [lo])
                 cur.execute("DELETE FROM health_events WHERE ts >= ?", [lo])
+                cur.execute("DELETE FROM dra_claim_hours WHERE bucket >= ?", [lo])
                 cur.execute("UPDATE rollup_state SET minute_wm = $lo, hour_wm = CASE WHEN hour_wm IS NULL THEN NULL "
                             "ELSE least(hour_wm, $lo) END", {"lo": lo})
         return self.fold()

@@ -732,6 +732,8 @@ class JobRow(BaseModel):
     util_note: str | None = Field(None, description="'no utilisation data' when none of its GPU-hours had a reading, "
                                                     "how much was measured when part of them had; null: all were")
     waste: bool = Field(description="idle share at least 0.5, or peak memory under the oversized threshold")
+    dra_claims: list[str] = Field(default_factory=list, description="the Kubernetes DRA ResourceClaims "
+                                  "(namespace/name) its GPUs came through in the window; empty without DRA")
     sm_active: float | None = Field(None, description="SM active: " + PROFILE_FIELD_HELP)
     sm_occupancy: float | None = Field(None, description="SM occupancy: " + PROFILE_FIELD_HELP)
     tensor_active: float | None = Field(None, description="tensor pipes active: " + PROFILE_FIELD_HELP)
