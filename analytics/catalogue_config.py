@@ -7,6 +7,7 @@ gives it a name, memory, MIG geometry and NVLink for the advice, and optionally 
 """
 from __future__ import annotations
 
+import logging
 import math
 import re
 from dataclasses import asdict
@@ -17,6 +18,7 @@ from gpuledger.collector.gpu_catalog import (CATALOG, ENTRY_KEYS, MODELS, SITE, 
                                             normalize_model)
 from gpuledger.collector.identifiers import check_identifier
 
+log = logging.getLogger(__name__)
 MAX_CARDS = 200  # tables in [catalogue]
 MAX_PATTERNS = 10  # patterns per card
 MAX_PATTERN_CHARS = 200
@@ -63,6 +65,11 @@ def _card(name: str, spec: Any, shipped: GpuModel | None) -> GpuModel:
         if profile.compute_slices > card.mig_slices or profile.memory_gb > card.memory_gb:
             raise ValueError(f"{where} MIG profile {profile.name} does not fit a card of {card.mig_slices} "
                              f"compute slices and {card.memory_gb} GB (set mig_slices)")
+    taken = [m.name for m in CATALOG if m.name != name and any(
+        re.search(p, m.driver_name, re.IGNORECASE) for p in card.patterns)]
+    if taken:  # a site card is tried first: a broad pattern takes these cards' GPUs (and their rates) away
+        log.warning("%s: its patterns also match the driver names of %s, whose GPUs will be named %s", where,
+                    ", ".join(taken), name)
     return card
 
 

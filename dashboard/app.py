@@ -576,7 +576,8 @@ with tab_jobs:
         else:
             users["team"] = users["team"].map(owner_label)
             show_table(users, ("team", "user", "jobs", "gpu_hours", "cost_usd", "mean_util_pct", "util_coverage",
-                               "idle_gpu_hours", "flagged_jobs", "flagged_cost_usd"))
+                               "idle_gpu_hours", "flagged_jobs", "flagged_cost_usd"), **dollars(users),
+                       util_coverage=st.column_config.NumberColumn("measured", format="percent"))
         st.subheader("Efficiency beyond GPU utilisation")
         st.caption(
             "GPU utilisation counts the time any kernel ran; SM activity is the share of the SMs' time spent "

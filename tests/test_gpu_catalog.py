@@ -198,3 +198,16 @@ def test_a_bad_card_is_refused_naming_its_table_and_key(tmp_path, table, message
             load_config(path)
     finally:
         load_config(None)
+
+
+def test_a_site_pattern_that_takes_shipped_cards_is_said(tmp_path, caplog):
+    from gpuledger.analytics.config import load_config
+    path = tmp_path / "broad.toml"
+    path.write_text("[catalogue.ANY]\npatterns = ['.*']\nmemory_gb = 16\n")
+    try:
+        with caplog.at_level("WARNING"):
+            load_config(path)
+        assert normalize_model("NVIDIA H100 80GB HBM3") == "ANY"  # what the site asked for, and said
+        assert "H100" in caplog.text and "will be named ANY" in caplog.text
+    finally:
+        load_config(None)
