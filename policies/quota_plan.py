@@ -22,6 +22,7 @@ import pandas as pd
 from gpuledger.analytics.config import Config, is_namespace
 from gpuledger.analytics.plan_inputs import gres_types, job_shapes, mig_profiles, team_namespaces
 from gpuledger.analytics.store import Store
+from gpuledger.analytics.store.dra_claims import dra_drivers
 from gpuledger.analytics.usage import capacity_by_model, hourly_demand
 from gpuledger.analytics.windows import utc_now
 from gpuledger.collector.errors import InputError
@@ -70,6 +71,9 @@ class QuotaPlan:
     namespace_basis: dict[str, str] = field(default_factory=dict)
     mig: dict[str, dict[str, int]] = field(default_factory=dict)
     gres: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # the Kubernetes DRA drivers whose devices the window's jobs claimed (a site that allocates GPUs through
+    # ResourceClaims): the Kueue plan maps their device classes to the GPU quota
+    dra_drivers: tuple[str, ...] = ()
 
     def limit_of(self, team: TeamPlan, model: str) -> float:
         """The team's limit for a model: as planned, else the model's capacity (borrow any idle GPU)."""
@@ -196,6 +200,7 @@ def applicable_plan(store: Store, config: Config, statuses: tuple[str, ...] = (A
     for row in mig_profiles(store, at).itertuples(index=False):
         plan.mig.setdefault(row.gpu_model, {})[row.mig_profile] = int(row.instances)
     plan.gres = site_gres(store, config, plan, at)
+    plan.dra_drivers = tuple(dra_drivers(store, start, at))
     shapes = job_shapes(store, start, at)
     keep_shapes(plan, shapes)
     problems = fill_stranded(plan, fill)

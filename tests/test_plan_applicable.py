@@ -67,7 +67,29 @@ def test_the_kueue_plan_queues_each_namespace_and_carries_the_configuration_it_n
     fragment = configuration_in(text)
     assert fragment["kind"] == "Configuration" and fragment["apiVersion"].startswith("config.kueue.x-k8s.io/")
     assert {"cpu", "memory"} <= set(fragment["resources"]["excludeResourcePrefixes"])
+    assert "deviceClassMappings" not in fragment["resources"]  # no job claimed a GPU through DRA
     assert "No accepted advice: these are the quotas in force" in text and f"made {AT:%Y-%m-%d %H:%M:%S} UTC" in text
+
+
+def test_a_site_that_claims_gpus_through_dra_gets_its_device_class_counted_as_gpus(file_store):
+    """Issue 44 item 1: where the window's jobs claimed GPUs through DRA (dcgm-exporter's DRA labels), the Kueue
+    plan's Configuration maps the driver's whole-GPU DeviceClass onto `nvidia.com/gpu`, so claims count against the
+    same quotas, says so in its header, and every object stays valid against Kueue's CRDs."""
+    from tests.crds import assert_valid
+    store = file_store
+    store.upsert_teams(pd.DataFrame({"team": ["a"], "share": [1.0], "quota_gpus": [2]}))
+    store.set_team_quotas(pd.DataFrame({"team": ["a"], "gpu_model": ["H100"], "guarantee_gpus": [2.0],
+                                        "limit_gpus": [2.0]}))
+    rows = [gpu_rows("h", g, "H100", 330, start=T0, util=90.0, job=f"a/pod{g}", team="a", namespace="a",
+                     dra_claim=f"a/claim-{g}", dra_device=f"gpu.nvidia.com/h/gpu-{g}") for g in range(2)]
+    store.append_samples(table(*rows))
+    store.fold()
+    text = export(store, CONFIG, "kueue", at=AT).native
+    fragment = configuration_in(text)
+    assert fragment["resources"]["deviceClassMappings"] == [{"name": "nvidia.com/gpu",
+                                                             "deviceClassNames": ["gpu.nvidia.com"]}]
+    assert "DRA: the window's jobs claimed GPUs through DRA" in text
+    assert_valid(_objects(text))
 
 
 def test_no_gpu_is_left_under_no_guarantee_and_the_header_says_what_was_added(site):

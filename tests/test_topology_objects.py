@@ -15,7 +15,8 @@ from gpuledger.collector.errors import InputError
 from gpuledger.policies.emitters import emitter_for
 from gpuledger.policies.emitters.topology import API_VERSIONS, podset_annotations, topology_objects
 from gpuledger.policies.exporting import export
-from tests.test_emitters import OWN_CRDS, OWN_SCHEMAS, PLAN, assert_valid, by_name
+from tests.crds import OWN_CRDS, OWN_SCHEMAS, assert_valid
+from tests.test_emitters import PLAN, by_name
 
 ON = TopologyConfig(scheduler_objects=True)
 RACKED = TopologyConfig(levels=("example.com/rack", "nvidia.com/gpu.clique", "kubernetes.io/hostname"),

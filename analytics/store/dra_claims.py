@@ -48,3 +48,11 @@ def claims_by_job(store, start: datetime, end: datetime) -> dict[str, list[str]]
 # is named by all of them, comma-separated
 JOB_CLAIM = """(SELECT job_id, string_agg(DISTINCT dra_claim, ',' ORDER BY dra_claim) AS dra_claim
                FROM dra_claim_hours WHERE job_id IS NOT NULL GROUP BY job_id)"""
+
+
+def dra_drivers(store, start: datetime, end: datetime) -> list[str]:
+    """The DRA drivers whose devices jobs claimed in [start, end) (the first part of `dra_device`), sorted."""
+    found = store.query("""SELECT DISTINCT split_part(dra_device, '/', 1) AS driver FROM dra_claim_hours
+                           WHERE bucket >= date_trunc('hour', $start) AND bucket < $end AND dra_device IS NOT NULL
+                           ORDER BY 1""", {"start": start, "end": end})
+    return [d for d in found["driver"] if d]

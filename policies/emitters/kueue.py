@@ -49,6 +49,8 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 EXCLUDED_PREFIXES = ("cpu", "memory", "ephemeral-storage", "hugepages-")
 MIG_RESOURCE = "nvidia.com/mig-"  # the device plugin's mixed strategy: one resource per MIG profile
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")  # the name after a resource's prefix
+# a DeviceClass name: a DNS label, optionally after a DNS subdomain and a slash (Kueue's rule for deviceClassNames)
+_DEVICE_CLASS = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 CONFIG_BEGIN = "--- Kueue Configuration (config.kueue.x-k8s.io) ---"
 CONFIG_END = "--- end of the Kueue Configuration ---"
 
@@ -161,13 +163,25 @@ def mig_transformations(plan: QuotaPlan) -> tuple[list[dict[str, Any]], list[str
     return out, skipped
 
 
+def dra_device_classes(plan: QuotaPlan) -> list[str]:
+    """The DeviceClasses whose whole-GPU claims count against the GPU quota, for a site that allocates GPUs through
+    DRA: per driver seen, the class named like it (NVIDIA's DRA driver names its whole-GPU class after itself,
+    `gpu.nvidia.com`; MIG devices come through `mig.nvidia.com`, which is not a whole GPU and is left out)."""
+    return [d for d in plan.dra_drivers if _DEVICE_CLASS.fullmatch(d)][:8]  # Kueue takes at most 8 per mapping
+
+
 def kueue_configuration(plan: QuotaPlan) -> dict[str, Any]:
-    """The part of Kueue's Configuration the plan needs: only GPUs accounted (`excludeResourcePrefixes`), and MIG
-    slices counted as GPUs (`transformations`) where the plan's models have MIG instances."""
+    """The part of Kueue's Configuration the plan needs: only GPUs accounted (`excludeResourcePrefixes`), MIG
+    slices counted as GPUs (`transformations`) where the plan's models have MIG instances, and DRA claims of whole
+    GPUs counted as `nvidia.com/gpu` (`deviceClassMappings`) where the window's jobs claimed GPUs through DRA, so the
+    ClusterQueues' GPU quotas hold for both ways of asking for a GPU."""
     resources: dict[str, Any] = {"excludeResourcePrefixes": list(EXCLUDED_PREFIXES)}
     transformations, _ = mig_transformations(plan)
     if transformations:
         resources["transformations"] = transformations
+    classes = dra_device_classes(plan)
+    if classes:
+        resources["deviceClassMappings"] = [{"name": GPU_RESOURCE, "deviceClassNames": classes}]
     return {"apiVersion": CONFIG_API_VERSION, "kind": "Configuration", "resources": resources}
 
 
@@ -193,6 +207,11 @@ def _header(plan: QuotaPlan) -> list[str]:
     if plan.mig:
         lines.append("MIG slices (the device plugin's mixed strategy, nvidia.com/mig-<profile>) count as their "
                      "share of an nvidia.com/gpu.")
+    if dra_device_classes(plan):
+        lines.append(f"DRA: the window's jobs claimed GPUs through DRA (drivers {', '.join(plan.dra_drivers)}); "
+                     f"deviceClassMappings count each device of DeviceClass {', '.join(dra_device_classes(plan))} "
+                     f"as one nvidia.com/gpu against the same quotas. Kueue needs its DynamicResourceAllocation "
+                     f"feature gate for that; MIG devices claimed through mig.nvidia.com are not mapped.")
     lines += [CONFIG_BEGIN, *fragment, CONFIG_END]
     lines += [f"Not covered: {s}: a pod that requests it is not admitted." for s in skipped]
     lines.append(f"LocalQueues: one named like the team in each namespace it submits from (a job sets the label "
