@@ -247,10 +247,11 @@ def backfill(store: "Store", start: datetime, end: datetime, step: timedelta = t
 
 def holders(store: "Store", at: datetime, stale: timedelta = timedelta(hours=2)) -> pd.DataFrame:
     """Who holds what in the samples standing for `at`: one row per GPU and job (a free GPU: a row with no job),
-    with the part of the GPU held."""
+    with the part of the GPU held and the DRA claim it is held through (null without DRA)."""
     return store.query(_LIVE + """
         SELECT node, gpu_uuid, coalesce(any_value(gpu_model), $unknown) AS gpu_model, job_id, any_value(team) AS team,
-               sum(share_of(gpu_fraction)) AS fraction, bool_or(allocated) AS allocated
+               sum(share_of(gpu_fraction)) AS fraction, bool_or(allocated) AS allocated,
+               any_value(dra_claim) AS dra_claim
         FROM live WHERE k = 1
         GROUP BY node, gpu_uuid, job_id ORDER BY node, gpu_uuid""",
         {"at": at, "since": at - stale, "unknown": UNKNOWN_MODEL})

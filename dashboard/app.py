@@ -1449,6 +1449,7 @@ with tab_nodes:
                 job_id=st.column_config.TextColumn("held by", help=f"{BLANK}: free, no job holds it"),
                 gpu_uuid="GPU",
                 fraction=st.column_config.NumberColumn("share held", format="%.2f", help="1: the whole GPU"),
+                dra_claim=st.column_config.TextColumn("DRA claim", help=f"{BLANK}: held without a DRA claim"),
             )
         points = frame(gpu_view["series"], ("bucket",))
         if not points.empty:

@@ -73,12 +73,17 @@ def test_a_gpu_claimed_by_two_pods_is_billed_once_and_each_bill_names_the_claim(
         costs = client.get("/v1/costs", params={"days": 1}).json()
         claims = client.get("/allocation", params={"window": "1d", "aggregate": "claim"}).json()["data"][0]
         pods = client.get("/allocation", params={"window": "1d", "aggregate": "pod"}).json()["data"][0]
+        held = client.get("/v1/gpus", params={"days": 1}).json()["holders"]
     assert jobs["gpu-test3/pod1"]["dra_claims"] == jobs["gpu-test3/pod2"]["dra_claims"] == ["gpu-test3/single-gpu"]
     assert jobs["gpu-test3/pod3"]["dra_claims"] == ["gpu-test3/train-claim"]
     # half an hour of each GPU: GPU 0 split between its two pods, once
     assert jobs["gpu-test3/pod1"]["gpu_hours"] + jobs["gpu-test3/pod2"]["gpu_hours"] == pytest.approx(0.5)
     assert jobs["gpu-test3/pod3"]["gpu_hours"] == pytest.approx(0.5)
     assert set(claims) == {"gpu-test3/single-gpu", "gpu-test3/train-claim"}
+    # the Nodes page's inventory: each GPU's holders with the claim they hold it through
+    assert {(h["gpu_uuid"], h["job_id"], h["dra_claim"]) for h in held} == {
+        (GPU0, "gpu-test3/pod1", "gpu-test3/single-gpu"), (GPU0, "gpu-test3/pod2", "gpu-test3/single-gpu"),
+        (GPU1, "gpu-test3/pod3", "gpu-test3/train-claim")}
     assert claims["gpu-test3/single-gpu"]["gpuHours"] == pytest.approx(0.5)
     assert claims["gpu-test3/single-gpu"]["properties"]["claim"] == "gpu-test3/single-gpu"
     total = sum(a["totalCost"] for a in claims.values())

@@ -759,6 +759,8 @@ class GpuHolder(BaseModel):
     job_id: str | None = Field(description="the job holding (part of) the GPU now; null: free")
     team: str | None = Field(description="the holding job's team; null: free")
     fraction: float = Field(description="the part of the GPU this row stands for")
+    dra_claim: str | None = Field(None, description="the Kubernetes DRA ResourceClaim (namespace/name) it is held "
+                                                    "through; null: no DRA claim")
 
 
 class GpuPoint(BaseModel):

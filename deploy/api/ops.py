@@ -113,5 +113,6 @@ def gpus(caller: ReadCaller, store: StoreDep, days: float = Days, end: datetime 
     series = len(held) if held is not None else 1
     if buckets_in(days, bucket_minutes) * series > MAX_GPU_POINTS:
         bucket_minutes = min(1440, fitting_bucket(days, series, MAX_GPU_POINTS))
-    return {"at": json_safe(latest), "holders": caller.redact(records(held)) if held is not None else [],
+    shown = caller.redact(records(held), ("team", "job_id", "dra_claim")) if held is not None else []
+    return {"at": json_safe(latest), "holders": shown,
             "bucket_minutes": bucket_minutes, "series": records(gpu_series(store, start, stop, bucket_minutes))}
