@@ -55,7 +55,7 @@ def _card(name: str, spec: Any, shipped: GpuModel | None) -> GpuModel:
     missing = [k for k in ("patterns", "memory_gb") if k not in entry]
     if missing:
         raise ValueError(f"{where} a card gpuledger does not ship needs {' and '.join(missing)} (patterns: the "
-                         f"driver's names it matches, e.g. ['\\\\bRTX PRO 6000\\\\b'])")
+                         f"driver's names it matches, e.g. ['\\bRTX PRO 6000\\b'])")
     _check(where, entry)
     try:
         card = model_from_entry(name, entry, SITE)

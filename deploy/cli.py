@@ -25,7 +25,7 @@ from gpuledger.collector.apps.targets import APP_SOURCES
 from gpuledger.collector.jobs import JOB_FORMATS, JOB_SOURCES, QUEUE_FORMATS
 from gpuledger.collector.source import Source
 from gpuledger.collector.traces import TRACE_NAMES
-from gpuledger.deploy import import_parser, jobs_agent, node_admin, notes_command
+from gpuledger.deploy import config_command, import_parser, jobs_agent, node_admin, notes_command
 from gpuledger.deploy.cli_options import DEFAULT_DB, DEMO_DB
 from gpuledger.deploy.cli_options import add_admin_access as _add_admin_access
 from gpuledger.deploy.cli_options import add_common as _add_common
@@ -370,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     node_admin.add_parser(sub)
     jobs_agent.add_parser(sub)
     notes_command.add_parser(sub)
+    config_command.add_parser(sub)
 
     back = sub.add_parser("backup", help="a consistent snapshot of the whole store into DIR, while serving",
                           description="From a running server (--server URL with an admin --token) or from --db when "
@@ -1460,6 +1461,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "export": cmd_export, "whatif": cmd_whatif, "capacity": cmd_capacity, "node": node_admin.cmd_node,
     "jobs-agent": jobs_agent.cmd_jobs_agent,
     "notes": lambda args, config: notes_command.cmd_notes(args, config, _open_existing, _server),
+    "config": config_command.cmd_config,
 }
 
 

@@ -198,3 +198,21 @@ def test_the_shipped_example_topology_loads_when_uncommented(tmp_path):
     path.write_text("\n".join(line.removeprefix("# ") for line in block.splitlines()) + "\n")
     topology = load_config(path).topology
     assert topology.scheduler_objects and topology.level_label("rack") == topology.rack_label == "example.com/rack"
+
+
+def test_gpuledger_config_checks_a_file_without_opening_a_database(tmp_path):
+    """`gpuledger config FILE`: exit 0 and what it sets, or exit 2 naming the section and key, and no database."""
+    import subprocess
+
+    from tests.procs import GPULEDGER
+    example = Path(__file__).resolve().parents[1] / "deploy" / "gpuledger.example.toml"
+    good = subprocess.run([GPULEDGER, "config", str(example)], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert "valid" in good.stdout and "teams: 2 (nlp, vision)" in good.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[catalogue.X1]\nmemory_gb = 4\n")
+    refused = subprocess.run([GPULEDGER, "config", str(bad)], capture_output=True, text=True, timeout=60,
+                             cwd=tmp_path)
+    assert refused.returncode == 2 and '[catalogue."X1"]' in refused.stderr and "Traceback" not in refused.stderr
+    assert not any(tmp_path.rglob("*.duckdb"))
