@@ -251,6 +251,8 @@ READABLE = {
     "idle_cost_usd": st.column_config.NumberColumn("idle cost", format="$%.2f"),
     "usd_per_gpu_hour": st.column_config.NumberColumn("rate ($/GPU-h)", format="$%.2f"),
     "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f"),
+    "dra_claims": st.column_config.TextColumn("DRA claims", help="the Kubernetes ResourceClaims its GPUs came "
+                                              "through; blank: none (the device plugin)"),
     "used_gpu_hours": st.column_config.NumberColumn("used GPU-hours", format="%.1f"),
     "idle_gpu_hours": st.column_config.NumberColumn("idle GPU-hours", format="%.1f"),
     "unpriced_gpu_hours": st.column_config.NumberColumn("unpriced GPU-hours", format="%.1f"),
@@ -308,6 +310,7 @@ JOB_COLUMNS = (
     "mem_total_mib",
     "user",
     "mig_profile",
+    "dra_claims",
     "first_ts",
     "last_ts",
 )

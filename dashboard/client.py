@@ -217,6 +217,8 @@ def frame(rows: list[dict[str, Any]], time_columns: tuple[str, ...] = ()) -> pd.
     for column in time_columns:
         if column in df:
             df[column] = pd.to_datetime(df[column], utc=True, format="ISO8601")
+    if "dra_claims" in df:  # a job's DRA claims, as text a table cell shows (blank: none)
+        df["dra_claims"] = df["dra_claims"].map(lambda c: ", ".join(c) if isinstance(c, list) and c else None)
     return df
 
 
