@@ -219,10 +219,13 @@ def memory_gb(model: str) -> int | None:
 
 
 def smaller_cards(need_gb: float, than: str) -> list[str]:
-    """Whole cards with at least `need_gb` of memory and less than `than` has, smallest memory first."""
+    """Whole cards with at least `need_gb` of memory and less than `than` has, smallest memory first: among the
+    cards with a list price only (the catalogue's default rate, or a site card's `usd_per_gpu_hour`), since advice
+    to move to a card is worth its saving, and a card without a price has none to show (nor is a workstation card
+    the catalogue lists for naming what a site runs a place to move a data-center job to)."""
     ceiling = memory_gb(than) or 0
     return [m.name for m in sorted(MODELS.values(), key=lambda m: (m.memory_gb, m.name))
-            if need_gb <= m.memory_gb < ceiling]
+            if need_gb <= m.memory_gb < ceiling and m.usd_per_gpu_hour is not None]
 
 
 def has_tensor_cores(model: str | None) -> bool:

@@ -38,30 +38,30 @@ class Finding(BaseModel):
 
 
 class NotedJob(BaseModel):
-    job_id: str
-    gpu_model: str | None
-    gpus: int
-    first_ts: datetime | None
-    last_ts: datetime | None
-    gpu_hours: float
-    cost_usd: float
-    findings: list[Finding]
+    job_id: str = Field(description="the job")
+    gpu_model: str | None = Field(description="the GPU model it held most")
+    gpus: int = Field(description="GPUs (or MIG instances) it held")
+    first_ts: datetime | None = Field(description="its first sample in the window")
+    last_ts: datetime | None = Field(description="its last sample in the window")
+    gpu_hours: float = Field(description="its allocated GPU-hours in the window")
+    cost_usd: float = Field(description="their cost, USD, to the cent")
+    findings: list[Finding] = Field(description="what wasted GPUs in it, each with what to change")
 
 
 class OwnerNote(BaseModel):
     team: str = Field(description="the team whose jobs the note names: never another's")
     user: str = Field(description="the jobs' owner")
     jobs: list[NotedJob] = Field(description="the owner's jobs of that team that wasted GPUs, most wasteful first")
-    gpu_hours: float
-    cost_usd: float
+    gpu_hours: float = Field(description="the GPU-hours of the jobs named")
+    cost_usd: float = Field(description="their cost, USD")
     wasted_usd: float = Field(description="the dollars wasted by the findings that carry a figure")
     unpriced_findings: int = Field(description="findings without a dollar figure (starved jobs, shapes with no fit)")
 
 
 class OwnerNotes(BaseModel):
-    start: datetime
-    end: datetime
-    notes: list[OwnerNote]
+    start: datetime = Field(description="the window's start")
+    end: datetime = Field(description="the window's end")
+    notes: list[OwnerNote] = Field(description="a note per owner and team, the most wasted dollars first")
     jobs_without_owner: int = Field(description="jobs that wasted GPUs but name no user: no note can reach them")
 
 
