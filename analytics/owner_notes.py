@@ -40,8 +40,9 @@ CHANGES = {
 }
 
 
-def _jobs(store, start: datetime, end: datetime, config: Config, team: str | None) -> pd.DataFrame:
-    jobs = job_table(store, start, end, team, None, MAX_JOBS, config.waste.oversized_mem_fraction, p95=True,
+def _jobs(store, start: datetime, end: datetime, config: Config, team: str | None, p95: bool) -> pd.DataFrame:
+    """Every job of the window (`p95`: with its p95 utilisation, which only the oversized finding needs)."""
+    jobs = job_table(store, start, end, team, None, MAX_JOBS, config.waste.oversized_mem_fraction, p95=p95,
                      profiling=False)
     measured = jobs["gpu_hours"] * jobs["util_coverage"].fillna(0.0)
     # each job to the cent, as GET /v1/jobs shows it: a user's cost is then the sum of the jobs listed
@@ -53,7 +54,7 @@ def user_table(store, start: datetime, end: datetime, config: Config, team: str 
     """Per team and user: jobs, GPU-hours, cost, the mean utilisation over the measured GPU-hours (null: none
     measured), how much was measured, idle GPU-hours (null: none measured), and the jobs flagged as waste with their
     cost. Most costly first; jobs without a user are one row with `user` null."""
-    jobs = _jobs(store, start, end, config, team)
+    jobs = _jobs(store, start, end, config, team, p95=False)
     if jobs.empty:
         return pd.DataFrame(columns=["team", "user", "jobs", "gpu_hours", "cost_usd", "mean_util_pct",
                                      "util_coverage", "idle_gpu_hours", "flagged_jobs", "flagged_cost_usd"])
@@ -120,7 +121,7 @@ def owner_notes(store, start: datetime, end: datetime, config: Config, team: str
                 user: str | None = None) -> dict:
     """A note per (team, user) owning jobs that wasted GPUs in [start, end): each job with its findings, the note's
     GPU-hours, cost and the dollars wasted where known; and how many such jobs have no owner to write to."""
-    jobs = _jobs(store, start, end, config, team)
+    jobs = _jobs(store, start, end, config, team, p95=True)
     flags = job_efficiency(store, start, end, config.efficiency, team, MAX_JOBS)
     flagged = {row.job_id: row for row in flags.itertuples(index=False)}
     notes: dict[tuple[str, str], dict] = {}

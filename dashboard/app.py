@@ -573,7 +573,7 @@ with tab_jobs:
             "Per team and user, most costly first: what a team lead reads. Utilisation is over the GPU-hours with a "
             "reading (coverage); blank: none had one. `gpuledger notes` writes each owner the jobs that wasted GPUs."
         )
-        users = frame(fetch(BASE, "/v1/users", days=days, end=END))
+        users = frame(get("users")["users"])
         if users.empty:
             st.info("No job in this window.")
         else:

@@ -249,6 +249,7 @@ def calls(days: int, bucket: int, end: str) -> dict[str, tuple[str, dict]]:
         "queues": ("/v1/workloads/queues", {"days": days, "end": end}),
         "job_coverage": ("/v1/workloads/coverage", {"days": days, "end": end}),
         "efficiency": ("/v1/efficiency", {"days": days, "end": end}),
+        "users": ("/v1/users", {"days": days, "end": end}),
         "inference": ("/v1/inference", {"days": days, "end": end}),
         "periods": ("/v1/ledger/periods", {}),
         "budgets": ("/v1/budgets", {}),
