@@ -55,6 +55,20 @@ class Proc:
         return self.log.read_text(errors="replace")
 
 
+def stop_all(*procs: Proc) -> list[int | None]:
+    """Stop every process whatever the others do: an assert on one agent's exit code inside a `finally` used to skip
+    the server's stop, leaving a server running after a failed test. Their exit codes in order (None: it did not
+    stop within its timeout and was killed); the caller asserts on them after the `finally`."""
+    codes: list[int | None] = []
+    for proc in procs:
+        try:
+            codes.append(proc.stop())
+        except subprocess.TimeoutExpired:
+            proc.kill9()
+            codes.append(None)
+    return codes
+
+
 def _spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> Proc:
     handle = open(log, "a")
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))

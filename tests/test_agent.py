@@ -10,7 +10,7 @@ from gpuledger.collector.dcgm_render import render_page
 from gpuledger.collector.simulator import cluster_of
 from gpuledger.collector.source import Source
 from tests.ingest_helpers import NOW, batch
-from tests.procs import TOKEN, AgentProc, Server, wait_until
+from tests.procs import TOKEN, AgentProc, Server, stop_all, wait_until
 
 
 def test_agent_scraping_bad_dcgm_pages_keeps_going_and_counts(tmp_path, page_server):
@@ -34,8 +34,8 @@ def test_agent_scraping_bad_dcgm_pages_keeps_going_and_counts(tmp_path, page_ser
         assert "gpuledger_agent_batches_acked_total" in metrics and "gpuledger_ingest_" not in metrics  # its own
         assert agent.proc.popen.poll() is None  # still running
     finally:
-        assert agent.proc.stop() == 0
-        server.proc.stop()
+        codes = stop_all(agent.proc, server.proc)
+    assert codes[0] == 0, agent.proc.text()[-2000:]
     assert agent.spooled() == 0
     (duplicates,) = server.query("SELECT count(*) - count(DISTINCT (gpu_uuid, ts)) FROM samples")[0]
     assert duplicates == 0

@@ -16,7 +16,7 @@ import requests
 from gpuledger.collector.samples import ADDED_COLUMNS
 from gpuledger.collector.wire import encode
 from gpuledger.deploy.cli import simulator_source
-from tests.procs import AgentProc, Server, fill_up, small_filesystem, wait_until
+from tests.procs import AgentProc, Server, fill_up, small_filesystem, stop_all, wait_until
 
 INTERVAL = 0.2
 
@@ -73,9 +73,9 @@ def test_server_killed_and_stopped_mid_stream_loses_and_duplicates_nothing(tmp_p
         assert re.search(r'gpuledger_agent_batches_retried_total\{reason="unreachable"\} [1-9]', retried)
         assert "gpuledger_agent_spool_bytes" in retried
     finally:
-        for agent in agents:
-            assert agent.proc.stop() == 0, agent.proc.text()[-2000:]
-        server.proc.stop()
+        codes = stop_all(*(agent.proc for agent in agents), server.proc)
+    for agent, code in zip(agents, codes):
+        assert code == 0, agent.proc.text()[-2000:]
     for agent in agents:
         assert_store_matches(server, agent, start)
 
@@ -93,8 +93,8 @@ def test_agent_killed_mid_stream_replays_its_spool(tmp_path):
         starts = [int(n) for n in re.findall(r"next seq (\d+), \d+ waiting", agent.proc.text())]
         assert len(starts) == 2 and starts[1] >= before  # the sequence continued, it did not restart
     finally:
-        assert agent.proc.stop() == 0, agent.proc.text()[-2000:]
-        server.proc.stop()
+        codes = stop_all(agent.proc, server.proc)
+    assert codes[0] == 0, agent.proc.text()[-2000:]
     assert_store_matches(server, agent, start)
 
 
@@ -108,8 +108,8 @@ def test_full_spool_drops_oldest_counted_and_the_rest_arrives(tmp_path):
         server.start()
         wait_until(lambda: agent.spooled() <= 2, 60, "spool to drain")
     finally:
-        assert agent.proc.stop() == 0, agent.proc.text()[-2000:]
-        server.proc.stop()
+        codes = stop_all(agent.proc, server.proc)
+    assert codes[0] == 0, agent.proc.text()[-2000:]
     dropped = {int(m) for m in re.findall(r"dropped batch seq (\d+)", agent.log.read_text())}
     assert dropped and min(dropped) == 0  # oldest first
     assert_store_matches(server, agent, start, dropped)
@@ -133,9 +133,9 @@ def test_server_killed_inside_a_group_commit_loses_and_duplicates_nothing(tmp_pa
         wait_until(lambda: all(a.spooled() <= 2 and acked_rows(server, a.node) >= 40 for a in agents), 60,
                    "spools to drain after the restart")
     finally:
-        for agent in agents:
-            assert agent.proc.stop() == 0, agent.proc.text()[-2000:]
-        server.proc.stop()
+        codes = stop_all(*(agent.proc for agent in agents), server.proc)
+    for agent, code in zip(agents, codes):
+        assert code == 0, agent.proc.text()[-2000:]
     for agent in agents:
         assert_store_matches(server, agent, start)
 
@@ -209,8 +209,8 @@ def test_a_spool_written_by_an_older_agent_is_replayed(tmp_path):
     try:
         wait_until(lambda: acked_rows(server, node) >= 8 * 40, 60, "the old batches and new ones stored")
     finally:
-        assert agent.proc.stop() == 0, agent.proc.text()[-2000:]
-        server.proc.stop()
+        codes = stop_all(agent.proc, server.proc)
+    assert codes[0] == 0, agent.proc.text()[-2000:]
     assert "replaying 25 unacknowledged batch(es) from seq 0" in agent.log.read_text()
     assert_store_matches(server, agent, start)
     (nulls,) = server.query(f"SELECT count(*) FROM samples WHERE node = '{node}' AND xid IS NULL "
